@@ -1,0 +1,447 @@
+"""The OTLP/JSON lines exporters, driven by the real OpenTelemetry SDK (no mocks).
+
+Every written line is parsed back with protobuf's ``json_format.Parse`` into the OTLP collector
+``Export*ServiceRequest`` messages (after turning the hex ids back into base64, the one place
+where OTLP/JSON differs from proto3 JSON), which proves the lines are real OTLP/JSON.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import re
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from google.protobuf import json_format
+from opentelemetry.metrics import Observation
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs.export import (
+    LogRecordExporter,
+    LogRecordExportResult,
+    SimpleLogRecordProcessor,
+)
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import (
+    AggregationTemporality,
+    MetricExporter,
+    MetricExportResult,
+    PeriodicExportingMetricReader,
+)
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.metrics import Counter, Histogram
+
+from otel_rl.exporters import OtlpJsonLogExporter, OtlpJsonMetricExporter, OtlpJsonSpanExporter
+from otel_rl.exporters.otlp_json import to_otlp_json
+
+RESOURCE = Resource.create({"service.name": "otlp-json-test", "rl.run.id": "run-1"})
+HEX32 = re.compile(r"^[0-9a-f]{32}$")
+HEX16 = re.compile(r"^[0-9a-f]{16}$")
+ID_KEYS = {"traceId", "spanId", "parentSpanId"}
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _hex_ids_to_base64(obj):
+    """Undo the OTLP/JSON hex id rule so plain protobuf JSON parsing accepts the object."""
+    if isinstance(obj, dict):
+        return {
+            k: (base64.b64encode(bytes.fromhex(v)).decode() if k in ID_KEYS else _hex_ids_to_base64(v))
+            for k, v in obj.items()
+        }
+    if isinstance(obj, list):
+        return [_hex_ids_to_base64(v) for v in obj]
+    return obj
+
+
+def _collect_ids(obj, found):
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            if k in ID_KEYS:
+                found.append((k, v))
+            else:
+                _collect_ids(v, found)
+    elif isinstance(obj, list):
+        for v in obj:
+            _collect_ids(v, found)
+    return found
+
+
+def _parse_lines(path: Path, message_type):
+    """Each line -> (dict, proto message). Also checks the line round-trips byte for byte."""
+    text = path.read_text(encoding="utf-8")
+    assert text.endswith("\n")
+    out = []
+    for line in text.splitlines():
+        obj = json.loads(line)
+        for key, value in _collect_ids(obj, []):
+            assert (HEX32 if key == "traceId" else HEX16).match(value), (key, value)
+        message = json_format.Parse(json.dumps(_hex_ids_to_base64(obj)), message_type())
+        # Same bytes when re-encoded: the line is exactly the canonical OTLP/JSON of the message.
+        assert to_otlp_json(message) == line
+        out.append((obj, message))
+    return out
+
+
+def _tracer_provider(path: Path) -> TracerProvider:
+    provider = TracerProvider(resource=RESOURCE)
+    provider.add_span_processor(SimpleSpanProcessor(OtlpJsonSpanExporter(path)))
+    return provider
+
+
+def _make_step_trace(provider: TracerProvider, step: int = 3) -> None:
+    tracer = provider.get_tracer("otel_rl", "0.1.0")
+    with tracer.start_as_current_span("rl.step", attributes={"rl.step": step}):
+        with tracer.start_as_current_span(
+            "rl.generate", attributes={"rl.stage": "generate", "rl.cluster": "actor_infer"}
+        ):
+            time.sleep(0.002)
+        with tracer.start_as_current_span(
+            "rl.compute_log_probs",
+            attributes={"rl.stage": "compute_log_probs", "rl.cluster": "actor_train"},
+        ):
+            for phase in ("onload", "execute", "offload"):
+                with tracer.start_as_current_span(f"rl.{phase}", attributes={"rl.stage.phase": phase}) as span:
+                    if phase == "onload":
+                        span.add_event(
+                            "rl.memory.snapshot",
+                            {"rl.memory.when": "start", "rl.memory.allocated": 2**33, "hw.id": "0"},
+                        )
+                    time.sleep(0.001)
+
+
+# ----------------------------------------------------------------------------- classes
+
+
+def test_exporters_subclass_sdk_interfaces(tmp_path):
+    span_exporter = OtlpJsonSpanExporter(tmp_path / "t.jsonl")
+    metric_exporter = OtlpJsonMetricExporter(
+        tmp_path / "m.jsonl", preferred_temporality={Counter: AggregationTemporality.DELTA}
+    )
+    log_exporter = OtlpJsonLogExporter(tmp_path / "l.jsonl")
+    assert isinstance(span_exporter, SpanExporter)
+    assert isinstance(metric_exporter, MetricExporter)
+    assert isinstance(log_exporter, LogRecordExporter)
+    # preferred temporality reaches the SDK's MetricExporter base (used by the periodic reader)
+    assert metric_exporter._preferred_temporality == {Counter: AggregationTemporality.DELTA}
+    for exporter in (span_exporter, metric_exporter, log_exporter):
+        assert exporter.force_flush() is True
+        exporter.shutdown()
+
+
+# ----------------------------------------------------------------------------- traces
+
+
+def test_trace_lines_are_otlp_json(tmp_path):
+    path = tmp_path / "run" / "nested" / "traces.jsonl"  # parent dirs are created
+    provider = _tracer_provider(path)
+    _make_step_trace(provider, step=3)
+    provider.shutdown()
+
+    lines = _parse_lines(path, ExportTraceServiceRequest)
+    assert len(lines) == 6  # SimpleSpanProcessor: one export, hence one line, per span
+    raw = path.read_text()
+    assert re.search(r'"traceId":"[0-9a-f]{32}"', raw)
+    assert re.search(r'"spanId":"[0-9a-f]{16}"', raw)
+    assert '"parentSpanId":"' in raw
+
+    spans = {}
+    for obj, message in lines:
+        assert set(obj) == {"resourceSpans"}
+        rs = obj["resourceSpans"][0]
+        resource = {kv["key"]: kv["value"] for kv in rs["resource"]["attributes"]}
+        assert resource["service.name"] == {"stringValue": "otlp-json-test"}
+        assert rs["scopeSpans"][0]["scope"] == {"name": "otel_rl", "version": "0.1.0"}
+        for span in rs["scopeSpans"][0]["spans"]:
+            spans[span["name"]] = span
+        assert message.resource_spans[0].scope_spans[0].spans[0].trace_id  # bytes made it through
+
+    assert list(spans) == [
+        "rl.generate",
+        "rl.onload",
+        "rl.execute",
+        "rl.offload",
+        "rl.compute_log_probs",
+        "rl.step",
+    ]  # end order
+    root = spans["rl.step"]
+    assert "parentSpanId" not in root  # default (empty) omitted
+    assert root["kind"] == 1  # enum as integer (SPAN_KIND_INTERNAL)
+    assert isinstance(root["startTimeUnixNano"], str)  # int64 as a decimal string
+    assert root["attributes"] == [{"key": "rl.step", "value": {"intValue": "3"}}]
+    assert "status" not in root or root["status"] == {}  # unset status: defaults omitted
+    assert {s["traceId"] for s in spans.values()} == {root["traceId"]}
+    assert spans["rl.generate"]["parentSpanId"] == root["spanId"]
+    assert spans["rl.compute_log_probs"]["parentSpanId"] == root["spanId"]
+    for phase in ("rl.onload", "rl.execute", "rl.offload"):
+        assert spans[phase]["parentSpanId"] == spans["rl.compute_log_probs"]["spanId"]
+    (event,) = spans["rl.onload"]["events"]
+    assert event["name"] == "rl.memory.snapshot"
+    assert {"key": "rl.memory.allocated", "value": {"intValue": str(2**33)}} in event["attributes"]
+
+
+def test_span_links_and_status_are_encoded(tmp_path):
+    from opentelemetry.trace import Link, Status, StatusCode
+
+    path = tmp_path / "traces.jsonl"
+    provider = _tracer_provider(path)
+    tracer = provider.get_tracer("otel_rl")
+    with tracer.start_as_current_span("rl.step", attributes={"rl.step": 1}) as first:
+        pass
+    with tracer.start_as_current_span("rl.step", links=[Link(first.get_span_context())]) as second:
+        second.set_status(Status(StatusCode.ERROR, "boom"))
+        second.set_attribute("rl.tags", ["a", "b"])
+        second.set_attribute("rl.ratio", 0.25)
+        second.set_attribute("rl.ok", True)
+    provider.shutdown()
+    (_, _), (obj, _) = _parse_lines(path, ExportTraceServiceRequest)
+    span = obj["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+    (link,) = span["links"]
+    assert link["traceId"] == format(first.get_span_context().trace_id, "032x")
+    assert link["spanId"] == format(first.get_span_context().span_id, "016x")
+    assert span["status"] == {"code": 2, "message": "boom"}
+    attributes = {kv["key"]: kv["value"] for kv in span["attributes"]}
+    assert attributes["rl.tags"] == {"arrayValue": {"values": [{"stringValue": "a"}, {"stringValue": "b"}]}}
+    assert attributes["rl.ratio"] == {"doubleValue": 0.25}
+    assert attributes["rl.ok"] == {"boolValue": True}
+
+
+def test_file_is_appended_not_truncated(tmp_path):
+    path = tmp_path / "traces.jsonl"
+    for _ in range(2):  # a second process / rerun appends to the same run folder
+        provider = _tracer_provider(path)
+        _make_step_trace(provider)
+        provider.shutdown()
+    assert len(_parse_lines(path, ExportTraceServiceRequest)) == 12
+
+
+def test_concurrent_exports_write_whole_lines(tmp_path):
+    path = tmp_path / "traces.jsonl"
+    provider = _tracer_provider(path)
+    tracer = provider.get_tracer("otel_rl")
+
+    def work(n):
+        for i in range(50):
+            with tracer.start_as_current_span(f"rl.worker{n}", attributes={"i": i, "pad": "x" * 500}):
+                pass
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    provider.shutdown()
+    assert len(_parse_lines(path, ExportTraceServiceRequest)) == 400
+
+
+# ----------------------------------------------------------------------------- metrics
+
+
+def test_metric_lines_are_otlp_json(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    exporter = OtlpJsonMetricExporter(path)
+    reader = PeriodicExportingMetricReader(exporter, export_interval_millis=60000)
+    provider = MeterProvider(resource=RESOURCE, metric_readers=[reader])
+    meter = provider.get_meter("otel_rl")
+    histogram = meter.create_histogram("rl.sample.response_length", unit="{token}")
+    counter = meter.create_counter("rl.progress.samples", unit="{sample}")
+    meter.create_observable_gauge(
+        "rl.gpu.memory.usage",
+        callbacks=[lambda options: [Observation(2**31, {"hw.id": "0", "rl.memory.kind": "reserved"})]],
+        unit="By",
+    )
+    # A measurement inside a sampled span gets an exemplar whose ids must be hex too.
+    tracer_provider = TracerProvider()
+    with tracer_provider.get_tracer("t").start_as_current_span("rl.step") as span:
+        for value in (12, 250, 3000):
+            histogram.record(value)
+    counter.add(64)
+    counter.add(32)
+    assert provider.force_flush()
+    provider.shutdown()
+
+    lines = _parse_lines(path, ExportMetricsServiceRequest)
+    assert len(lines) >= 1
+    obj, _ = lines[0]
+    metrics = {m["name"]: m for m in obj["resourceMetrics"][0]["scopeMetrics"][0]["metrics"]}
+    hist = metrics["rl.sample.response_length"]
+    assert hist["unit"] == "{token}"
+    (point,) = hist["histogram"]["dataPoints"]
+    assert point["count"] == "3"
+    assert point["sum"] == 3262.0
+    assert len(point["bucketCounts"]) == len(point["explicitBounds"]) + 1
+    assert hist["histogram"]["aggregationTemporality"] == 2  # CUMULATIVE, as an integer
+    exemplar_ids = _collect_ids(point.get("exemplars", []), [])
+    assert ("traceId", format(span.get_span_context().trace_id, "032x")) in exemplar_ids
+    assert ("spanId", format(span.get_span_context().span_id, "016x")) in exemplar_ids
+    total = metrics["rl.progress.samples"]["sum"]
+    assert total["isMonotonic"] is True
+    assert total["dataPoints"][0]["asInt"] == "96"
+    gauge = metrics["rl.gpu.memory.usage"]["gauge"]["dataPoints"][0]
+    assert gauge["asInt"] == str(2**31)
+    assert {"key": "hw.id", "value": {"stringValue": "0"}} in gauge["attributes"]
+
+
+def test_metric_exporter_honours_preferred_temporality(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    exporter = OtlpJsonMetricExporter(
+        path,
+        preferred_temporality={Counter: AggregationTemporality.DELTA, Histogram: AggregationTemporality.DELTA},
+    )
+    reader = PeriodicExportingMetricReader(exporter, export_interval_millis=60000)
+    provider = MeterProvider(metric_readers=[reader])
+    provider.get_meter("otel_rl").create_counter("rl.progress.tokens").add(7)
+    provider.force_flush()
+    provider.shutdown()
+    obj, _ = _parse_lines(path, ExportMetricsServiceRequest)[0]
+    (metric,) = obj["resourceMetrics"][0]["scopeMetrics"][0]["metrics"]
+    assert metric["sum"]["aggregationTemporality"] == 1  # DELTA
+
+
+# ----------------------------------------------------------------------------- logs
+
+
+def test_log_lines_are_otlp_json(tmp_path):
+    path = tmp_path / "logs.jsonl"
+    provider = LoggerProvider(resource=RESOURCE)
+    provider.add_log_record_processor(SimpleLogRecordProcessor(OtlpJsonLogExporter(path)))
+    logger = provider.get_logger("otel_rl")
+    tracer_provider = TracerProvider()
+    with tracer_provider.get_tracer("t").start_as_current_span("rl.step") as span:
+        logger.emit(
+            body={"actor/pg_loss": 0.5, "step": 3},
+            attributes={"rl.step": 3},
+            event_name="rl.log",
+        )
+    provider.shutdown()
+
+    ((obj, message),) = _parse_lines(path, ExportLogsServiceRequest)
+    (record,) = obj["resourceLogs"][0]["scopeLogs"][0]["logRecords"]
+    assert record["eventName"] == "rl.log"
+    assert record["body"] == {
+        "kvlistValue": {
+            "values": [
+                {"key": "actor/pg_loss", "value": {"doubleValue": 0.5}},
+                {"key": "step", "value": {"intValue": "3"}},
+            ]
+        }
+    }
+    assert record["attributes"] == [{"key": "rl.step", "value": {"intValue": "3"}}]
+    assert record["traceId"] == format(span.get_span_context().trace_id, "032x")
+    assert record["spanId"] == format(span.get_span_context().span_id, "016x")
+    assert f'"traceId":"{record["traceId"]}"' in path.read_text()
+    assert message.resource_logs[0].scope_logs[0].log_records[0].event_name == "rl.log"
+
+
+# ----------------------------------------------------------------------------- failure paths
+
+
+def _otel_rl_warnings(caplog):
+    return [r for r in caplog.records if r.name == "otel_rl" and r.levelno >= logging.WARNING]
+
+
+def test_unwritable_path_returns_failure_and_logs_once(tmp_path, caplog):
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a file where the run folder should be")
+    caplog.set_level(logging.DEBUG, logger="otel_rl")
+
+    exporter = OtlpJsonSpanExporter(blocker / "traces.jsonl")  # must not raise
+    provider = TracerProvider()
+    tracer = provider.get_tracer("t")
+    with tracer.start_as_current_span("rl.step") as span:
+        pass
+    results = [exporter.export([span]) for _ in range(3)]
+    assert results == [SpanExportResult.FAILURE] * 3
+    warnings = _otel_rl_warnings(caplog)
+    assert len(warnings) == 1
+    assert "traces" in warnings[0].getMessage() and "not-a-dir" in warnings[0].getMessage()
+    exporter.force_flush()
+    exporter.shutdown()
+
+    metric_exporter = OtlpJsonMetricExporter(blocker / "metrics.jsonl")
+    reader = PeriodicExportingMetricReader(metric_exporter, export_interval_millis=60000)
+    meter_provider = MeterProvider(metric_readers=[reader])
+    meter_provider.get_meter("t").create_counter("c").add(1)
+    meter_provider.force_flush()  # the reader gets FAILURE, nothing raises
+    meter_provider.shutdown()
+
+    log_exporter = OtlpJsonLogExporter(blocker / "logs.jsonl")
+    logger_provider = LoggerProvider()
+    logger_provider.add_log_record_processor(SimpleLogRecordProcessor(log_exporter))
+    logger_provider.get_logger("t").emit(body="x")
+    logger_provider.shutdown()
+    assert len(_otel_rl_warnings(caplog)) == 3  # one per exporter
+
+
+def test_export_after_shutdown_fails_quietly(tmp_path):
+    path = tmp_path / "logs.jsonl"
+    exporter = OtlpJsonLogExporter(path)
+    provider = LoggerProvider()
+    provider.add_log_record_processor(SimpleLogRecordProcessor(exporter))
+    logger = provider.get_logger("t")
+    logger.emit(body="before")
+    exporter.shutdown()
+    exporter.shutdown()  # idempotent
+
+    from opentelemetry.sdk._logs import ReadableLogRecord
+    from opentelemetry._logs import LogRecord
+
+    record = ReadableLogRecord(LogRecord(body="after"), resource=Resource.create({}))
+    assert exporter.export([record]) is LogRecordExportResult.FAILURE
+    assert len(path.read_text().splitlines()) == 1
+
+    span_exporter = OtlpJsonSpanExporter(tmp_path / "traces.jsonl")
+    span_exporter.shutdown()
+    assert span_exporter.export([]) is SpanExportResult.FAILURE
+    metric_exporter = OtlpJsonMetricExporter(tmp_path / "metrics.jsonl")
+    metric_exporter.shutdown()
+    assert metric_exporter.export(None) is MetricExportResult.FAILURE  # type: ignore[arg-type]
+
+
+def test_empty_batches_write_nothing(tmp_path):
+    path = tmp_path / "traces.jsonl"
+    exporter = OtlpJsonSpanExporter(path)
+    assert exporter.export([]) is SpanExportResult.SUCCESS
+    exporter.shutdown()
+    assert path.read_text() == ""
+
+
+def test_encoding_error_is_failure_not_exception(tmp_path, caplog):
+    class Unencodable:
+        pass
+
+    path = tmp_path / "logs.jsonl"
+    exporter = OtlpJsonLogExporter(path)
+    from opentelemetry.sdk._logs import ReadableLogRecord
+    from opentelemetry._logs import LogRecord
+
+    record = ReadableLogRecord(LogRecord(body=Unencodable()), resource=Resource.create({}))
+    caplog.set_level(logging.DEBUG, logger="otel_rl")
+    assert exporter.export([record]) is LogRecordExportResult.FAILURE
+    assert len(_otel_rl_warnings(caplog)) == 1
+    good = ReadableLogRecord(LogRecord(body="fine"), resource=Resource.create({}))
+    assert exporter.export([good]) is LogRecordExportResult.SUCCESS  # the exporter keeps working
+    exporter.shutdown()
+    assert len(path.read_text().splitlines()) == 1
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+def test_non_finite_doubles_use_proto3_json_strings(tmp_path, value):
+    path = tmp_path / "traces.jsonl"
+    provider = _tracer_provider(path)
+    with provider.get_tracer("t").start_as_current_span("s", attributes={"x": value}):
+        pass
+    provider.shutdown()
+    line = path.read_text()
+    expected = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}[repr(value)]
+    assert f'"doubleValue":"{expected}"' in line
+    _parse_lines(path, ExportTraceServiceRequest)
