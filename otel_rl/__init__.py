@@ -1,0 +1,90 @@
+"""otel-rl: OpenTelemetry traces, metrics and events for reinforcement learning of language models.
+
+```python
+import otel_rl
+
+tel = otel_rl.init(service_name="grpo-demo")        # OTEL_* env honoured
+for step in range(n):
+    with tel.step(step):                            # root span of this step's trace
+        with tel.stage("generate", cluster="actor_infer"):
+            ...
+        with tel.stage("train_step", cluster="actor_train", offload=True) as st:
+            with st.phase("onload"): ...
+            with st.phase("execute"): ...
+            with st.phase("offload"): ...
+        tel.log({"actor/pg_loss": 0.12, **st.metrics}, step=step)
+        tel.record(otel_rl.semconv.metrics.RL_SAMPLE_REWARD, rewards)   # a whole array
+tel.shutdown()
+```
+
+Metric and attribute names come from the generated ``otel_rl.semconv`` package.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import semconv
+from ._config import TelemetryConfig, resolve_config
+from ._telemetry import Phase, Stage, StepScope, Telemetry
+from ._version import __version__
+
+_current: Telemetry | None = None
+
+
+def init(
+    *,
+    service_name: str | None = None,
+    run_id: str | None = None,
+    experiment: str | None = None,
+    framework: str | None = None,
+    run_dir: str | None = None,
+    exporters: str | list[str] | tuple[str, ...] | None = None,
+    endpoint: str | None = None,
+    protocol: str | None = None,
+    metric_export_interval_s: float | None = None,
+    console: bool | None = None,
+    strict: bool | None = None,
+    unmapped_key_limit: int | None = None,
+    rank: int | None = None,
+    local_rank: int | None = None,
+    world_size: int | None = None,
+    config_file: str | None = None,
+) -> Telemetry:
+    """Start telemetry for this process and return it.
+
+    Every option falls back to its environment variable (``OTEL_SERVICE_NAME``,
+    ``OTEL_EXPORTER_OTLP_ENDPOINT``, ``OTEL_EXPORTER_OTLP_PROTOCOL``, ``OTEL_METRIC_EXPORT_INTERVAL``,
+    ``OTEL_RL_*``, ``RANK``/``LOCAL_RANK``/``WORLD_SIZE``), then to ``config_file`` (YAML), then
+    to its default. With no endpoint, everything is written as OTLP-JSON lines into ``run_dir``
+    (default ``otel-rl-runs/<run_id>``). ``exporters`` picks ``file``, ``otlp`` or both.
+    """
+    global _current
+    options: dict[str, Any] = {k: v for k, v in locals().items() if v is not None}
+    _current = Telemetry(resolve_config(options))
+    return _current
+
+
+def get_telemetry() -> Telemetry | None:
+    """The telemetry started by the latest ``init()`` in this process, if any."""
+    return _current
+
+
+def shutdown(timeout_s: float = 5.0) -> None:
+    """Flush and stop the telemetry started by ``init()``."""
+    if _current is not None:
+        _current.shutdown(timeout_s)
+
+
+__all__ = [
+    "Phase",
+    "Stage",
+    "StepScope",
+    "Telemetry",
+    "TelemetryConfig",
+    "__version__",
+    "get_telemetry",
+    "init",
+    "semconv",
+    "shutdown",
+]

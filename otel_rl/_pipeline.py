@@ -1,0 +1,368 @@
+"""The off-thread half of the hot path.
+
+``Telemetry.log`` copies the caller's dict (one C-level copy) and appends it to a deque; this
+worker resolves keys, coerces values, updates the latest-value table and the histograms, and
+emits the step's ``rl.log`` event. Nothing here can raise into the training loop: problems are
+counted in ``rl.telemetry.rejected`` and reported once per key.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import sys
+import threading
+import time
+from collections import deque
+from typing import Any, Callable, Mapping
+
+import numpy as np
+from opentelemetry import trace
+from opentelemetry._logs import Logger, SeverityNumber
+from opentelemetry.context import Context
+
+from ._aggregation import Attrs, BulkHistograms, LatestValues
+from ._keys import KeyResolver
+from .semconv import METRICS
+from .semconv import attributes as A
+from .semconv import metrics as M
+from .semconv import names as N
+
+logger = logging.getLogger("otel_rl")
+
+LOG, RECORD, STAGE, STEP_END, ADD, CALL = range(6)
+_REASONS = A.RlTelemetryReasonValues
+
+
+class Rejected(Exception):
+    """A value that cannot become a metric measurement; ``reason`` is an rl.telemetry.reason value."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(detail or reason)
+        self.reason = reason
+        self.detail = detail
+
+
+def event_value(raw: Any) -> Any:
+    """The value as the step event carries it: a plain Python scalar, the exact number logged."""
+    kind = type(raw)
+    if kind is float or kind is int or kind is str or kind is bool or raw is None:
+        return raw
+    item = getattr(raw, "item", None)
+    if item is not None and getattr(raw, "ndim", None) == 0 or (item is not None and _numel(raw) == 1):
+        try:
+            return item()
+        except Exception:
+            return repr(raw)
+    if isinstance(raw, (bytes, bytearray)):
+        return raw.decode("utf-8", "replace")
+    shape = getattr(raw, "shape", None)
+    if shape is not None:
+        return f"<{kind.__name__} shape={tuple(shape)}>"
+    if isinstance(raw, (list, tuple)):
+        return [event_value(v) for v in raw]
+    return repr(raw)
+
+
+def _numel(raw: Any) -> int:
+    numel = getattr(raw, "numel", None)
+    if callable(numel):
+        try:
+            return int(numel())
+        except Exception:
+            return -1
+    size = getattr(raw, "size", None)
+    return size if isinstance(size, int) else -1
+
+
+def to_number(raw: Any) -> float:
+    """Coerce a logged value to a float measurement or raise Rejected with the reason."""
+    kind = type(raw)
+    if kind is float:
+        value = raw
+    elif kind is int or kind is bool:
+        return float(raw)
+    elif raw is None:
+        raise Rejected(_REASONS.NONE.value)
+    elif kind is str:
+        raise Rejected(_REASONS.NON_NUMERIC.value, "a string")
+    else:
+        numel = _numel(raw)
+        if numel > 1 or numel == 0:
+            raise Rejected(_REASONS.MULTI_ELEMENT.value, f"{numel} elements")
+        try:
+            value = float(raw.item() if hasattr(raw, "item") else raw)
+        except (TypeError, ValueError):
+            raise Rejected(_REASONS.NON_NUMERIC.value, f"a {kind.__name__}") from None
+    if value != value:
+        raise Rejected(_REASONS.NAN.value)
+    if value in (math.inf, -math.inf):
+        raise Rejected(_REASONS.INF.value)
+    return value
+
+
+def to_array(raw: Any) -> np.ndarray:
+    """A 1-D float64 array of a list / numpy array / torch tensor (moved to host by the worker)."""
+    if hasattr(raw, "detach"):  # torch.Tensor: leave the device copy to this worker thread
+        raw = raw.detach().float().cpu().numpy()
+    return np.asarray(raw, dtype=np.float64).ravel()
+
+
+class Plan:
+    """How a key's values are applied, computed once per key."""
+
+    __slots__ = ("metric", "attrs", "transform", "histogram", "counter_overflow")
+
+    def __init__(self, metric: str, attrs: Attrs, transform: Callable[[Any], float] | None, histogram: bool, counter_overflow: bool) -> None:
+        self.metric = metric
+        self.attrs = attrs
+        self.transform = transform
+        self.histogram = histogram
+        self.counter_overflow = counter_overflow
+
+
+class Pipeline:
+    """Drains the hot path's queue on a daemon thread; ``flush`` drains it on the caller's thread."""
+
+    def __init__(
+        self,
+        *,
+        resolver: KeyResolver,
+        framework: str | None,
+        latest: LatestValues,
+        histograms: BulkHistograms,
+        event_logger: Logger,
+        on_step_end: Callable[[int, float, dict[str, float]], None] | None = None,
+        poll_interval_s: float = 0.2,
+    ) -> None:
+        self.queue: deque[tuple] = deque()
+        self._resolver = resolver
+        self._framework = framework
+        self._latest = latest
+        self._histograms = histograms
+        self._event_logger = event_logger
+        self._on_step_end = on_step_end
+        self._plans: dict[str, Plan] = {}
+        self._reported: set[tuple[str, str]] = set()
+        self._span_measured: dict[int | None, set[tuple[str, Attrs]]] = {}
+        self._headline: dict[int | None, dict[str, float]] = {}
+        self._drain_lock = threading.Lock()
+        self.wake = threading.Event()
+        self._stopping = False
+        self._poll = poll_interval_s
+        self.processed = 0
+        self._thread = threading.Thread(target=self._run, name="otel-rl-pipeline", daemon=True)
+        self._thread.start()
+
+    # -- queue side ---------------------------------------------------------------------------
+    def submit(self, item: tuple) -> None:
+        self.queue.append(item)
+        if not self.wake.is_set():
+            self.wake.set()
+
+    def _run(self) -> None:
+        while not self._stopping:
+            self.wake.wait(self._poll)
+            self.wake.clear()
+            self.drain()
+
+    def drain(self) -> None:
+        with self._drain_lock:
+            queue = self.queue
+            while queue:
+                item = queue.popleft()
+                try:
+                    self._process(item)
+                except Exception as exc:  # a bug here must never stop telemetry or reach training
+                    self.report_once("pipeline", type(exc).__name__, f"otel-rl: dropped one telemetry item after an internal error: {exc!r}")
+                self.processed += 1
+
+    def stop(self, timeout_s: float) -> None:
+        self._stopping = True
+        self.wake.set()
+        self._thread.join(timeout_s)
+        self.drain()
+
+    # -- reporting ----------------------------------------------------------------------------
+    def report_once(self, key: str, reason: str, message: str) -> None:
+        if (key, reason) not in self._reported:
+            self._reported.add((key, reason))
+            logger.warning(message)
+
+    def reject(self, key: str, reason: str, detail: str = "") -> None:
+        self._latest.add(M.RL_TELEMETRY_REJECTED, ((A.RL_TELEMETRY_REASON, reason),), 1)
+        what = f" ({detail})" if detail else ""
+        self.report_once(key, reason, f"otel-rl: value of {key!r} is {reason}{what}; it stays in the step's event but is not exported as a metric (reported once per key)")
+
+    # -- processing ---------------------------------------------------------------------------
+    def plan(self, key: str) -> Plan:
+        plan = self._plans.get(key)
+        if plan is None:
+            res = self._resolver.resolve(key, self._framework)
+            mdef = METRICS.get(res.metric)
+            plan = Plan(
+                res.metric, tuple(res.attributes), res.transform,
+                histogram=mdef is not None and mdef.instrument == "histogram",
+                counter_overflow=res.fallback and res.metric == M.RL_TELEMETRY_REJECTED,
+            )
+            self._plans[key] = plan
+        return plan
+
+    def _process(self, item: tuple) -> None:
+        kind = item[0]
+        if kind == LOG:
+            self._process_log(*item[1:])
+        elif kind == RECORD:
+            self._process_record(*item[1:])
+        elif kind == STAGE:
+            self._process_stage(*item[1:])
+        elif kind == STEP_END:
+            self._process_step_end(*item[1:])
+        elif kind == ADD:
+            _, metric, attrs, amount = item
+            self._latest.add(metric, attrs, amount)
+        elif kind == CALL:
+            item[1]()
+
+    def apply_value(self, key: str, raw: Any, step: int | None) -> None:
+        """Resolve, coerce and store one value; raises Rejected (used directly in strict mode)."""
+        plan = self.plan(key)
+        if plan.counter_overflow:
+            self._latest.add(plan.metric, plan.attrs, 1)
+            self.report_once(key, "overflow", f"otel-rl: {key!r} is not mapped and the unmapped-key limit is reached; counted in rl.telemetry.rejected")
+            return
+        if plan.transform is not None:
+            try:
+                value = plan.transform(raw)
+            except (TypeError, ValueError) as exc:
+                raise Rejected(_REASONS.NON_NUMERIC.value, str(exc)) from None
+            value = to_number(value)
+        else:
+            value = to_number(raw)
+        if plan.histogram:
+            measured = self._span_measured.get(step)
+            if measured is not None and (plan.metric, plan.attrs) in measured:
+                return  # a stage span of this step already measured this series
+            self._histograms.record(plan.metric, value, plan.attrs)
+        else:
+            self._latest.set(plan.metric, plan.attrs, value)
+        if plan.metric in _HEADLINE:
+            self._headline.setdefault(step, {})[_HEADLINE[plan.metric](plan.attrs)] = value
+
+    def _process_log(self, step: int | None, time_ns: int, span_context: Any, values: Mapping[Any, Any]) -> None:
+        body: dict[str, Any] = {}
+        stack: list[tuple[str, Any]] = list(values.items())[::-1]
+        while stack:
+            key, raw = stack.pop()
+            if type(key) is not str:
+                text = repr(key)
+                body[text] = event_value(raw)
+                self.reject(text, _REASONS.BAD_KEY.value, f"a {type(key).__name__} key")
+                continue
+            if isinstance(raw, Mapping):  # nested dicts flatten into framework-style "a/b" keys
+                stack.extend((f"{key}/{k}" if isinstance(k, str) else key + "/" + repr(k), v) for k, v in reversed(list(raw.items())))
+                continue
+            body[key] = event_value(raw)
+            try:
+                self.apply_value(key, raw, step)
+            except Rejected as rej:
+                self.reject(key, rej.reason, rej.detail)
+        ctx = trace.set_span_in_context(trace.NonRecordingSpan(span_context)) if span_context is not None else Context()
+        attributes = {A.RL_STEP: step} if step is not None else {}
+        self._event_logger.emit(
+            timestamp=time_ns, observed_timestamp=time_ns, context=ctx, severity_number=SeverityNumber.INFO,
+            body=body, attributes=attributes, event_name=N.RL_LOG_EVENT,
+        )
+
+    def _process_record(self, metric: str, raw: Any, attrs: Attrs, step: int | None) -> None:
+        mdef = METRICS.get(metric)
+        if mdef is None:
+            self.reject(metric, _REASONS.BAD_KEY.value, "not a registry metric name")
+            return
+        if mdef.instrument != "histogram":
+            try:
+                value = to_number(raw)
+            except Rejected as rej:
+                self.reject(metric, rej.reason, rej.detail)
+                return
+            if mdef.instrument == "counter":
+                self._latest.add(metric, attrs, value)
+            else:
+                self._latest.set(metric, attrs, value)
+            return
+        try:
+            values = to_array(raw)
+        except (TypeError, ValueError) as exc:
+            self.reject(metric, _REASONS.NON_NUMERIC.value, str(exc))
+            return
+        finite = np.isfinite(values)
+        if not finite.all():
+            nan_count = int(np.isnan(values).sum())
+            if nan_count:
+                self.reject(metric, _REASONS.NAN.value, f"{nan_count} NaN value(s) skipped")
+            if int((~finite).sum()) > nan_count:
+                self.reject(metric, _REASONS.INF.value, "infinite value(s) skipped")
+            values = values[finite]
+        self._histograms.record_many(metric, values, attrs)
+
+    def _process_stage(self, step: int | None, durations: list[tuple[Attrs, float]], gauges: list[tuple[str, Attrs, float]]) -> None:
+        measured = self._span_measured.setdefault(step, set())
+        for attrs, seconds in durations:
+            self._histograms.record(M.RL_STAGE_DURATION, seconds, attrs)
+            measured.add((M.RL_STAGE_DURATION, attrs))
+        for metric, attrs, value in gauges:
+            self._latest.set(metric, attrs, value)
+
+    def _process_step_end(self, step: int, seconds: float) -> None:
+        self._histograms.record(M.RL_STEP_DURATION, seconds, ())
+        self._span_measured.setdefault(step, set()).add((M.RL_STEP_DURATION, ()))
+        headline = self._headline.pop(step, {})
+        if self._on_step_end is not None:
+            self._on_step_end(step, seconds, headline)
+        # Keep the de-duplication memory of the few latest steps only (logs may trail a step).
+        while len(self._span_measured) > 8:
+            self._span_measured.pop(next(iter(self._span_measured)))
+        while len(self._headline) > 8:
+            self._headline.pop(next(iter(self._headline)))
+
+
+def _statistic_label(name: str) -> Callable[[Attrs], str]:
+    def label(attrs: Attrs) -> str:
+        stat = dict(attrs).get(A.RL_STATISTIC)
+        return name if stat in (None, "mean") else f"{name}_{stat}"
+
+    return label
+
+
+def _loss_label(attrs: Attrs) -> str:
+    d = dict(attrs)
+    return "loss" if d.get(A.RL_LOSS_TYPE) == "total" and d.get(A.RL_MODEL_ROLE, "actor") == "actor" else f"loss_{d.get(A.RL_LOSS_TYPE)}"
+
+
+# Values the one-line console summary shows when a step logs them.
+_HEADLINE: dict[str, Callable[[Attrs], str]] = {
+    M.RL_REWARD: _statistic_label("reward"),
+    M.RL_POLICY_KL: lambda attrs: "kl" if dict(attrs).get(A.RL_POLICY) == "reference" else "kl_old",
+    M.RL_LOSS: _loss_label,
+    M.RL_RESPONSE_LENGTH: _statistic_label("resp_len"),
+    M.RL_THROUGHPUT_TOKENS: lambda attrs: "tok/s",
+    M.RL_GRAD_NORM: lambda attrs: "grad_norm",
+}
+HEADLINE_ORDER = ("reward", "kl", "loss", "grad_norm", "resp_len", "tok/s")
+
+
+def format_summary(step: int, seconds: float, headline: dict[str, float]) -> str:
+    parts = [f"[otel-rl] step {step}", f"{seconds:.2f}s"]
+    for name in HEADLINE_ORDER:
+        if name in headline:
+            parts.append(f"{name} {headline[name]:.4g}")
+    return " | ".join(parts)
+
+
+def print_summary(step: int, seconds: float, headline: dict[str, float]) -> None:
+    sys.stdout.write(format_summary(step, seconds, headline) + "\n")
+    sys.stdout.flush()
+
+
+def now_ns() -> int:
+    return time.time_ns()

@@ -1,0 +1,478 @@
+"""The public facade's mechanics: steps as traces, stages as spans, log() as metrics and events."""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import socket
+import time
+import weakref
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Mapping
+from urllib.parse import urlsplit, urlunsplit
+
+import numpy as np
+from opentelemetry import context as context_api
+from opentelemetry import trace as trace_api
+from opentelemetry.context import Context
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.trace import Status, StatusCode
+
+from ._aggregation import Attrs, BulkHistograms, LatestValues
+from ._config import TelemetryConfig
+from ._keys import KeyResolver
+from ._pipeline import ADD, LOG, RECORD, STAGE, STEP_END, Pipeline, Rejected, print_summary, to_number
+from ._probes import CudaMemoryProbe, GpuMemorySnapshot, NvmlProbe, ProcessProbe
+from ._providers import SCOPE_NAME, build_providers
+from ._version import __version__
+from .semconv import BUCKETS, METRICS
+from .semconv import attributes as A
+from .semconv import metrics as M
+from .semconv import names as N
+
+logger = logging.getLogger("otel_rl")
+
+_ROOT = Context()  # an empty context: each step starts a new trace
+_WHEN_START, _WHEN_END = A.RlMemoryWhenValues.START.value, A.RlMemoryWhenValues.END.value
+_STATE_OFFLOAD, _STATE_ONLOAD = A.RlMemoryStateValues.OFFLOAD.value, A.RlMemoryStateValues.ONLOAD.value
+_PHASE_TOTAL = A.RlStagePhaseValues.TOTAL.value
+_PHASE_EXECUTE = A.RlStagePhaseValues.EXECUTE.value
+_PHASES = tuple(m.value for m in A.RlStagePhaseValues if m is not A.RlStagePhaseValues.TOTAL)
+_FRACTION_KINDS = (A.RlMemoryKindValues.MAX_ALLOCATED.value, A.RlMemoryKindValues.MAX_RESERVED.value)
+RUN_INFO_FILE = "run.json"
+_GIB = float(2**30)  # ROLL logs memory in GiB
+
+
+def redact_url(url: str | None) -> str | None:
+    """Drop user:password from a URL so it can be printed."""
+    if not url:
+        return url
+    parts = urlsplit(url)
+    if parts.username or parts.password:
+        host = parts.hostname or ""
+        if parts.port:
+            host += f":{parts.port}"
+        return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
+    return url
+
+
+def build_resource(config: TelemetryConfig) -> Resource:
+    attributes: dict[str, Any] = {
+        A.SERVICE_NAME: config.service_name,
+        A.RL_RUN_ID: str(config.run_id),
+        A.RL_RANK: config.rank or 0,
+        A.RL_LOCAL_RANK: config.local_rank or 0,
+        A.RL_WORLD_SIZE: config.world_size or 1,
+        A.HOST_NAME: socket.gethostname(),
+        A.TELEMETRY_DISTRO_NAME: "otel-rl",
+        A.TELEMETRY_DISTRO_VERSION: __version__,
+    }
+    if config.experiment:
+        attributes[A.RL_EXPERIMENT_NAME] = config.experiment
+    if config.framework:
+        attributes[A.RL_FRAMEWORK] = config.framework
+    return Resource.create(attributes)
+
+
+def _sorted_attrs(pairs: Mapping[str, Any]) -> Attrs:
+    return tuple(sorted(pairs.items()))
+
+
+class Phase:
+    """One of a stage's onload / execute / offload phases, as a child span."""
+
+    __slots__ = ("_stage", "_name", "_span", "_token", "_t0")
+
+    def __init__(self, stage: Stage, name: str) -> None:
+        self._stage = stage
+        self._name = name
+
+    def __enter__(self) -> Phase:
+        stage = self._stage
+        attributes = dict(stage._attributes)
+        attributes[A.RL_STAGE_PHASE] = self._name
+        self._span = stage._tel._tracer.start_span(f"rl.{self._name}", attributes=attributes)
+        self._token = context_api.attach(trace_api.set_span_in_context(self._span))
+        if self._name == _PHASE_EXECUTE and stage._memory:
+            stage._snapshot(_WHEN_START, _STATE_ONLOAD)
+        self._t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        elapsed = time.perf_counter() - self._t0
+        stage = self._stage
+        if self._name == _PHASE_EXECUTE and stage._memory:
+            stage._snapshot(_WHEN_END, _STATE_ONLOAD)
+        context_api.detach(self._token)
+        if exc is not None:
+            self._span.record_exception(exc)
+            self._span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+        self._span.end()
+        stage._phases.append((self._name, elapsed))
+
+
+class Stage:
+    """A training stage as a child span of the step; ``metrics`` gives ROLL-style keys afterwards."""
+
+    __slots__ = ("_tel", "name", "cluster", "_memory", "_attributes", "_span", "_token", "_t0", "_phases",
+                 "_gpu", "_cpu", "elapsed", "_step")
+
+    def __init__(self, tel: Telemetry, name: str, cluster: str | None, memory: bool) -> None:
+        self._tel = tel
+        self.name = name
+        self.cluster = cluster
+        self._memory = memory
+        self._phases: list[tuple[str, float]] = []
+        self._gpu: list[tuple[str, str, GpuMemorySnapshot]] = []
+        self._cpu: list[tuple[str, int, int]] = []
+        self.elapsed: float | None = None
+
+    def phase(self, name: str) -> Phase:
+        """A child span for the ``onload``, ``execute`` or ``offload`` phase of this stage."""
+        if name not in _PHASES:
+            raise ValueError(f"stage phase {name!r} is not one of {_PHASES}")
+        return Phase(self, name)
+
+    def __enter__(self) -> Stage:
+        tel = self._tel
+        self._step = tel._current_step
+        attributes: dict[str, Any] = {A.RL_STAGE: self.name, A.RL_RANK: tel.rank}
+        if self._step is not None:
+            attributes[A.RL_STEP] = self._step
+        if self.cluster is not None:
+            attributes[A.RL_CLUSTER] = self.cluster
+        self._attributes = attributes
+        self._span = tel._tracer.start_span(tel._span_name(self.name), attributes=attributes)
+        self._token = context_api.attach(trace_api.set_span_in_context(self._span))
+        if self._memory:
+            self._snapshot(_WHEN_START, _STATE_OFFLOAD)
+        self._t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.elapsed = elapsed = time.perf_counter() - self._t0
+        if self._memory:
+            self._snapshot(_WHEN_END, _STATE_OFFLOAD)
+        context_api.detach(self._token)
+        if exc is not None:
+            self._span.record_exception(exc)
+            self._span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+        self._span.end()
+        base = {A.RL_STAGE: self.name}
+        if self.cluster is not None:
+            base[A.RL_CLUSTER] = self.cluster
+        durations = [(_sorted_attrs({**base, A.RL_STAGE_PHASE: _PHASE_TOTAL}), elapsed)]
+        durations.extend((_sorted_attrs({**base, A.RL_STAGE_PHASE: p}), s) for p, s in self._phases)
+        self._tel._submit((STAGE, self._step, durations, self._memory_gauges(base) if self._memory else ()))
+
+    def _snapshot(self, when: str, state: str) -> None:
+        tel = self._tel
+        event: dict[str, Any] = {A.RL_MEMORY_WHEN: when, A.RL_MEMORY_STATE: state}
+        if state == _STATE_OFFLOAD:
+            rss, vms = tel._process_probe.memory()
+            self._cpu.append((when, rss, vms))
+            event[A.RL_MEMORY_RSS] = rss
+            event[A.RL_MEMORY_VMS] = vms
+        snap = tel._cuda_probe.snapshot()
+        if snap is not None:
+            self._gpu.append((when, state, snap))
+            event.update({
+                A.HW_ID: snap.device, A.RL_MEMORY_ALLOCATED: snap.allocated, A.RL_MEMORY_RESERVED: snap.reserved,
+                A.RL_MEMORY_MAX_ALLOCATED: snap.max_allocated, A.RL_MEMORY_MAX_RESERVED: snap.max_reserved,
+            })
+        self._span.add_event(N.RL_MEMORY_SNAPSHOT_EVENT, event)
+
+    def _memory_gauges(self, base: dict[str, Any]) -> list[tuple[str, Attrs, float]]:
+        gauges: list[tuple[str, Attrs, float]] = []
+        for when, rss, vms in self._cpu:
+            attrs = _sorted_attrs({**base, A.RL_MEMORY_WHEN: when})
+            gauges.append((M.PROCESS_MEMORY_USAGE, attrs, float(rss)))
+            gauges.append((M.PROCESS_MEMORY_VIRTUAL, attrs, float(vms)))
+        for when, state, snap in self._gpu:
+            for kind, value in snap.by_kind().items():
+                attrs = _sorted_attrs({**base, A.RL_MEMORY_WHEN: when, A.RL_MEMORY_STATE: state, A.RL_MEMORY_KIND: kind, A.HW_ID: snap.device})
+                gauges.append((M.RL_GPU_MEMORY_USAGE, attrs, float(value)))
+                if kind in _FRACTION_KINDS and snap.total:
+                    gauges.append((M.RL_GPU_MEMORY_UTILIZATION, attrs, value / snap.total))
+        return gauges
+
+    @property
+    def metrics(self) -> dict[str, float]:
+        """This stage's timings (s) and memory snapshots (GiB) under the keys and units ROLL logs."""
+        infix = f"{self.cluster}/{self.name}" if self.cluster is not None else self.name
+        out: dict[str, float] = {}
+        if self.elapsed is not None:
+            out[f"time/{infix}/total"] = self.elapsed
+        for phase, seconds in self._phases:
+            out[f"time/{infix}/{phase}"] = seconds
+        for when, state, snap in self._gpu:
+            for kind, value in snap.by_kind().items():
+                out[f"memory/{infix}/{when}/{state}/{kind}/{snap.device}"] = value / _GIB
+            if (when, state) == (_WHEN_END, _STATE_ONLOAD) and snap.total:
+                out[f"memory/{infix}/{when}/{state}/max_allocated_frac/{snap.device}"] = snap.max_allocated / snap.total
+                out[f"memory/{infix}/{when}/{state}/max_reserved_frac/{snap.device}"] = snap.max_reserved / snap.total
+        for when, rss, vms in self._cpu:
+            out[f"memory/cpu/{infix}/{when}/rss"] = rss / _GIB
+            out[f"memory/cpu/{infix}/{when}/vms"] = vms / _GIB
+        return out
+
+
+class StepScope:
+    """The root span ``rl.step`` of one step's trace; makes ``step`` the default for log()."""
+
+    __slots__ = ("_tel", "step", "_span", "_token", "_t0", "_previous")
+
+    def __init__(self, tel: Telemetry, step: int) -> None:
+        self._tel = tel
+        self.step = step
+
+    def __enter__(self) -> StepScope:
+        tel = self._tel
+        self._previous = (tel._current_step, tel._step_span_context)
+        self._span = tel._tracer.start_span(N.RL_STEP_SPAN, context=_ROOT, attributes={A.RL_STEP: self.step, A.RL_RANK: tel.rank})
+        self._token = context_api.attach(trace_api.set_span_in_context(self._span))
+        tel._current_step = self.step
+        tel._step_span_context = self._span.get_span_context()
+        self._t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        elapsed = time.perf_counter() - self._t0
+        tel = self._tel
+        context_api.detach(self._token)
+        if exc is not None:
+            self._span.record_exception(exc)
+            self._span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+        self._span.end()
+        tel._current_step, tel._step_span_context = self._previous
+        tel._submit((STEP_END, self.step, elapsed))
+
+    @property
+    def trace_id(self) -> str:
+        return format(self._span.get_span_context().trace_id, "032x")
+
+
+class Telemetry:
+    """A training run's telemetry: create with ``otel_rl.init()``; see the package docstring."""
+
+    def __init__(self, config: TelemetryConfig) -> None:
+        self.config = config
+        self.rank = config.rank or 0
+        self._closed = False
+        self._current_step: int | None = None
+        self._step_span_context: Any = None
+        self._span_names: dict[str, str] = {}
+        self.resource = build_resource(config)
+
+        self._latest = LatestValues()
+        self._histograms = BulkHistograms()
+        for mdef in METRICS.values():
+            if mdef.instrument == "histogram":
+                self._histograms.declare(mdef.name, mdef.brief, mdef.unit, BUCKETS[mdef.buckets or "duration"])
+        self._providers = build_providers(config, self.resource, self._histograms)
+        self._tracer = self._providers.tracer_provider.get_tracer(SCOPE_NAME, __version__)
+        self._meter = self._providers.meter_provider.get_meter(SCOPE_NAME, __version__)
+
+        self._cuda_probe = CudaMemoryProbe()
+        self._process_probe = ProcessProbe()
+        self._nvml_probe = NvmlProbe()
+        self._nvml_probe.start()
+        extra = {**self._process_probe.callbacks(), **self._nvml_probe.callbacks()}
+        self._register_instruments(extra)
+
+        self._resolver = KeyResolver.default(unmapped_key_limit=config.unmapped_key_limit)
+        console = config.console and self.rank == 0
+        self._pipeline = Pipeline(
+            resolver=self._resolver, framework=config.framework, latest=self._latest, histograms=self._histograms,
+            event_logger=self._providers.logger_provider.get_logger(SCOPE_NAME, __version__),
+            on_step_end=print_summary if console else None,
+        )
+        # Bound once: log() is two attribute loads away from the queue.
+        self._append = self._pipeline.queue.append
+        self._wake = self._pipeline.wake
+        self._write_run_info()
+        self._atexit_ref = weakref.WeakMethod(self.shutdown)
+        atexit.register(_shutdown_at_exit, self._atexit_ref)
+
+    # -- setup ----------------------------------------------------------------------------------
+    def _register_instruments(self, extra: dict[str, Any]) -> None:
+        meter = self._meter
+        create = {
+            "gauge": meter.create_observable_gauge,
+            "counter": meter.create_observable_counter,
+            "updowncounter": meter.create_observable_up_down_counter,
+        }
+        for mdef in METRICS.values():
+            if mdef.instrument == "histogram":
+                continue
+            callbacks = [self._latest.callback(mdef.name)]
+            if mdef.name in extra:
+                callbacks.append(extra[mdef.name])
+            create[mdef.instrument](mdef.name, callbacks=callbacks, unit=mdef.unit, description=mdef.brief)
+
+    def _write_run_info(self) -> None:
+        if not self.config.file_enabled:
+            return
+        info = {
+            "run_id": self.config.run_id, "service_name": self.config.service_name, "experiment": self.config.experiment,
+            "framework": self.config.framework, "rank": self.rank, "world_size": self.config.world_size or 1,
+            "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "otel_rl_version": __version__,
+            "destinations": self._providers.destinations, "endpoint": redact_url(self.config.endpoint),
+            "probes": {"torch.cuda": self._cuda_probe.status, "nvml": self._nvml_probe.status},
+        }
+        path = Path(str(self.config.run_dir)) / RUN_INFO_FILE
+        try:
+            path.write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+        except OSError as exc:
+            logger.warning("otel-rl: could not write %s: %s", path, exc)
+
+    def _span_name(self, stage: str) -> str:
+        name = self._span_names.get(stage)
+        if name is None:
+            name = self._span_names[stage] = f"rl.{stage}"
+        return name
+
+    def _submit(self, item: tuple) -> None:
+        if not self._closed:
+            self._append(item)
+            if not self._wake.is_set():
+                self._wake.set()
+
+    # -- public API -----------------------------------------------------------------------------
+    @property
+    def run_dir(self) -> Path | None:
+        return Path(str(self.config.run_dir)) if self.config.file_enabled else None
+
+    @property
+    def current_step(self) -> int | None:
+        return self._current_step
+
+    def step(self, step: int) -> StepScope:
+        """Context manager: the root span ``rl.step`` of a new trace; ``log()`` defaults to this step."""
+        return StepScope(self, int(step))
+
+    def stage(self, name: str, *, cluster: str | None = None, offload: bool = False, memory: bool | None = None) -> Stage:
+        """Context manager: a child span ``rl.<name>`` of the current step.
+
+        ``offload=True`` marks a stage that loads and offloads model state (ROLL's
+        state_offload_manager): use ``stage.phase("onload"|"execute"|"offload")`` inside it, and
+        memory is snapshotted at start/offload, start/onload, end/onload and end/offload.
+        ``memory`` forces snapshots on or off for any stage.
+        """
+        return Stage(self, name, cluster, offload if memory is None else memory)
+
+    def log(self, values: Mapping[str, Any], step: int | None = None) -> None:
+        """Log one step's values: framework keys (``actor/pg_loss``) or registry metric names.
+
+        The caller pays one dict copy; resolution, metrics and the step event happen off-thread.
+        Bad values (NaN, inf, None, strings, multi-element tensors, non-string keys) are counted
+        and reported once with the key named; with ``strict=True`` they raise ValueError here.
+        """
+        if self._closed:
+            return
+        if self.config.strict:
+            self._check_strict(values)
+        try:
+            snapshot = dict(values)
+        except (TypeError, ValueError) as exc:
+            if self.config.strict:
+                raise ValueError(f"otel-rl: log() takes a mapping of key -> value, got {type(values).__name__}") from exc
+            self._pipeline.report_once("<log>", type(values).__name__, f"otel-rl: log() takes a mapping of key -> value, got {type(values).__name__}; ignored")
+            return
+        self._append((LOG, self._current_step if step is None else step, time.time_ns(), self._step_span_context, snapshot))
+        if not self._wake.is_set():
+            self._wake.set()
+
+    def record(self, metric: str, values: Any, attributes: Mapping[str, Any] | None = None, *, step: int | None = None) -> None:
+        """Record a registry metric: a whole array into a histogram, or a value into a gauge/counter."""
+        if self._closed:
+            return
+        if metric not in METRICS:
+            if self.config.strict:
+                raise ValueError(f"otel-rl: record() needs a registry metric name (from otel_rl.semconv.metrics), got {metric!r}")
+            self._pipeline.report_once(str(metric), "unknown-metric", f"otel-rl: record({metric!r}) is not a registry metric; ignored")
+            return
+        if hasattr(values, "detach"):
+            values = values.detach()
+            if getattr(values, "is_cuda", False):
+                values = values.clone()  # an async device copy: the worker reads it, the caller never waits
+        elif isinstance(values, np.ndarray):
+            values = values.copy()
+        elif isinstance(values, list):
+            values = list(values)
+        attrs = _sorted_attrs(attributes) if attributes else ()
+        self._submit((RECORD, metric, values, attrs, self._current_step if step is None else step))
+
+    def add(self, metric: str, amount: float = 1.0, attributes: Mapping[str, Any] | None = None) -> None:
+        """Add to a registry counter (e.g. ``rl.tensor.nonfinite``)."""
+        self._submit((ADD, metric, _sorted_attrs(attributes) if attributes else (), float(amount)))
+
+    def latest(self, metric: str, attributes: Mapping[str, Any] | None = None) -> float | None:
+        """The latest value of a gauge or counter series (after ``flush()``), for tests and tools."""
+        return self._latest.get(metric, _sorted_attrs(attributes) if attributes else ())
+
+    def resolve(self, key: str) -> Any:
+        """Where a framework key goes: its registry metric and attributes."""
+        return self._resolver.resolve(key, self.config.framework)
+
+    def _check_strict(self, values: Mapping[str, Any]) -> None:
+        if not isinstance(values, Mapping):
+            raise ValueError(f"otel-rl: log() takes a mapping of key -> value, got {type(values).__name__}")
+        for key, raw in values.items():
+            if type(key) is not str:
+                raise ValueError(f"otel-rl strict mode: key {key!r} is a {type(key).__name__}, not a string")
+            if isinstance(raw, Mapping):
+                self._check_strict({f"{key}/{k}": v for k, v in raw.items()})
+                continue
+            plan = self._pipeline.plan(key)
+            try:
+                to_number(plan.transform(raw) if plan.transform else raw)
+            except Rejected as rej:
+                raise ValueError(f"otel-rl strict mode: value of {key!r} is {rej.reason}" + (f" ({rej.detail})" if rej.detail else "")) from None
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"otel-rl strict mode: value of {key!r} cannot be read: {exc}") from None
+
+    def flush(self, timeout_s: float = 10.0) -> bool:
+        """Process everything logged so far and export it now."""
+        self._pipeline.drain()
+        ms = int(timeout_s * 1000)
+        ok = self._providers.tracer_provider.force_flush(ms)
+        ok = self._providers.logger_provider.force_flush(ms) and ok
+        ok = self._providers.meter_provider.force_flush(ms) and ok
+        return bool(ok)
+
+    def shutdown(self, timeout_s: float = 5.0) -> None:
+        """Flush and stop exporting. Safe to call twice; ``atexit`` calls it too."""
+        if self._closed:
+            return
+        self._closed = True
+        atexit.unregister(_shutdown_at_exit)
+        self._pipeline.stop(timeout_s)
+        ms = int(timeout_s * 1000)
+        for provider in (self._providers.tracer_provider, self._providers.logger_provider):
+            try:
+                provider.shutdown()
+            except Exception as exc:
+                logger.warning("otel-rl: shutting down %s failed: %s", type(provider).__name__, exc)
+        try:
+            self._providers.meter_provider.shutdown(timeout_millis=ms)
+        except Exception as exc:
+            logger.warning("otel-rl: shutting down the meter provider failed: %s", exc)
+        self._nvml_probe.stop()
+
+    def __enter__(self) -> Telemetry:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.shutdown()
+
+    def __repr__(self) -> str:
+        return f"<otel_rl.Telemetry service={self.config.service_name!r} run={self.config.run_id!r} rank={self.rank} -> {', '.join(self._providers.destinations) or 'nowhere'}>"
+
+
+def _shutdown_at_exit(ref: weakref.WeakMethod) -> None:
+    method = ref()
+    if method is not None:
+        method()

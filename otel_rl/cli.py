@@ -1,0 +1,189 @@
+"""The ``otel-rl`` command."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Sequence
+
+EPILOG = """\
+examples:
+  otel-rl demo --steps 20                    a real GRPO run on CPU, telemetry into otel-rl-runs/
+  otel-rl show otel-rl-runs/<run> --step 3   that step's trace as a waterfall
+  otel-rl semconv check                      validate the registry and the framework mappings
+  otel-rl semconv generate [--check]         regenerate otel_rl/semconv/ and docs/semconv/
+  otel-rl semconv resolve --framework trl kl completions/clipped_ratio
+"""
+
+
+def find_semconv_dir(explicit: str | None) -> Path:
+    """The registry folder: --registry, else semconv/ above the working directory or beside the package."""
+    if explicit:
+        path = Path(explicit)
+        if not (path / "registry").is_dir():
+            raise SystemExit(f"otel-rl: {path} has no registry/ folder; pass --registry pointing at the semconv/ folder")
+        return path
+    for base in [Path.cwd(), *Path.cwd().parents, Path(__file__).resolve().parents[1]]:
+        if (base / "semconv" / "registry").is_dir():
+            return base / "semconv"
+    raise SystemExit("otel-rl: no semconv/registry folder found here or above; run inside the otel-rl repository or pass --registry DIR")
+
+
+def _cmd_semconv_check(args: argparse.Namespace) -> int:
+    from ._keys import load_mapping_files, validate_mappings
+    from ._registry import load_registry
+
+    semconv_dir = find_semconv_dir(args.registry)
+    registry = load_registry(semconv_dir)
+    problems = [str(p) for p in registry.problems]
+    mappings = load_mapping_files(semconv_dir / "mappings")
+    if not registry.problems:
+        metrics = {name: {"attributes": tuple(r.id for r in g.attributes)} for name, g in registry.metrics.items()}
+        problems += validate_mappings(mappings, metrics, set(registry.attributes), registry.enum_members())
+    for line in problems:
+        print(line, file=sys.stderr)
+    if problems:
+        print(f"otel-rl semconv check: {len(problems)} problem(s) in {semconv_dir}", file=sys.stderr)
+        return 1
+    print(f"otel-rl semconv check: ok ({len(registry.metrics)} metrics, {len(registry.attributes)} attributes, "
+          f"{len(mappings)} framework mappings in {semconv_dir})")
+    return 0
+
+
+def _cmd_semconv_generate(args: argparse.Namespace) -> int:
+    from . import _codegen
+
+    semconv_dir = find_semconv_dir(args.registry)
+    repo_root = semconv_dir.parent
+    registry, files = _codegen.generate(repo_root, semconv_dir)
+    if registry.problems:
+        for p in registry.problems:
+            print(p, file=sys.stderr)
+        print("otel-rl semconv generate: fix the registry first (otel-rl semconv check)", file=sys.stderr)
+        return 1
+    if args.check:
+        differing = _codegen.diff(repo_root, files)
+        if differing:
+            print("otel-rl semconv generate --check: generated files are out of date with semconv/:", file=sys.stderr)
+            for line in differing:
+                print(f"  {line}", file=sys.stderr)
+            print("run `otel-rl semconv generate` and commit the result", file=sys.stderr)
+            return 1
+        print(f"otel-rl semconv generate --check: ok ({len(files)} files up to date)")
+        return 0
+    written = _codegen.write(repo_root, files)
+    print(f"otel-rl semconv generate: {len(written)} of {len(files)} files changed")
+    for path in written:
+        print(f"  {path}")
+    return 0
+
+
+def _cmd_semconv_resolve(args: argparse.Namespace) -> int:
+    from ._keys import KeyResolver
+
+    resolver = KeyResolver.from_directory(find_semconv_dir(args.registry)) if args.registry else KeyResolver.default()
+    fallback = 0
+    for key in args.keys:
+        res = resolver.resolve(key, args.framework)
+        attrs = " ".join(f'{k}="{v}"' for k, v in res.attributes)
+        mark = "  (fallback: no mapping knows this key)" if res.fallback else ""
+        via = f" via {res.framework}" if res.framework else ""
+        transform = f" transform={getattr(res.transform, '__name__', res.transform)}" if res.transform else ""
+        print(f"{key}\t-> {res.metric}{{{attrs}}}{via}{transform}{mark}")
+        fallback += res.fallback
+    return 1 if fallback else 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    try:
+        from .demo import run_demo
+    except ImportError as exc:
+        if "torch" in str(exc):
+            print("otel-rl demo needs PyTorch: pip install 'otel-rl[torch]' (CPU build: pip install torch==2.13.0)", file=sys.stderr)
+            return 2
+        raise
+    result = run_demo(steps=args.steps, algo=args.algo, out=args.out, seed=args.seed,
+                      inject_spike_at=args.inject_spike_at, progress=not args.quiet)
+    print(f"otel-rl demo: {result.steps} {result.algo} steps; telemetry in {result.run_dir}")
+    print(f"  look at one step:  otel-rl show {result.run_dir} --step {max(result.steps - 1, 0)}")
+    return 0
+
+
+def _cmd_show(args: argparse.Namespace) -> int:
+    from ._runfolder import find_step_trace, format_problems, read_spans, render_waterfall
+
+    run_dir = Path(args.run_dir)
+    if not run_dir.exists():
+        print(f"otel-rl show: {run_dir} does not exist", file=sys.stderr)
+        return 2
+    spans = read_spans(run_dir)
+    if spans.problems:
+        print(format_problems(spans.problems), file=sys.stderr)
+    if not spans:
+        print(f"otel-rl show: no spans in {run_dir} (is it a run folder with traces.jsonl?)", file=sys.stderr)
+        return 1
+    try:
+        trace = find_step_trace(spans, args.step)
+    except LookupError as exc:
+        print(f"otel-rl show: {exc}", file=sys.stderr)
+        return 1
+    print(render_waterfall(trace, width=args.width))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="otel-rl", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG,
+        description="OpenTelemetry for RL training of language models: semantic conventions, a demo run, and tools to read runs.",
+    )
+    from ._version import __version__
+
+    parser.add_argument("--version", action="version", version=f"otel-rl {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    semconv = sub.add_parser("semconv", help="check, generate and query the semantic-convention registry")
+    semconv_sub = semconv.add_subparsers(dest="semconv_command", metavar="SUBCOMMAND")
+    registry_help = "the semconv/ folder (holding registry/, mappings/, templates/); default: found from here"
+    check = semconv_sub.add_parser("check", help="validate the registry and mappings like OTel's tooling (file:line: [rule] message)")
+    check.add_argument("--registry", metavar="DIR", help=registry_help)
+    check.set_defaults(func=_cmd_semconv_check)
+    gen = semconv_sub.add_parser("generate", help="write otel_rl/semconv/ and docs/semconv/ from the registry")
+    gen.add_argument("--registry", metavar="DIR", help=registry_help)
+    gen.add_argument("--check", action="store_true", help="write nothing; exit 1 if the committed files differ from what would be generated")
+    gen.set_defaults(func=_cmd_semconv_generate)
+    res = semconv_sub.add_parser("resolve", help="show the registry metric and attributes each framework key maps to (exit 1 if any falls back)")
+    res.add_argument("--framework", choices=["roll", "verl", "trl", "swift"], help="try this framework's mapping first")
+    res.add_argument("--registry", metavar="DIR", help="read mappings from this semconv/ folder instead of the generated tables")
+    res.add_argument("keys", nargs="+", metavar="KEY", help="a flat key as the framework logs it, e.g. actor/pg_loss")
+    res.set_defaults(func=_cmd_semconv_resolve)
+    semconv.set_defaults(func=lambda a: (semconv.print_help(), 2)[1])
+
+    demo = sub.add_parser("demo", help="run a small real GRPO/PPO training on CPU with telemetry (needs torch)")
+    demo.add_argument("--steps", type=int, default=20, help="training steps (default 20; reward rises over a few dozen)")
+    demo.add_argument("--algo", choices=["grpo", "ppo"], default="grpo", help="GRPO (group-normalized advantages) or PPO (GAE with a critic)")
+    demo.add_argument("--out", metavar="DIR", help="run folder (default otel-rl-runs/<run id>; ignored for files when OTEL_EXPORTER_OTLP_ENDPOINT exports elsewhere)")
+    demo.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    demo.add_argument("--inject-spike-at", type=int, metavar="STEP", help="destabilize training at this step (a real learning-rate blow-up) to exercise alerts")
+    demo.add_argument("--quiet", action="store_true", help="no per-step progress lines")
+    demo.set_defaults(func=_cmd_demo)
+
+    show = sub.add_parser("show", help="print one step's trace from a run folder as a waterfall")
+    show.add_argument("run_dir", metavar="RUN_DIR", help="a run folder written by otel-rl (traces.jsonl inside)")
+    show.add_argument("--step", type=int, required=True, help="the training step to show")
+    show.add_argument("--width", type=int, default=50, help="bar width in columns (default 50)")
+    show.set_defaults(func=_cmd_show)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

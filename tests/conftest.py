@@ -1,0 +1,40 @@
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+import otel_rl
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHARED = REPO_ROOT.parent / "shared"
+
+
+@pytest.fixture
+def make_telemetry(tmp_path: Path) -> Iterator:
+    """Start telemetry that writes its run folder under tmp_path; shut every one down afterwards."""
+    started: list[otel_rl.Telemetry] = []
+
+    def make(**options):
+        options.setdefault("run_dir", str(tmp_path / f"run{len(started)}"))
+        options.setdefault("console", False)
+        options.setdefault("service_name", "otel-rl-test")
+        tel = otel_rl.init(**options)
+        started.append(tel)
+        return tel
+
+    yield make
+    for tel in started:
+        tel.shutdown()
+
+
+@pytest.fixture(autouse=True)
+def _otel_rl_logs_propagate() -> Iterator[None]:
+    # caplog listens on the root logger; make sure otel_rl's records reach it at WARNING.
+    logger = logging.getLogger("otel_rl")
+    previous = logger.level
+    logger.setLevel(logging.INFO)
+    yield
+    logger.setLevel(previous)

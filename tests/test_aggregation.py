@@ -1,0 +1,88 @@
+"""Bulk histograms must produce exactly what the SDK's own explicit-bucket aggregation produces."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+
+from otel_rl._aggregation import BulkHistograms, LatestValues, MergingMetricExporter
+from otel_rl.semconv import BUCKETS
+
+
+@pytest.mark.parametrize("bucket_set", ["duration", "tokens", "ratio", "count"])
+def test_bulk_binning_matches_the_sdk_histogram(bucket_set):
+    bounds = BUCKETS[bucket_set]
+    rng = np.random.default_rng(3)
+    # Values on the bounds exercise the (lower, upper] edge rule; the SDK drops negatives, so none here.
+    values = np.concatenate([rng.uniform(0, bounds[-1] * 1.2, 500), np.array(bounds), np.array([0.0])])
+    reader = InMemoryMetricReader()
+    sdk = MeterProvider(metric_readers=[reader]).get_meter("t").create_histogram(
+        "h", explicit_bucket_boundaries_advisory=list(bounds))
+    for v in values:
+        sdk.record(float(v))
+    sdk_point = reader.get_metrics_data().resource_metrics[0].scope_metrics[0].metrics[0].data.data_points[0]
+
+    ours = BulkHistograms()
+    ours.declare("h", "", "1", bounds)
+    ours.record_many("h", values[:300])
+    for v in values[300:310]:
+        ours.record("h", float(v))  # the single-value path must agree with the bulk one
+    ours.record_many("h", values[310:])
+    point = ours.to_metrics()[0].data.data_points[0]
+    assert list(point.bucket_counts) == list(sdk_point.bucket_counts)
+    assert point.count == sdk_point.count
+    assert point.sum == pytest.approx(sdk_point.sum)
+    assert (point.min, point.max) == (sdk_point.min, sdk_point.max)
+
+
+def test_latest_values_keep_the_last_set_and_accumulate_adds():
+    latest = LatestValues()
+    latest.set("g", (("a", "1"),), 1.0)
+    latest.set("g", (("a", "1"),), 2.0)
+    latest.add("c", (), 1)
+    latest.add("c", (), 2)
+    assert latest.get("g", (("a", "1"),)) == 2.0 and latest.get("c") == 3
+    observations = list(latest.callback("g")(None))
+    assert [(o.value, dict(o.attributes)) for o in observations] == [(2.0, {"a": "1"})]
+
+
+class _Capture:
+    """A minimal MetricExporter-compatible sink that keeps what it is given."""
+
+    _preferred_temporality: dict = {}
+    _preferred_aggregation: dict = {}
+
+    def __init__(self) -> None:
+        self.exported = []
+
+    def export(self, metrics_data, timeout_millis=10_000, **kwargs):
+        self.exported.append(metrics_data)
+
+    def force_flush(self, timeout_millis=10_000):
+        return True
+
+    def shutdown(self, timeout_millis=30_000, **kwargs):
+        pass
+
+
+def test_merging_exporter_joins_the_sdk_scope_instead_of_adding_a_twin():
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    provider.get_meter("otel_rl").create_counter("c").add(1)
+    histograms = BulkHistograms()
+    histograms.declare("h", "d", "s", (1.0, 2.0))
+    histograms.record_many("h", np.array([0.5, 1.5, 3.0]))
+    sink = _Capture()
+    exporter = MergingMetricExporter(sink, histograms, Resource.create({}), InstrumentationScope("otel_rl", "0"))
+    exporter.export(reader.get_metrics_data())
+    (data,) = sink.exported
+    scopes = data.resource_metrics[0].scope_metrics
+    assert [s.scope.name for s in scopes] == ["otel_rl"]
+    assert sorted(m.name for m in scopes[0].metrics) == ["c", "h"]
+    # With nothing from the SDK, the histograms still go out under the given resource.
+    exporter.export(None)
+    assert [m.name for m in sink.exported[1].resource_metrics[0].scope_metrics[0].metrics] == ["h"]
