@@ -129,7 +129,7 @@ def render(registry: Registry, mappings: list[dict[str, Any]], templates_dir: Pa
     enum_ctx = [
         {
             "id": a.id, "enum_class": enum_class_name(a.id), "brief_oneline": _docstring(_oneline(a.brief)),
-            "members": [{"const": constant_name(m.id), "value": m.value, "brief": _docstring(_oneline(m.brief) or m.value)} for m in a.members],
+            "members": [{"const": constant_name(m.id), "value_repr": repr(m.value), "brief": _docstring(_oneline(m.brief) or m.value)} for m in a.members],
         }
         for a in attrs if a.type == "enum"
     ]

@@ -14,7 +14,7 @@ import secrets
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 import yaml
 
@@ -25,8 +25,12 @@ PROTOCOL_CHOICES = ("grpc", "http/protobuf")
 DEFAULT_RUNS_DIR = "otel-rl-runs"
 
 
-def _parse_bool(raw: str) -> bool:
-    value = raw.strip().lower()
+def _parse_bool(raw: Any) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    if isinstance(raw, int) and raw in (0, 1):
+        return bool(raw)
+    value = str(raw).strip().lower() if isinstance(raw, str) else None
     if value in ("1", "true", "yes", "on"):
         return True
     if value in ("0", "false", "no", "off"):
@@ -34,8 +38,13 @@ def _parse_bool(raw: str) -> bool:
     raise ValueError("expected true/false")
 
 
-def _parse_exporters(raw: str | list[str] | tuple[str, ...]) -> tuple[str, ...]:
-    items = raw.split(",") if isinstance(raw, str) else list(raw)
+def _parse_exporters(raw: Any) -> tuple[str, ...]:
+    if isinstance(raw, str):
+        items = raw.split(",")
+    elif isinstance(raw, (list, tuple)) and all(isinstance(i, str) for i in raw):
+        items = list(raw)
+    else:
+        raise ValueError(f"expected a comma-separated subset of {', '.join(EXPORTER_CHOICES)}")
     names = tuple(dict.fromkeys(i.strip().lower() for i in items if i.strip()))
     bad = [n for n in names if n not in EXPORTER_CHOICES]
     if bad or not names:
@@ -43,7 +52,9 @@ def _parse_exporters(raw: str | list[str] | tuple[str, ...]) -> tuple[str, ...]:
     return names
 
 
-def _parse_protocol(raw: str) -> str:
+def _parse_protocol(raw: Any) -> str:
+    if not isinstance(raw, str):
+        raise ValueError(f"expected one of {', '.join(PROTOCOL_CHOICES)}")
     value = raw.strip().lower()
     if value == "http":  # a common shorthand
         value = "http/protobuf"
@@ -52,30 +63,45 @@ def _parse_protocol(raw: str) -> str:
     return value
 
 
-def _parse_positive_float(raw: str | float) -> float:
-    value = float(raw)
+def _number(raw: Any) -> float:
+    if isinstance(raw, bool) or not isinstance(raw, (int, float, str)):
+        raise ValueError("expected a number")
+    return float(raw)
+
+
+def _parse_positive_float(raw: Any) -> float:
+    value = _number(raw)
     if not value > 0:
         raise ValueError("expected a positive number")
     return value
 
 
-def _parse_interval_ms(raw: str | float) -> float:
+def _parse_interval_ms(raw: Any) -> float:
     return _parse_positive_float(raw) / 1000.0
 
 
-def _parse_non_negative_int(raw: str | int) -> int:
-    value = int(raw)
-    if value < 0:
+def _parse_non_negative_int(raw: Any) -> int:
+    value = _number(raw)
+    if value != int(value) or value < 0:
         raise ValueError("expected a non-negative integer")
-    return value
+    return int(value)
 
 
-def _parse_optional_int(raw: str | int | None) -> int | None:
-    return None if raw in (None, "") else int(raw)  # type: ignore[arg-type]
+def _parse_optional_int(raw: Any) -> int | None:
+    if raw is None or raw == "":
+        return None
+    value = _number(raw)
+    if value != int(value):
+        raise ValueError("expected an integer")
+    return int(value)
 
 
-def _parse_str(raw: str) -> str:
-    return str(raw)
+def _parse_str(raw: Any) -> str:
+    if isinstance(raw, os.PathLike):
+        raw = os.fspath(raw)
+    if not isinstance(raw, str) or not raw:
+        raise ValueError("expected a non-empty string")
+    return raw
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -126,11 +152,13 @@ def load_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read a YAML config file of TelemetryConfig fields; errors name the file and the bad key."""
     p = Path(path)
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise FileNotFoundError(f"otel-rl config file {p} does not exist (set by config_file= or OTEL_RL_CONFIG)") from None
     except yaml.YAMLError as exc:
         raise ValueError(f"otel-rl config file {p} is not valid YAML: {exc}") from None
+    if data is None:  # an empty file
+        return {}
     if not isinstance(data, dict):
         raise ValueError(f"otel-rl config file {p} must hold a mapping of settings, got {type(data).__name__}")
     unknown = sorted(set(data) - set(_FIELDS) - {"config_file"})
@@ -153,10 +181,11 @@ def resolve_config(kwargs: Mapping[str, Any] | None = None, environ: Mapping[str
     values: dict[str, Any] = {}
     for name, f in _FIELDS.items():
         parse = f.metadata["parse"]
+        value_parse = f.metadata.get("arg_parse", parse)  # Python values; env strings may differ (ms)
         if name in kwargs and kwargs[name] is not None:
             raw = kwargs[name]
             try:
-                values[name] = f.metadata.get("arg_parse", parse)(raw) if isinstance(raw, (str, int, float, list, tuple)) and not isinstance(raw, bool) else raw
+                values[name] = value_parse(raw)
             except (TypeError, ValueError) as exc:
                 raise ValueError(f"otel_rl.init({name}={raw!r}): {exc}") from None
             continue
@@ -171,7 +200,7 @@ def resolve_config(kwargs: Mapping[str, Any] | None = None, environ: Mapping[str
         if name in from_file and from_file[name] is not None:
             raw = from_file[name]
             try:
-                values[name] = f.metadata.get("arg_parse", parse)(raw) if isinstance(raw, (str, int, float, list)) and not isinstance(raw, bool) else raw
+                values[name] = value_parse(raw)
             except (TypeError, ValueError) as exc:
                 raise ValueError(f"otel-rl config file {config_path}: {name}={raw!r}: {exc}") from None
     if config_path:

@@ -289,335 +289,335 @@ Upstream OpenTelemetry name; otel-rl sets it to its package version."""
 class GenAiTokenTypeValues(str, Enum):
     """Values of `gen_ai.token.type`: The type of token being counted."""
 
-    INPUT = "input"
+    INPUT = 'input'
     """Input tokens (prompt, input, etc.)."""
 
-    OUTPUT = "output"
+    OUTPUT = 'output'
     """Output tokens (completion, response, etc.)."""
 
 
 class HwTypeValues(str, Enum):
     """Values of `hw.type`: Type of the component."""
 
-    GPU = "gpu"
+    GPU = 'gpu'
     """Graphics Processing Unit."""
 
 
 class RlClipKindValues(str, Enum):
     """Values of `rl.clip.kind`: Which clipping a clip fraction measures."""
 
-    POLICY = "policy"
+    POLICY = 'policy'
     """Policy-loss clipping (`actor/clipfrac`, verl `actor/pg_clipfrac`)."""
 
-    RATIO = "ratio"
+    RATIO = 'ratio'
     """PPO ratio clipping, both sides (`actor/ppo_ratio_clipfrac`, TRL/ms-swift `clip_ratio`)."""
 
-    RATIO_LOW = "ratio_low"
+    RATIO_LOW = 'ratio_low'
     """Ratio clipped at the lower bound 1 - eps_low (`actor/ppo_ratio_low_clipfrac`, `clip_ratio/low_*`)."""
 
-    RATIO_HIGH = "ratio_high"
+    RATIO_HIGH = 'ratio_high'
     """Ratio clipped at the upper bound 1 + eps_high (`actor/ppo_ratio_high_clipfrac`, `clip_ratio/high_*`)."""
 
-    RATIO_REGION = "ratio_region"
+    RATIO_REGION = 'ratio_region'
     """Ratio outside the trust region on either side (TRL/ms-swift `clip_ratio/region_mean`)."""
 
-    DUAL = "dual"
+    DUAL = 'dual'
     """Dual-clip lower bound for negative advantages (verl `actor/pg_clipfrac_lower`)."""
 
-    VALUE = "value"
+    VALUE = 'value'
     """Critic value clipping (`critic/clipfrac`, verl `critic/vf_clipfrac`)."""
 
-    REWARD = "reward"
+    REWARD = 'reward'
     """Reward clipping (`critic/reward_clip_frac`)."""
 
 
 class RlComputeOpValues(str, Enum):
     """Values of `rl.compute.op`: Compute operation a duration measures (seed 002 sections 3.3 / 3.4)."""
 
-    FORWARD = "forward"
+    FORWARD = 'forward'
     """Forward pass."""
 
-    BACKWARD = "backward"
+    BACKWARD = 'backward'
     """Backward pass."""
 
-    OPTIMIZER_STEP = "optimizer_step"
+    OPTIMIZER_STEP = 'optimizer_step'
     """Optimizer step (parameter update)."""
 
-    COMMUNICATION = "communication"
+    COMMUNICATION = 'communication'
     """Collective communication (all-reduce, all-gather, weight broadcast)."""
 
 
 class RlFrameworkValues(str, Enum):
     """Values of `rl.framework`: RL framework that produced the telemetry (resource attribute)."""
 
-    ROLL = "roll"
+    ROLL = 'roll'
     """Alibaba ROLL."""
 
-    VERL = "verl"
+    VERL = 'verl'
     """verl (Volcano Engine RL)."""
 
-    TRL = "trl"
+    TRL = 'trl'
     """Hugging Face TRL."""
 
-    SWIFT = "swift"
+    SWIFT = 'swift'
     """ModelScope ms-swift."""
 
-    CUSTOM = "custom"
+    CUSTOM = 'custom'
     """A custom training loop."""
 
 
 class RlKlEstimatorValues(str, Enum):
     """Values of `rl.kl.estimator`: Estimator used to compute a KL divergence."""
 
-    APPROX = "approx"
+    APPROX = 'approx'
     """Approximate KL (ROLL `actor/approxkl`)."""
 
-    EXACT = "exact"
+    EXACT = 'exact'
     """Exact KL over the vocabulary (ROLL `actor/policykl`)."""
 
-    K1 = "k1"
+    K1 = 'k1'
     """Schulman k1 estimator, log(p/q)."""
 
-    K2 = "k2"
+    K2 = 'k2'
     """Schulman k2 estimator, 0.5 * log(p/q)^2."""
 
-    K3 = "k3"
+    K3 = 'k3'
     """Schulman k3 estimator, (q/p - 1) - log(q/p) (TRL GRPO `kl`)."""
 
-    LOW_VAR_KL = "low_var_kl"
+    LOW_VAR_KL = 'low_var_kl'
     """verl `low_var_kl` (clamped k3)."""
 
 
 class RlLossTypeValues(str, Enum):
     """Values of `rl.loss.type`: Which term of the loss decomposition a loss value is."""
 
-    POLICY = "policy"
+    POLICY = 'policy'
     """Policy-gradient (PPO clipped surrogate) loss (`actor/pg_loss`)."""
 
-    WEIGHTED_POLICY = "weighted_policy"
+    WEIGHTED_POLICY = 'weighted_policy'
     """Sample-weighted policy-gradient loss (`actor/weighted_pg_loss`)."""
 
-    KL = "kl"
+    KL = 'kl'
     """KL penalty against the reference policy (`actor/kl_loss`)."""
 
-    ENTROPY = "entropy"
+    ENTROPY = 'entropy'
     """Entropy bonus/loss term (verl `actor/entropy_loss`)."""
 
-    TOTAL = "total"
+    TOTAL = 'total'
     """Weighted sum actually back-propagated (`actor/total_loss`, TRL/ms-swift `loss`)."""
 
-    VALUE = "value"
+    VALUE = 'value'
     """Critic value loss (`critic/loss`, `critic/vf_loss`)."""
 
-    SFT = "sft"
+    SFT = 'sft'
     """Supervised fine-tuning loss (`actor/sft_loss`)."""
 
-    SFT_POSITIVE = "sft_positive"
+    SFT_POSITIVE = 'sft_positive'
     """SFT loss on positive samples (`actor/positive_sft_loss`)."""
 
-    SFT_NEGATIVE = "sft_negative"
+    SFT_NEGATIVE = 'sft_negative'
     """SFT loss on negative samples (`actor/negative_sft_loss`)."""
 
 
 class RlMemoryKindValues(str, Enum):
     """Values of `rl.memory.kind`: Which allocator counter a GPU memory value is."""
 
-    ALLOCATED = "allocated"
+    ALLOCATED = 'allocated'
     """Memory currently allocated by tensors (torch.cuda.memory_allocated)."""
 
-    RESERVED = "reserved"
+    RESERVED = 'reserved'
     """Memory currently reserved by the caching allocator (torch.cuda.memory_reserved)."""
 
-    MAX_ALLOCATED = "max_allocated"
+    MAX_ALLOCATED = 'max_allocated'
     """Peak allocated memory since the operation started (torch.cuda.max_memory_allocated)."""
 
-    MAX_RESERVED = "max_reserved"
+    MAX_RESERVED = 'max_reserved'
     """Peak reserved memory since the operation started (torch.cuda.max_memory_reserved)."""
 
 
 class RlMemoryStateValues(str, Enum):
     """Values of `rl.memory.state`: Whether model states were on the GPU (onload) or offloaded when a snapshot was taken."""
 
-    OFFLOAD = "offload"
+    OFFLOAD = 'offload'
     """Model states offloaded from the GPU (start/offload: before onload; end/offload: after offload)."""
 
-    ONLOAD = "onload"
+    ONLOAD = 'onload'
     """Model states loaded on the GPU (start/onload: before execute; end/onload: after execute)."""
 
 
 class RlMemoryWhenValues(str, Enum):
     """Values of `rl.memory.when`: Whether a memory snapshot was taken at the start or the end of a stage."""
 
-    START = "start"
+    START = 'start'
     """Snapshot at the start of the stage."""
 
-    END = "end"
+    END = 'end'
     """Snapshot at the end of the stage."""
 
 
 class RlModelRoleValues(str, Enum):
     """Values of `rl.model.role`: Role of the model in the RL setup."""
 
-    ACTOR = "actor"
+    ACTOR = 'actor'
     """The policy being trained."""
 
-    CRITIC = "critic"
+    CRITIC = 'critic'
     """The value network (PPO)."""
 
-    REFERENCE = "reference"
+    REFERENCE = 'reference'
     """The frozen reference policy the KL penalty compares against."""
 
-    REWARD = "reward"
+    REWARD = 'reward'
     """The reward model."""
 
 
 class RlNonfiniteKindValues(str, Enum):
     """Values of `rl.nonfinite.kind`: Kind of non-finite value counted."""
 
-    NAN = "nan"
+    NAN = 'nan'
     """Not-a-number values."""
 
-    INF = "inf"
+    INF = 'inf'
     """Positive or negative infinity."""
 
 
 class RlPolicyValues(str, Enum):
     """Values of `rl.policy`: Which policy produced a log-prob / prediction, or which policy a KL compares the current policy against."""
 
-    CURRENT = "current"
+    CURRENT = 'current'
     """The policy being optimized in this step."""
 
-    OLD = "old"
+    OLD = 'old'
     """The behaviour policy that generated the rollout (before this step's update)."""
 
-    REFERENCE = "reference"
+    REFERENCE = 'reference'
     """The frozen reference (initial) policy."""
 
 
 class RlStageValues(str, Enum):
     """Values of `rl.stage`: The training stage a measurement belongs to."""
 
-    ROLLOUT = "rollout"
+    ROLLOUT = 'rollout'
     """Whole data-collection stage (ROLL `time/rollout`)."""
 
-    GENERATE = "generate"
+    GENERATE = 'generate'
     """Rollout text generation (ROLL `generate`, verl `gen`)."""
 
-    COMPUTE_REWARDS = "compute_rewards"
+    COMPUTE_REWARDS = 'compute_rewards'
     """Reward computation: rule rewards or reward model (ROLL `compute_rewards`, verl `reward`)."""
 
-    COMPUTE_LOG_PROBS = "compute_log_probs"
+    COMPUTE_LOG_PROBS = 'compute_log_probs'
     """Old-policy log-probability forward pass (ROLL `compute_log_probs`, verl `old_log_prob`)."""
 
-    COMPUTE_REF_LOG_PROBS = "compute_ref_log_probs"
+    COMPUTE_REF_LOG_PROBS = 'compute_ref_log_probs'
     """Reference-policy log-probability forward pass (verl `ref`)."""
 
-    COMPUTE_VALUES = "compute_values"
+    COMPUTE_VALUES = 'compute_values'
     """Critic value forward pass (ROLL `compute_values`, verl `values`)."""
 
-    REF_LOG_PROBS_VALUES_REWARD = "ref_log_probs_values_reward"
+    REF_LOG_PROBS_VALUES_REWARD = 'ref_log_probs_values_reward'
     """ROLL combined stage: reference log-probs, values and reward (`time/ref_log_probs_values_reward`)."""
 
-    OLD_LOG_PROBS_VALUES = "old_log_probs_values"
+    OLD_LOG_PROBS_VALUES = 'old_log_probs_values'
     """ROLL combined stage: old-policy log-probs and values (`time/old_log_probs_values`)."""
 
-    ADVANTAGE = "advantage"
+    ADVANTAGE = 'advantage'
     """Advantage / return computation (ROLL `time/adv`, verl `adv`)."""
 
-    TRAIN_STEP = "train_step"
+    TRAIN_STEP = 'train_step'
     """Actor or critic update: forward, backward, optimizer (ROLL `train_step`, verl `update_actor` / `update_critic`)."""
 
-    MODEL_UPDATE = "model_update"
+    MODEL_UPDATE = 'model_update'
     """Weight synchronisation from the trainer to the inference engine (ROLL `model_update`, verl `update_weights`)."""
 
-    DO_CHECKPOINT = "do_checkpoint"
+    DO_CHECKPOINT = 'do_checkpoint'
     """Checkpoint save (ROLL `do_checkpoint`, verl `save_checkpoint`)."""
 
-    VALIDATION = "validation"
+    VALIDATION = 'validation'
     """Validation / evaluation pass (ROLL `val`, verl `testing`)."""
 
 
 class RlStagePhaseValues(str, Enum):
     """Values of `rl.stage.phase`: Phase of a stage: total, or the onload / execute / offload part of it."""
 
-    TOTAL = "total"
+    TOTAL = 'total'
     """Whole stage, from entering ROLL's state_offload_manager to leaving it."""
 
-    ONLOAD = "onload"
+    ONLOAD = 'onload'
     """Loading model states to the GPU (strategy.load_states())."""
 
-    EXECUTE = "execute"
+    EXECUTE = 'execute'
     """The stage's actual work (the yield body: training, generation, ...)."""
 
-    OFFLOAD = "offload"
+    OFFLOAD = 'offload'
     """Offloading model states from the GPU (strategy.offload_states())."""
 
 
 class RlStatisticValues(str, Enum):
     """Values of `rl.statistic`: The statistic a per-step value summarizes (mean, max, min, std, percentile, ...)."""
 
-    MEAN = "mean"
+    MEAN = 'mean'
     """Arithmetic mean (`/mean`, `_mean`, `@mean`)."""
 
-    MAX = "max"
+    MAX = 'max'
     """Maximum (`/max`, `_max`, `@max`)."""
 
-    MIN = "min"
+    MIN = 'min'
     """Minimum (`/min`, `_min`, `@min`)."""
 
-    STD = "std"
+    STD = 'std'
     """Standard deviation (`/std`, `reward_std`)."""
 
-    SUM = "sum"
+    SUM = 'sum'
     """Sum (ROLL reducer tag `@sum`)."""
 
-    P50 = "p50"
+    P50 = 'p50'
     """50th percentile (median)."""
 
-    P90 = "p90"
+    P90 = 'p90'
     """90th percentile."""
 
-    P95 = "p95"
+    P95 = 'p95'
     """95th percentile."""
 
-    P99 = "p99"
+    P99 = 'p99'
     """99th percentile (`@p99`)."""
 
-    MINMAX_DIFF = "minmax_diff"
+    MINMAX_DIFF = 'minmax_diff'
     """Max minus min across ranks (verl `global_seqlen/minmax_diff`)."""
 
-    BALANCED_MIN = "balanced_min"
+    BALANCED_MIN = 'balanced_min'
     """Minimum across ranks after sequence balancing (verl `global_seqlen/balanced_min`)."""
 
-    BALANCED_MAX = "balanced_max"
+    BALANCED_MAX = 'balanced_max'
     """Maximum across ranks after sequence balancing (verl `global_seqlen/balanced_max`)."""
 
 
 class RlTelemetryReasonValues(str, Enum):
     """Values of `rl.telemetry.reason`: Why otel-rl rejected a value."""
 
-    NAN = "nan"
+    NAN = 'nan'
     """The value was NaN."""
 
-    INF = "inf"
+    INF = 'inf'
     """The value was infinite."""
 
-    NONE = "none"
+    NONE = 'none'
     """The value was None."""
 
-    NON_NUMERIC = "non_numeric"
+    NON_NUMERIC = 'non_numeric'
     """The value was not a number and no transform could parse it."""
 
-    MULTI_ELEMENT = "multi_element"
+    MULTI_ELEMENT = 'multi_element'
     """A tensor/array with more than one element was logged as a scalar."""
 
-    BAD_KEY = "bad_key"
+    BAD_KEY = 'bad_key'
     """The key was empty or not a string."""
 
-    UNMAPPED_OVERFLOW = "unmapped_overflow"
+    UNMAPPED_OVERFLOW = 'unmapped_overflow'
     """An unknown key arrived after unmapped_key_limit distinct unknown keys."""
 
-    EXPORTER_ERROR = "exporter_error"
+    EXPORTER_ERROR = 'exporter_error'
     """An exporter failed to export the value."""
 
 __all__ = [
