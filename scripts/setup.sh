@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Create .venv and install otel-rl with its test and torch extras; a no-op when nothing changed.
+# Sourced by scripts/demo.sh and scripts/test.sh, so each is one command on a fresh clone.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+venv="${OTEL_RL_VENV:-$root/.venv}"
+python="${PYTHON:-python3}"
+# CPU build of PyTorch; override (e.g. TORCH_SPEC="torch>=2.1") on machines with a GPU.
+torch_spec="${TORCH_SPEC:-torch==2.13.0}"
+
+stamp="$venv/.otel-rl-setup"
+want="$(cat "$root/pyproject.toml" "$root/scripts/setup.sh" | sha256sum | cut -d' ' -f1) $torch_spec"
+if [ -x "$venv/bin/python" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+  return 0 2>/dev/null || exit 0
+fi
+echo "otel-rl: setting up $venv (first run only)..." >&2
+if [ ! -x "$venv/bin/python" ]; then
+  "$python" -m venv "$venv"
+fi
+log="$(mktemp)"
+pip_install() {
+  if ! "$venv/bin/python" -m pip install --quiet "$@" >"$log" 2>&1; then
+    grep -v "^WARNING: Location" "$log" >&2 || true
+    echo "otel-rl: set-up failed: pip install $*" >&2
+    exit 1
+  fi
+}
+pip_install --upgrade pip
+# torch first, so the [torch] extra is already satisfied by the CPU build.
+pip_install "$torch_spec"
+pip_install -e "$root[test,torch]"
+rm -f "$log"
+"$venv/bin/python" -c "import otel_rl, torch, pytest" || { echo "otel-rl: set-up failed (see pip output above)" >&2; exit 1; }
+echo "$want" > "$stamp"
