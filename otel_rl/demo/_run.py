@@ -1,0 +1,399 @@
+"""The demo's training loop: a real (tiny) GRPO / PPO run, instrumented like ROLL.
+
+Every step goes through the stages of ROLL's RLVR pipeline, each inside a telemetry stage
+span, and ends with one ``tel.log`` carrying the keys ROLL logs plus every stage's
+``time/*`` and ``memory/*`` keys, and whole per-sample arrays through ``tel.record``.
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from otel_rl.semconv import metrics as M
+
+from . import _algorithms as alg
+from ._policy import HostOffload, Rollout, TinyCausalLM, generate, response_log_probs, response_values
+from ._task import ReverseDigitsTask
+
+ALGOS = ("grpo", "ppo")
+
+
+@dataclass
+class DemoConfig:
+    """Knobs of the demo run. The defaults make the reward rise clearly within ~30 steps
+    at about 0.3-0.7 s a step on 2 CPU cores.
+
+    Each step samples ``prompts_per_step`` prompts x ``group_size`` responses (GRPO's group;
+    PPO uses the same batch), then runs ``ppo_epochs`` passes of ``mini_batches`` updates.
+    ``max_len_mask`` drops truncated responses from the actor loss (ROLL's max_len_mask;
+    then actor/valid_samples counts the rest). ``inject_spike_at``: see ``run_demo``.
+    """
+
+    algo: str = "grpo"
+    steps: int = 20
+    seed: int = 0
+    prompts_per_step: int = 64
+    group_size: int = 8
+    temperature: float = 1.0
+    d_model: int = 64
+    n_layers: int = 2
+    n_heads: int = 4
+    actor_lr: float = 1e-3
+    critic_lr: float = 3e-3
+    ppo_epochs: int = 4
+    mini_batches: int = 4
+    pg_clip: float = 0.2
+    dual_clip: float = 3.0
+    kl_coef: float = 0.02
+    entropy_coef: float = 0.0
+    reward_clip: float = 2.0
+    gamma: float = 1.0
+    lam: float = 0.95
+    value_clip: float = 0.5
+    max_grad_norm: float = 1.0
+    max_len_mask: bool = False
+    length_weighting: bool = True
+    val_every: int = 5
+    val_prompts: int = 64
+    checkpoint_every: int = 10
+    inject_spike_at: int | None = None
+    spike_lr_factor: float = 500.0
+    spike_loss_scale: float = 100.0
+
+    def __post_init__(self) -> None:
+        if self.algo not in ALGOS:
+            raise ValueError(f"algo must be one of {ALGOS}, not {self.algo!r}")
+        if self.steps < 1:
+            raise ValueError("steps must be >= 1")
+
+
+@dataclass
+class StepReport:
+    step: int
+    metrics: dict[str, float]
+    seconds: float
+
+
+@dataclass
+class TrainState:
+    rewards: list[float] = field(default_factory=list)
+    step_seconds: list[float] = field(default_factory=list)
+    val_scores: dict[int, float] = field(default_factory=dict)
+    checkpoints: list[Path] = field(default_factory=list)
+    samples_total: int = 0
+
+
+def _stats(prefix: str, x: torch.Tensor, mask: torch.Tensor | None = None) -> dict[str, float]:
+    mean, mx, mn = alg.masked_stats(x, mask)
+    return {f"{prefix}/mean": mean, f"{prefix}/max": mx, f"{prefix}/min": mn}
+
+
+class DemoTrainer:
+    """Owns the models (actor_infer, actor_train, reference, critic) and runs the steps."""
+
+    def __init__(self, cfg: DemoConfig, telemetry: Any, out: Path, *, progress: bool = True) -> None:
+        self.cfg = cfg
+        self.tel = telemetry
+        self.out = out
+        self.progress = progress
+        self.task = ReverseDigitsTask()
+        self.state = TrainState()
+
+        self.gen = torch.Generator().manual_seed(cfg.seed)  # sampling, prompts, shuffles
+        self.model_kwargs = dict(d_model=cfg.d_model, n_layers=cfg.n_layers, n_heads=cfg.n_heads, d_ff=2 * cfg.d_model)
+        # seeded initialisation without touching the caller's global RNG state
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(cfg.seed)
+            self.actor = TinyCausalLM(**self.model_kwargs)
+            self.critic = TinyCausalLM(**self.model_kwargs, out_dim=1) if cfg.algo == "ppo" else None
+        self.actor_optim = torch.optim.Adam(self.actor.parameters(), lr=cfg.actor_lr)
+        self.actor_host = HostOffload(self.actor, self.actor_optim)
+        # rollout policy (actor_infer) and reference are separate modules; the reference
+        # is the frozen initial policy, the rollout policy gets the weights every step
+        self.infer = copy.deepcopy(self.actor).eval()
+        self.ref = copy.deepcopy(self.actor).eval()
+        for p in (*self.infer.parameters(), *self.ref.parameters()):
+            p.requires_grad_(False)
+        self.ref_host = HostOffload(self.ref)
+        if self.critic is not None:
+            self.critic_optim = torch.optim.Adam(self.critic.parameters(), lr=cfg.critic_lr)
+            self.critic_host = HostOffload(self.critic, self.critic_optim)
+            self.critic_host.offload()
+
+        # training-side models start offloaded, as ROLL's workers between stages
+        self.actor_host.offload()
+        self.ref_host.offload()
+
+        val_gen = torch.Generator().manual_seed(cfg.seed + 10_007)
+        self.val_prompts = self.task.sample_prompts(cfg.val_prompts, val_gen)
+
+    # ---- stages ------------------------------------------------------------------------
+
+    def _generate(self) -> tuple[list[list[int]], Rollout]:
+        prompts = self.task.sample_prompts(self.cfg.prompts_per_step, self.gen)
+        prompts = [p for p in prompts for _ in range(self.cfg.group_size)]  # groups adjacent
+        ids, mask = self.task.encode(prompts)
+        rollout = generate(
+            self.infer, ids, mask,
+            max_new_tokens=self.task.max_new_tokens, temperature=self.cfg.temperature, generator=self.gen,
+        )
+        return prompts, rollout
+
+    def _offloaded(self, st: Any, host: HostOffload, fn, *, with_optimizer: bool):
+        with st.phase("onload"):
+            host.onload(with_optimizer=with_optimizer)
+        with st.phase("execute"):
+            result = fn()
+        with st.phase("offload"):
+            host.offload()
+        return result
+
+    def _train_actor(self, rollout: Rollout, old_logp, ref_logp, advantages, spike: bool) -> dict[str, float]:
+        cfg = self.cfg
+        final_mask = rollout.response_mask.clone()
+        if cfg.max_len_mask:
+            final_mask[rollout.truncated] = 0
+        weights = alg.compute_sample_weights(rollout.response_mask, length_weighting=cfg.length_weighting)
+        spike_lr = cfg.actor_lr * cfg.spike_lr_factor
+        loss_scale = cfg.spike_loss_scale if spike else 1.0
+        last_update = (cfg.ppo_epochs - 1, cfg.mini_batches - 1)
+        per_mb: list[dict[str, float]] = []
+        lrs: list[float] = []
+        for epoch in range(cfg.ppo_epochs):
+            perm = torch.randperm(rollout.input_ids.shape[0], generator=self.gen)
+            for i, idx in enumerate(perm.chunk(cfg.mini_batches)):
+                # an injected spike runs the first update (ratios, KL and grad norm blow up
+                # inside this step) and the last one (the next rollout meets a collapsed
+                # policy) at a huge learning rate
+                lr = spike_lr if spike and (epoch, i) in ((0, 0), last_update) else cfg.actor_lr
+                for group in self.actor_optim.param_groups:
+                    group["lr"] = lr
+                lrs.append(lr)
+                mb = rollout.select(idx)
+                logp, entropy = response_log_probs(self.actor, mb, temperature=cfg.temperature)
+                loss, m = alg.ppo_policy_loss(
+                    log_probs=logp,
+                    old_log_probs=old_logp[idx],
+                    ref_log_probs=ref_logp[idx],
+                    advantages=advantages[idx],
+                    response_mask=mb.response_mask,
+                    final_response_mask=final_mask[idx],
+                    sample_weights=weights[idx],
+                    entropy=entropy,
+                    clip=cfg.pg_clip,
+                    dual_clip=cfg.dual_clip,
+                    kl_coef=cfg.kl_coef,
+                    entropy_coef=cfg.entropy_coef,
+                )
+                # an injected spike also scales the loss that is really backpropagated
+                loss = loss * loss_scale
+                m["actor/total_loss"] = loss.item()
+                self.actor_optim.zero_grad(set_to_none=True)
+                loss.backward()
+                grad_norm = torch.nn.utils.clip_grad_norm_(self.actor.parameters(), cfg.max_grad_norm)
+                if torch.isfinite(grad_norm):
+                    self.actor_optim.step()
+                # else: skip the update, as loss scalers do, rather than write inf/nan weights
+                m["actor/grad_norm"] = grad_norm.item()
+                per_mb.append(m)
+        self.actor_optim.zero_grad(set_to_none=True)
+        for group in self.actor_optim.param_groups:
+            group["lr"] = cfg.actor_lr
+        out = alg.reduce_minibatch_metrics(per_mb)
+        out["actor/lr"] = max(lrs)
+        return out
+
+    def _train_critic(self, rollout: Rollout, old_values, returns) -> dict[str, float]:
+        cfg = self.cfg
+        assert self.critic is not None
+        per_mb: list[dict[str, float]] = []
+        for _ in range(cfg.ppo_epochs):
+            perm = torch.randperm(rollout.input_ids.shape[0], generator=self.gen)
+            for idx in perm.chunk(cfg.mini_batches):
+                mb = rollout.select(idx)
+                vpred = response_values(self.critic, mb)
+                loss, m = alg.value_loss(
+                    values=vpred, old_values=old_values[idx], returns=returns[idx],
+                    mask=mb.response_mask, clip=cfg.value_clip,
+                )
+                self.critic_optim.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(self.critic.parameters(), cfg.max_grad_norm)
+                self.critic_optim.step()
+                per_mb.append(m)
+        self.critic_optim.zero_grad(set_to_none=True)
+        out = alg.reduce_minibatch_metrics(per_mb)
+        out["critic/lr"] = self.critic_optim.param_groups[0]["lr"]
+        return out
+
+    def _save_checkpoint(self, step: int) -> Path:
+        ckpt_dir = self.out / "checkpoints"
+        ckpt_dir.mkdir(parents=True, exist_ok=True)
+        path = ckpt_dir / f"checkpoint-{step}.pt"
+        payload: dict[str, Any] = {
+            "step": step,
+            "algo": self.cfg.algo,
+            "model_kwargs": dict(self.model_kwargs),
+            "config": asdict(self.cfg),
+            "actor": {k: v.detach().clone() for k, v in self.actor.state_dict().items()},
+            "actor_optimizer": self.actor_optim.state_dict(),
+        }
+        if self.critic is not None:
+            self.critic_host.onload()
+            payload["critic"] = {k: v.detach().clone() for k, v in self.critic.state_dict().items()}
+            payload["critic_optimizer"] = self.critic_optim.state_dict()
+            self.critic_host.offload()
+        tmp = path.with_suffix(".pt.tmp")
+        torch.save(payload, tmp)
+        tmp.replace(path)
+        return path
+
+    @torch.no_grad()
+    def _validate(self) -> torch.Tensor:
+        ids, mask = self.task.encode(self.val_prompts)
+        rollout = generate(self.infer, ids, mask, max_new_tokens=self.task.max_new_tokens, greedy=True)
+        parts = self.task.score(self.val_prompts, rollout.responses)
+        return torch.tensor([p.score for p in parts])
+
+    # ---- one step ----------------------------------------------------------------------
+
+    def step(self, step: int) -> StepReport:
+        cfg, tel = self.cfg, self.tel
+        t0 = time.perf_counter()
+        logs: dict[str, float] = {}
+        spike = cfg.inject_spike_at is not None and step == cfg.inject_spike_at
+        with tel.step(step):
+            with tel.stage("generate", cluster="actor_infer") as st:
+                prompts, rollout = self._generate()
+            logs.update(st.metrics)
+            mask = rollout.response_mask
+
+            with tel.stage("compute_rewards", cluster="reward") as st:
+                parts = self.task.score(prompts, rollout.responses)
+                scores = torch.tensor([p.score for p in parts])
+            logs.update(st.metrics)
+
+            with tel.stage("compute_log_probs", cluster="actor_train", offload=True) as st:
+                def old_log_probs():
+                    with torch.no_grad():
+                        return response_log_probs(self.actor, rollout, temperature=cfg.temperature)
+                old_logp, entropy = self._offloaded(st, self.actor_host, old_log_probs, with_optimizer=False)
+            logs.update(st.metrics)
+
+            with tel.stage("compute_ref_log_probs", cluster="reference", offload=True) as st:
+                def ref_log_probs():
+                    with torch.no_grad():
+                        return response_log_probs(self.ref, rollout, temperature=cfg.temperature)[0]
+                ref_logp = self._offloaded(st, self.ref_host, ref_log_probs, with_optimizer=False)
+            logs.update(st.metrics)
+
+            values = None
+            if self.critic is not None:
+                with tel.stage("compute_values", cluster="critic", offload=True) as st:
+                    def critic_values():
+                        with torch.no_grad():
+                            return response_values(self.critic, rollout) * mask
+                    values = self._offloaded(st, self.critic_host, critic_values, with_optimizer=False)
+                logs.update(st.metrics)
+
+            with tel.stage("advantage") as st:
+                if cfg.algo == "grpo":
+                    rewards = alg.group_normalize(scores, cfg.group_size)
+                    rewards, reward_clip_frac = alg.clip_rewards(rewards, cfg.reward_clip)
+                    advantages = rewards[:, None] * mask
+                    returns = advantages
+                else:
+                    rewards, reward_clip_frac = alg.clip_rewards(scores, cfg.reward_clip)
+                    token_rewards = alg.token_level_rewards(rewards, mask)
+                    raw_adv, returns = alg.compute_gae(token_rewards, values, mask, gamma=cfg.gamma, lam=cfg.lam)
+                    advantages = alg.masked_whiten(raw_adv, mask)
+            logs.update(st.metrics)
+
+            if self.critic is not None:
+                with tel.stage("train_step", cluster="critic", offload=True) as st:
+                    critic_metrics = self._offloaded(
+                        st, self.critic_host, lambda: self._train_critic(rollout, values, returns), with_optimizer=True
+                    )
+                logs.update(st.metrics)
+                logs.update(critic_metrics)
+
+            with tel.stage("train_step", cluster="actor_train", offload=True) as st:
+                actor_metrics = self._offloaded(
+                    st, self.actor_host,
+                    lambda: self._train_actor(rollout, old_logp, ref_logp, advantages, spike),
+                    with_optimizer=True,
+                )
+            logs.update(st.metrics)
+            logs.update(actor_metrics)
+
+            with tel.stage("model_update", cluster="actor_infer") as st:
+                # weight sync: the rollout policy takes the freshly trained weights
+                self.infer.load_state_dict(self.actor_host.host_state_dict())
+            logs.update(st.metrics)
+
+            if step % cfg.checkpoint_every == 0 or step == cfg.steps:
+                with tel.stage("do_checkpoint", cluster="actor_train", offload=True) as st:
+                    path = self._offloaded(st, self.actor_host, lambda: self._save_checkpoint(step), with_optimizer=True)
+                logs.update(st.metrics)
+                self.state.checkpoints.append(path)
+
+            if step % cfg.val_every == 0 or step == cfg.steps:
+                with tel.stage("validation", cluster="actor_infer") as st:
+                    val = self._validate()
+                logs.update(st.metrics)
+                logs.update(_stats("val/score", val))
+                self.state.val_scores[step] = val.mean().item()
+
+            # ---- the step's ROLL keys --------------------------------------------------
+            n = scores.numel()
+            self.state.samples_total += n
+            prompt_len = rollout.prompt_lengths
+            resp_len = rollout.response_lengths
+            logs.update(_stats("critic/score", scores))
+            logs.update(_stats("critic/rewards", rewards))
+            logs.update(_stats("critic/advantages", advantages, mask))
+            logs.update(_stats("critic/returns", returns, mask))
+            if values is not None:
+                logs.update(_stats("critic/values", values, mask))
+            logs["critic/ref_log_prob/mean"] = alg.masked_mean(ref_logp, mask).item()
+            logs["critic/old_log_prob/mean"] = alg.masked_mean(old_logp, mask).item()
+            logs["critic/entropy/mean"] = alg.masked_mean(entropy, mask).item()
+            logs["critic/reward_clip_frac"] = reward_clip_frac
+            logs.update(_stats("tokens/response_length", resp_len.float()))
+            logs.update(_stats("tokens/prompt_length", prompt_len.float()))
+            seconds = time.perf_counter() - t0
+            logs["system/tps"] = float(prompt_len.sum() + resp_len.sum()) / max(seconds, 1e-9)
+            logs["system/samples"] = float(self.state.samples_total)
+            # no ROLL key carries the truncation rate; log it under its registry name
+            logs[M.RL_RESPONSE_CLIPPED_RATIO] = rollout.truncated.float().mean().item()
+
+            tel.record(M.RL_SAMPLE_RESPONSE_LENGTH, resp_len.numpy())
+            tel.record(M.RL_SAMPLE_PROMPT_LENGTH, prompt_len.numpy())
+            tel.record(M.RL_SAMPLE_REWARD, rewards.numpy())
+            tel.record(M.RL_SAMPLE_ADVANTAGE, alg.masked_mean(advantages, mask, dim=-1).numpy())
+            tel.log(logs, step=step)
+
+        self.state.rewards.append(logs["critic/score/mean"])
+        self.state.step_seconds.append(seconds)
+        if self.progress:
+            line = (
+                f"step {step}/{cfg.steps} reward {logs['critic/score/mean']:.3f} "
+                f"kl {logs['actor/kl_loss']:.4f} ent {logs['critic/entropy/mean']:.2f} "
+                f"gnorm {logs['actor/grad_norm']:.2f}"
+            )
+            if "val/score/mean" in logs:
+                line += f" val {logs['val/score/mean']:.3f}"
+            print(f"{line} {seconds:.2f}s", file=sys.stderr, flush=True)
+        return StepReport(step=step, metrics=logs, seconds=seconds)
+
+    def run(self) -> TrainState:
+        for step in range(1, self.cfg.steps + 1):
+            self.step(step)
+        return self.state
