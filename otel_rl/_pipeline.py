@@ -341,21 +341,25 @@ def _loss_label(attrs: Attrs) -> str:
 
 # Values the one-line console summary shows when a step logs them.
 _HEADLINE: dict[str, Callable[[Attrs], str]] = {
+    M.RL_SCORE: _statistic_label("score"),
     M.RL_REWARD: _statistic_label("reward"),
+    M.RL_POLICY_ENTROPY: _statistic_label("entropy"),
+    M.RL_VALIDATION_SCORE: _statistic_label("val"),
     M.RL_POLICY_KL: lambda attrs: "kl" if dict(attrs).get(A.RL_POLICY) == "reference" else "kl_old",
     M.RL_LOSS: _loss_label,
     M.RL_RESPONSE_LENGTH: _statistic_label("resp_len"),
     M.RL_THROUGHPUT_TOKENS: lambda attrs: "tok/s",
     M.RL_GRAD_NORM: lambda attrs: "grad_norm",
 }
-HEADLINE_ORDER = ("reward", "kl", "loss", "grad_norm", "resp_len", "tok/s")
+HEADLINE_ORDER = ("score", "reward", "val", "kl", "kl_old", "entropy", "loss", "grad_norm", "resp_len", "tok/s")
 
 
 def format_summary(step: int, seconds: float, headline: dict[str, float]) -> str:
     parts = [f"[otel-rl] step {step}", f"{seconds:.2f}s"]
     for name in HEADLINE_ORDER:
         if name in headline:
-            parts.append(f"{name} {headline[name]:.4g}")
+            value = headline[name]
+            parts.append(f"{name} {value:,.0f}" if abs(value) >= 1000 else f"{name} {value:.4g}")
     return " | ".join(parts)
 
 

@@ -76,6 +76,15 @@ def build_resource(config: TelemetryConfig) -> Resource:
     return Resource.create(attributes)
 
 
+def _end_span(span: Any, token: object, exc: BaseException | None) -> None:
+    """Leave the span's context and end it, marking it failed when the block raised."""
+    context_api.detach(token)
+    if exc is not None:
+        span.record_exception(exc)
+        span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+    span.end()
+
+
 def _sorted_attrs(pairs: Mapping[str, Any]) -> Attrs:
     return tuple(sorted(pairs.items()))
 
@@ -105,11 +114,7 @@ class Phase:
         stage = self._stage
         if self._name == _PHASE_EXECUTE and stage._memory:
             stage._snapshot(_WHEN_END, _STATE_ONLOAD)
-        context_api.detach(self._token)
-        if exc is not None:
-            self._span.record_exception(exc)
-            self._span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
-        self._span.end()
+        _end_span(self._span, self._token, exc)
         stage._phases.append((self._name, elapsed))
 
 
@@ -155,11 +160,7 @@ class Stage:
         self.elapsed = elapsed = time.perf_counter() - self._t0
         if self._memory:
             self._snapshot(_WHEN_END, _STATE_OFFLOAD)
-        context_api.detach(self._token)
-        if exc is not None:
-            self._span.record_exception(exc)
-            self._span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
-        self._span.end()
+        _end_span(self._span, self._token, exc)
         base = {A.RL_STAGE: self.name}
         if self.cluster is not None:
             base[A.RL_CLUSTER] = self.cluster
@@ -241,11 +242,7 @@ class StepScope:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         elapsed = time.perf_counter() - self._t0
         tel = self._tel
-        context_api.detach(self._token)
-        if exc is not None:
-            self._span.record_exception(exc)
-            self._span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
-        self._span.end()
+        _end_span(self._span, self._token, exc)
         tel._current_step, tel._step_span_context = self._previous
         tel._submit((STEP_END, self.step, elapsed))
 

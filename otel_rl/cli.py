@@ -103,10 +103,23 @@ def _cmd_demo(args: argparse.Namespace) -> int:
             print("otel-rl demo needs PyTorch: pip install 'otel-rl[torch]' (CPU build: pip install torch==2.13.0)", file=sys.stderr)
             return 2
         raise
-    result = run_demo(steps=args.steps, algo=args.algo, out=args.out, seed=args.seed,
-                      inject_spike_at=args.inject_spike_at, progress=not args.quiet)
-    print(f"otel-rl demo: {result.steps} {result.algo} steps; telemetry in {result.run_dir}")
-    print(f"  look at one step:  otel-rl show {result.run_dir} --step {max(result.steps - 1, 0)}")
+    import otel_rl
+
+    # The telemetry's one-line summary per step is the demo's progress display.
+    tel = otel_rl.init(service_name=f"otel-rl-demo-{args.algo}", run_dir=args.out, framework="roll", console=not args.quiet)
+    try:
+        result = run_demo(steps=args.steps, algo=args.algo, out=args.out, seed=args.seed, telemetry=tel,
+                          inject_spike_at=args.inject_spike_at, progress=False)
+    finally:
+        tel.shutdown()
+    first, last = result.rewards[:5], result.rewards[-5:]
+    print(f"otel-rl demo: {result.steps} {result.algo} steps; mean score {sum(first) / len(first):.3f} (first 5 steps) -> "
+          f"{sum(last) / len(last):.3f} (last 5)" + (f"; validation {result.final_val_score:.3f}" if result.final_val_score is not None else ""))
+    if tel.run_dir is not None:
+        print(f"  telemetry: {tel.run_dir}  (traces.jsonl, metrics.jsonl, logs.jsonl)")
+        print(f"  one step's trace:  otel-rl show {tel.run_dir} --step {result.steps}")
+    else:
+        print(f"  telemetry: {', '.join(tel._providers.destinations)}")
     return 0
 
 
