@@ -4,6 +4,7 @@ The demo subcommand is covered elsewhere (it trains a model)."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import time
@@ -306,3 +307,58 @@ def test_show_requires_step(run_folder, capsys):
         cli.main(["show", str(run_folder)])
     assert info.value.code == 2
     assert "--step" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------- trace
+
+
+def _two_step_run(run_dir):
+    tel = otel_rl.init(run_dir=str(run_dir), console=False, service_name="trace-test")
+    for step in (1, 2):
+        with tel.step(step):
+            with tel.stage("generate", cluster="actor_infer"):
+                pass
+            with tel.stage("train_step", cluster="actor_train", offload=True) as st:
+                with st.phase("execute"):
+                    pass
+    tel.shutdown()
+    return run_dir
+
+
+def test_trace_prints_the_url_and_tree_and_writes_jaeger_json(tmp_path, capsys):
+    run_dir = _two_step_run(tmp_path / "run")
+    out = tmp_path / "step2.json"
+    assert cli.main(["trace", "--step", "2", "--run-dir", str(run_dir), "--out", str(out),
+                     "--jaeger-url", "http://jaeger.example:16686/"]) == 0
+    printed = capsys.readouterr().out
+    trace = json.loads(out.read_text())["data"][0]
+    trace_id = trace["traceID"]
+    assert f"http://jaeger.example:16686/trace/{trace_id}" in printed
+    assert "rl.train_step" in printed and "rl.execute" in printed
+    # Jaeger's model (model/json/model.go): these fields, microsecond times, typed tags, CHILD_OF references.
+    spans = {s["operationName"]: s for s in trace["spans"]}
+    assert set(spans) == {"rl.step", "rl.generate", "rl.train_step", "rl.execute"}
+    for span in trace["spans"]:
+        assert set(span) >= {"traceID", "spanID", "operationName", "references", "startTime", "duration", "tags", "logs", "processID"}
+        assert span["traceID"] == trace_id and len(span["spanID"]) == 16
+        assert span["processID"] in trace["processes"]
+        assert all(t["type"] in ("string", "bool", "int64", "float64") for t in span["tags"])
+    assert spans["rl.step"]["references"] == []
+    assert spans["rl.execute"]["references"] == [{"refType": "CHILD_OF", "traceID": trace_id, "spanID": spans["rl.train_step"]["spanID"]}]
+    assert {"key": "rl.step", "type": "int64", "value": 2} in spans["rl.generate"]["tags"]
+    assert spans["rl.step"]["startTime"] <= spans["rl.generate"]["startTime"] < 10**17  # microseconds, not ns
+    snapshot_logs = [log for log in spans["rl.train_step"]["logs"] if {"key": "event", "type": "string", "value": "rl.memory.snapshot"} in log["fields"]]
+    assert len(snapshot_logs) == 4
+    assert trace["processes"][spans["rl.step"]["processID"]]["serviceName"] == "trace-test"
+
+
+def test_trace_defaults_to_the_latest_run_folder(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "otel-rl-runs").mkdir()
+    _two_step_run(tmp_path / "otel-rl-runs" / "older")
+    time.sleep(0.05)
+    _two_step_run(tmp_path / "otel-rl-runs" / "newer")
+    assert cli.main(["trace", "--step", "1"]) == 0
+    assert "otel-rl-runs/newer" in capsys.readouterr().out
+    assert cli.main(["trace", "--step", "9"]) == 1
+    assert "steps available: 1-2" in capsys.readouterr().err
