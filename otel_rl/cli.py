@@ -205,6 +205,12 @@ def _cmd_trace(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_stack(args: argparse.Namespace) -> int:
+    from .stack._cli import run
+
+    return run(args, args.stack_parser)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="otel-rl", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG,
@@ -261,6 +267,12 @@ def build_parser() -> argparse.ArgumentParser:
     trace.add_argument("--out", metavar="FILE", help="write the trace as Jaeger JSON to FILE")
     trace.add_argument("--width", type=int, default=50, help="bar width in columns (default 50)")
     trace.set_defaults(func=_cmd_trace)
+
+    from .stack._cli import add_arguments as add_stack_arguments
+
+    stack = sub.add_parser("stack", help="a local observability stack without Docker: install | up | down | status")
+    add_stack_arguments(stack)
+    stack.set_defaults(func=_cmd_stack, stack_parser=stack)
     return parser
 
 

@@ -1,0 +1,481 @@
+"""A local observability stack without Docker: ``otel-rl stack install | up | down | status``.
+
+Real servers, all on 127.0.0.1, all data in one git-ignored folder (default ``.stack/``)::
+
+    rotel (OTLP 4317 gRPC / 4318 HTTP) --traces--> Phoenix 6006 (UI + OTLP/HTTP; its gRPC 4327)
+                                        --metrics-> vmagent 8429 --> VictoriaMetrics 8428 and Prometheus 9090
+    vmalert 8880 evaluates grafana/alerts/*.yml against VictoriaMetrics.
+
+Everything comes from PyPI (rotel, arize-phoenix, each in its own venv in the data folder) and
+Debian's archive (victoria-metrics from trixie, prometheus from bookworm, unpacked into the data
+folder through a scratch apt set-up); nothing is installed on the system. Every port moves by one
+``port_offset`` so a second stack (a test's) can run beside a user's.
+
+Timing worth knowing when checking data: VictoriaMetrics makes a *new* series searchable about
+10 s after it arrives (it publishes new series to its index every 10 s); Prometheus, through
+vmagent, within about a second; Phoenix stores spans within a second. Poll with a deadline.
+
+```python
+from otel_rl.stack import Stack
+
+stack = Stack(".stack", port_offset=0, only=["rotel", "victoria-metrics"])
+stack.up()                          # installs what is missing, starts, waits until healthy
+stack.endpoints["otlp_http"]        # 'http://127.0.0.1:4318'
+stack.status()                      # [ComponentStatus(name='rotel', state='healthy', ...), ...]
+stack.down()                        # SIGTERM (then SIGKILL) by PID, ports verified free
+```
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Iterator, TextIO
+
+from . import _components, _process
+from ._components import COMPONENT_NAMES, COMPONENTS, START_ORDER, Context, component_ports, user_urls
+from ._errors import HealthCheckError, InstallError, MissingBinaryError, PortInUseError, StackError
+from ._install import PACKAGES, PHOENIX_VERSION, ROTEL_VERSION, Installer, default_cache_dir, format_seconds
+
+__all__ = [
+    "COMPONENT_NAMES",
+    "free_port_offset",
+    "ComponentStatus",
+    "HealthCheckError",
+    "InstallError",
+    "MissingBinaryError",
+    "PHOENIX_VERSION",
+    "PortInUseError",
+    "ROTEL_VERSION",
+    "Stack",
+    "StackError",
+    "default_cache_dir",
+    "default_data_dir",
+    "default_port_offset",
+]
+
+logger = logging.getLogger("otel_rl.stack")
+_STDOUT = object()  # "print to whatever sys.stdout is at the time" (pytest swaps it)
+_warned: set[str] = set()
+
+
+@dataclass(frozen=True)
+class ComponentStatus:
+    """One row of ``Stack.status()``.
+
+    ``state`` is one of ``healthy``, ``unhealthy`` (its process runs but does not answer as a healthy
+    one does), ``stopped`` (no PID file) or ``stale pid file`` (a PID file whose process is gone).
+    """
+
+    name: str
+    state: str
+    pid: int | None
+    ports: dict[str, int]
+    urls: dict[str, str] = field(default_factory=dict)
+    note: str = ""
+    log: str = ""
+
+    @property
+    def healthy(self) -> bool:
+        return self.state == "healthy"
+
+
+def default_data_dir() -> Path:
+    """``OTEL_RL_STACK_DIR``, else ``.stack/`` in the working directory."""
+    return Path(os.environ.get("OTEL_RL_STACK_DIR") or ".stack").expanduser().resolve()
+
+
+def free_port_offset(*, avoid: Iterable[int] = ()) -> int:
+    """A port offset at which every stack port is free now (for a second stack beside a running one).
+
+    Offsets step by 500 from 10000 and keep every port below the ephemeral range (32768), where the
+    kernel hands out ports to outgoing connections. Raises StackError when none is free.
+    """
+    defaults = [p for c in COMPONENTS.values() for p in c.ports.values()] + [_components.LOGS_BRIDGE_PORT]
+    skip = set(avoid)
+    for offset in range(10000, 32768 - max(defaults), 500):
+        if offset in skip:
+            continue
+        # Phoenix's gRPC port binds every interface, so check it on all of them.
+        if all(_process.port_free(p + offset) for p in defaults) and _process.port_free(COMPONENTS["phoenix"].ports["grpc"] + offset, "::"):
+            return offset
+    raise StackError("no port offset between 10000 and 32768 has every stack port free; stop a stack with `otel-rl stack down`")
+
+
+def default_port_offset() -> int:
+    """``OTEL_RL_STACK_PORT_OFFSET``, else 0 (an invalid value warns once and gives 0)."""
+    raw = os.environ.get("OTEL_RL_STACK_PORT_OFFSET", "").strip()
+    if not raw:
+        return 0
+    try:
+        return _check_offset(int(raw))
+    except ValueError as exc:
+        if raw not in _warned:
+            _warned.add(raw)
+            logger.warning("otel-rl: ignoring OTEL_RL_STACK_PORT_OFFSET=%r (%s); using 0", raw, exc)
+        return 0
+
+
+def _check_offset(offset: int) -> int:
+    ports = [p for c in COMPONENTS.values() for p in c.ports.values()] + [_components.LOGS_BRIDGE_PORT]
+    if min(ports) + offset < 1 or max(ports) + offset > 65535:
+        raise ValueError(f"port offset {offset} puts ports outside 1..65535 (the default ports span "
+                         f"{min(ports)}..{max(ports)}, so the offset must be within {1 - min(ports)}..{65535 - max(ports)})")
+    return offset
+
+
+def _parse_only(only: str | Iterable[str] | None) -> tuple[str, ...]:
+    if only is None:
+        return COMPONENT_NAMES
+    names = [n.strip() for n in (only.split(",") if isinstance(only, str) else only) if n.strip()]
+    unknown = [n for n in names if n not in COMPONENTS]
+    if unknown or not names:
+        raise ValueError(f"unknown stack component {', '.join(map(repr, unknown)) or '(none given)'}; "
+                         f"choose from {', '.join(COMPONENT_NAMES)}")
+    return tuple(n for n in COMPONENT_NAMES if n in names)
+
+
+class Stack:
+    """The local stack whose state lives in ``data_dir``.
+
+    Args:
+        data_dir: the data folder (``OTEL_RL_STACK_DIR``, default ``./.stack``): installs, server data,
+            logs (``logs/<name>.log``) and PID files (``run/<name>.json``).
+        port_offset: added to every default port (``OTEL_RL_STACK_PORT_OFFSET``, default 0).
+        only: the components ``install()`` and ``up()`` handle (names or "a,b"); default all of
+            ``COMPONENT_NAMES``. ``down()`` and ``status()`` look at every component unless given ``only``.
+        cache_dir: where downloaded ``.deb`` files are kept across data folders
+            (``OTEL_RL_STACK_CACHE``, default ``~/.cache/otel-rl/stack``).
+        out: where progress lines go (default: standard output; None: nowhere).
+        rotel_config: rotel's settings file (default ``collector-config/rotel/rotel.env`` of the checkout).
+        rules_dir: vmalert's rule folder (default ``grafana/alerts`` of the checkout, when it has rule files).
+    """
+
+    def __init__(self, data_dir: str | os.PathLike | None = None, *, port_offset: int | None = None,
+                 only: str | Iterable[str] | None = None, cache_dir: str | os.PathLike | None = None,
+                 out: TextIO | None | object = _STDOUT, rotel_config: str | os.PathLike | None = None,
+                 rules_dir: str | os.PathLike | None = None):
+        self.data_dir = Path(data_dir).expanduser().resolve() if data_dir is not None else default_data_dir()
+        self.port_offset = default_port_offset() if port_offset is None else _check_offset(int(port_offset))
+        self._offset_given = port_offset is not None or bool(os.environ.get("OTEL_RL_STACK_PORT_OFFSET", "").strip())
+        self.components = _parse_only(only)
+        self.cache_dir = Path(cache_dir).expanduser().resolve() if cache_dir is not None else default_cache_dir()
+        self._out = out
+        self.rotel_config = Path(rotel_config).resolve() if rotel_config is not None else None
+        self.rules_dir = Path(rules_dir).resolve() if rules_dir is not None else None
+        self._installer = Installer(self.data_dir, self.cache_dir, self._stream)
+
+    def __repr__(self) -> str:
+        return f"Stack({str(self.data_dir)!r}, port_offset={self.port_offset}, only={list(self.components)!r})"
+
+    # -- addresses -----------------------------------------------------------------------------
+
+    def ports(self, name: str) -> dict[str, int]:
+        """The ports of component ``name`` with this stack's offset, e.g. ``{'http': 8428}``."""
+        return component_ports(name, self.port_offset)
+
+    @property
+    def endpoints(self) -> dict[str, str]:
+        """Base URLs: otlp_grpc, otlp_http (rotel), victoria_metrics, vmagent, prometheus, phoenix, vmalert."""
+        def http(name: str, role: str = "http") -> str:
+            return f"http://{_process.LOOPBACK}:{self.ports(name)[role]}"
+
+        return {
+            "otlp_grpc": http("rotel", "otlp_grpc"), "otlp_http": http("rotel", "otlp_http"),
+            "victoria_metrics": http("victoria-metrics"), "vmagent": http("vmagent"),
+            "prometheus": http("prometheus"), "phoenix": http("phoenix"), "vmalert": http("vmalert"),
+        }
+
+    # -- commands ------------------------------------------------------------------------------
+
+    def install(self) -> dict[str, str]:
+        """Install what the selected components need and is missing; return {package: version}.
+
+        Idempotent: ``install.json`` in the data folder records what is there. Raises InstallError.
+        """
+        packages = [p for p in PACKAGES if any(COMPONENTS[c].package == p for c in self.components)]
+        with self._locked():
+            return self._installer.install(packages)
+
+    def up(self, timeout_s: float | None = None, *, install: bool = True) -> list[ComponentStatus]:
+        """Start the selected components (installing what is missing) and wait until each is healthy.
+
+        ``timeout_s`` bounds each component's health wait (default 30 s; Phoenix 90 s). Components
+        already running and healthy with the same configuration are left alone; one whose command
+        line would change (other ports, another routing) is restarted. On any failure, what this
+        call started is stopped again and the error (PortInUseError, MissingBinaryError,
+        HealthCheckError, InstallError) says what to do.
+        """
+        with self._locked():
+            return self._up(timeout_s, install)
+
+    def down(self, only: str | Iterable[str] | None = None, timeout_s: float = 15.0) -> list[str]:
+        """Stop components by the PIDs in their PID files (all, or ``only``); return the names stopped.
+
+        SIGTERM to each process group, up to ``timeout_s`` to exit, then SIGKILL; then the ports are
+        checked free and the PID files removed. Safe to call at any time, also after a failed or
+        partial ``up()``, and when nothing runs.
+        """
+        names = _parse_only(only)
+        if not self.data_dir.exists():
+            return []
+        with self._locked():
+            return self._down(names, timeout_s)
+
+    def status(self) -> list[ComponentStatus]:
+        """One ComponentStatus per component (the selected ones when ``only`` was given)."""
+        self._adopt_running_offset()
+        return [self._status_of(name) for name in self.components]
+
+    def __enter__(self) -> "Stack":
+        self.up()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.down()
+
+    # -- mechanics -----------------------------------------------------------------------------
+
+    def _stream(self) -> TextIO | None:
+        return sys.stdout if self._out is _STDOUT else self._out  # type: ignore[return-value]
+
+    def _say(self, text: str) -> None:
+        out = self._stream()
+        if out is not None:
+            out.write(text + "\n")
+            out.flush()
+
+    def _pid_path(self, name: str) -> Path:
+        return self.data_dir / "run" / f"{name}.json"
+
+    def _log_path(self, name: str) -> Path:
+        return self.data_dir / "logs" / f"{name}.log"
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        """One stack command at a time per data folder."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        ignore = self.data_dir / ".gitignore"
+        if not ignore.exists():  # the data folder never belongs in git, wherever it is
+            ignore.write_text("# written by otel-rl stack: nothing in this folder belongs in git\n*\n")
+        with open(self.data_dir / ".lock", "w") as fh:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                self._say(f"waiting for another `otel-rl stack` command on {self.data_dir} to finish...")
+                fcntl.flock(fh, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+
+    def _running_offset(self) -> int | None:
+        """The port offset of the components running from this data folder (None when none runs)."""
+        for name in COMPONENT_NAMES:
+            rec = _process.read_pid_file(self._pid_path(name))
+            if rec is not None and rec.ports and _process.is_alive(rec):
+                role, port = next(iter(rec.ports.items()))
+                if role in COMPONENTS[name].ports:
+                    return port - COMPONENTS[name].ports[role]
+        return None
+
+    def _adopt_running_offset(self) -> None:
+        """Without an explicit offset, act on the running stack's ports; with a different one, refuse."""
+        running = self._running_offset()
+        if running is None or running == self.port_offset:
+            return
+        if self._offset_given:
+            raise StackError(f"the stack in {self.data_dir} runs with port offset {running}, not {self.port_offset}; "
+                             f"stop it first (`otel-rl stack down --dir {self.data_dir}`) or use --port-offset {running}")
+        self.port_offset = running
+
+    def _binary(self, package: str, name: str) -> Path:
+        return self._installer.binary(package, name)
+
+    def _up(self, timeout_s: float | None, install: bool) -> list[ComponentStatus]:
+        self._adopt_running_offset()
+        records = {name: _process.read_pid_file(self._pid_path(name)) for name in COMPONENT_NAMES}
+        alive = {name for name, rec in records.items() if rec is not None and _process.is_alive(rec)}
+        ctx = Context(data_dir=self.data_dir, offset=self.port_offset, running=frozenset(alive | set(self.components)),
+                      binary=self._binary, rotel_config=self.rotel_config, rules_dir=self.rules_dir)
+        order = [n for n in START_ORDER if n in self.components]
+        launches = self._plan(ctx, order)
+
+        to_start: list[str] = []
+        to_wait: dict[str, _process.PidRecord] = {}
+        for name in order:
+            rec, launch = records[name], launches[name]
+            if rec is not None and name in alive:
+                if rec.same_launch(launch.command, launch.env, launch.ports):
+                    if _components.check_health(name, rec.ports):
+                        self._say(f"{name}: already running and healthy (pid {rec.pid}, {_ports_text(name, rec.ports)})")
+                    else:
+                        to_wait[name] = rec  # e.g. still starting from another `up`
+                    continue
+                self._say(f"{name}: running with another configuration (pid {rec.pid}); restarting it")
+                _process.stop_process(rec)
+                self._pid_path(name).unlink(missing_ok=True)
+            elif rec is not None:
+                self._say(f"{name}: removing a stale pid file (pid {rec.pid} is not running)")
+                self._pid_path(name).unlink(missing_ok=True)
+            to_start.append(name)
+
+        for name in to_start:  # every port is checked before anything is installed or started
+            self._check_ports(name, launches[name].ports)
+        packages = [p for p in PACKAGES if any(COMPONENTS[c].package == p for c in to_start)]
+        if install and not all(self._installer.is_installed(p) for p in packages):
+            self._installer.install(packages)
+            launches.update(self._plan(ctx, to_start))  # with the installed programs' paths
+        for name in to_start:
+            self._check_binaries(name)
+
+        started: list[_process.PidRecord] = []
+        try:
+            for name in to_start:
+                launch = launches[name]
+                for folder in launch.folders:
+                    folder.mkdir(parents=True, exist_ok=True)
+                rec = _process.start_process(
+                    name, launch.command, env=_components.child_environment(launch), extra_env=launch.env,
+                    ports=launch.ports, log_path=self._log_path(name), pid_path=self._pid_path(name), cwd=self.data_dir)
+                started.append(rec)
+                self._say(f"{name}: started (pid {rec.pid}, {_ports_text(name, rec.ports)})")
+            waiting = {rec.name: rec for rec in started}
+            waiting.update(to_wait)
+            self._wait_healthy(waiting, timeout_s, started_here={rec.name for rec in started})
+        except BaseException:
+            for rec in reversed(started):
+                _process.stop_process(rec, timeout_s=10.0)
+                self._pid_path(rec.name).unlink(missing_ok=True)
+            if started:
+                self._say(f"stopped what this call started: {', '.join(r.name for r in reversed(started))}")
+            raise
+        return self.status()
+
+    @staticmethod
+    def _plan(ctx: Context, names: Iterable[str]) -> dict[str, _components.Launch]:
+        launches = {}
+        for name in names:
+            try:
+                launches[name] = _components.plan_launch(name, ctx)
+            except ValueError as exc:
+                raise StackError(f"{name}: {exc}") from None
+        return launches
+
+    def _check_binaries(self, name: str) -> None:
+        pkg = PACKAGES[COMPONENTS[name].package]
+        for binary in pkg.binaries:
+            path = self._binary(pkg.name, binary)
+            if not os.access(path, os.X_OK):
+                only = "" if self.components == COMPONENT_NAMES else " --only " + ",".join(self.components)
+                raise MissingBinaryError(
+                    f"{name}: {binary} is not installed (looked for {path}); run `otel-rl stack install{only} "
+                    f"--dir {self.data_dir}` (or `otel-rl stack up`, which installs what is missing)",
+                    component=name, path=str(path))
+
+    def _check_ports(self, name: str, ports: dict[str, int]) -> None:
+        for role, port in ports.items():
+            every = role in COMPONENTS[name].all_interfaces
+            if _process.port_free(port, "::" if every else _process.LOOPBACK):
+                continue
+            holder = _process.port_holder(port)
+            where = "on any interface (this server binds all of them)" if every else f"on {_process.LOOPBACK}"
+            raise PortInUseError(
+                f"{name} cannot start: port {port} ({name} {role}) {where} is in use"
+                f"{' by ' + holder if holder else ''}. If it is a stack of yours, stop it with `otel-rl stack down` "
+                f"(with its --dir); or move this stack's ports with --port-offset N (OTEL_RL_STACK_PORT_OFFSET; "
+                f"now {self.port_offset})",
+                port=port, component=name, holder=holder)
+
+    def _wait_healthy(self, waiting: dict[str, _process.PidRecord], timeout_s: float | None,
+                      started_here: set[str]) -> None:
+        begin = time.monotonic()
+        deadlines = {n: begin + (timeout_s if timeout_s is not None else COMPONENTS[n].deadline_s) for n in waiting}
+        while waiting:
+            for name, rec in list(waiting.items()):
+                code = _process.exit_code(rec)
+                if code is not None or not _process.is_alive(rec):
+                    self._fail(name, rec, f"exited{f' with status {code}' if code is not None else ''} while starting")
+                if _components.check_health(name, rec.ports, timeout_s=1.0):
+                    self._say(f"{name}: healthy in {format_seconds(time.monotonic() - begin)}")
+                    del waiting[name]
+                elif time.monotonic() > deadlines[name]:
+                    hint = "" if name in started_here else " (it was started earlier; `otel-rl stack down` stops it)"
+                    self._fail(name, rec, f"not healthy after {format_seconds(deadlines[name] - begin)} "
+                                          f"({COMPONENTS[name].health} failed){hint}")
+            if waiting:
+                time.sleep(0.2)
+
+    def _fail(self, name: str, rec: _process.PidRecord, what: str) -> None:
+        log = self._log_path(name)
+        tail = _process.log_tail(log, 25, start=rec.log_offset)
+        raise HealthCheckError(f"{name} {what}. Last lines of {log}:\n{tail or '(empty)'}\n"
+                               f"Command: {' '.join(rec.command)}", component=name, log=tail)
+
+    def _down(self, names: tuple[str, ...], timeout_s: float) -> list[str]:
+        stopped, problems = [], []
+        for name in reversed(START_ORDER):
+            if name not in names:
+                continue
+            path = self._pid_path(name)
+            rec = _process.read_pid_file(path)
+            if rec is None:
+                continue
+            if not _process.is_alive(rec):
+                _process.stop_process(rec)  # signals nothing; forgets an exited child of ours
+                path.unlink(missing_ok=True)
+                self._say(f"{name}: removed a stale pid file (pid {rec.pid} was not running)")
+                continue
+            begin = time.monotonic()
+            _process.stop_process(rec, timeout_s=timeout_s)
+            busy = self._wait_ports_free(name, rec.ports, deadline_s=10.0)
+            path.unlink(missing_ok=True)
+            stopped.append(name)
+            self._say(f"{name}: stopped (pid {rec.pid}) in {format_seconds(time.monotonic() - begin)}")
+            for port in busy:
+                holder = _process.port_holder(port)
+                problems.append(f"port {port} ({name}) is still in use{' by ' + holder if holder else ''}")
+        if not stopped and not problems:
+            self._say("nothing was running")
+        if problems:
+            raise StackError("after stopping: " + "; ".join(problems))
+        return stopped
+
+    def _wait_ports_free(self, name: str, ports: dict[str, int], deadline_s: float) -> list[int]:
+        end = time.monotonic() + deadline_s
+        while True:
+            busy = [port for role, port in ports.items()
+                    if not _process.port_free(port, "::" if role in COMPONENTS[name].all_interfaces else _process.LOOPBACK)]
+            if not busy or time.monotonic() > end:
+                return busy
+            time.sleep(0.1)
+
+    def _status_of(self, name: str) -> ComponentStatus:
+        rec = _process.read_pid_file(self._pid_path(name))
+        log = str(self._log_path(name))
+        if rec is None:
+            ports = self.ports(name)
+            busy = []
+            for port in ports.values():
+                if not _process.port_free(port):
+                    holder = _process.port_holder(port)
+                    busy.append(f"port {port} in use{' by ' + holder if holder else ''}")
+            return ComponentStatus(name, "stopped", None, ports, user_urls(name, ports), "; ".join(busy), log)
+        ports = rec.ports or self.ports(name)
+        if not _process.is_alive(rec):
+            return ComponentStatus(name, "stale pid file", rec.pid if rec.pid > 0 else None, ports,
+                                   user_urls(name, ports), f"pid {rec.pid} is not running; `otel-rl stack down` removes the file", log)
+        state = "healthy" if _components.check_health(name, ports) else "unhealthy"
+        note = "" if state == "healthy" else f"{COMPONENTS[name].health} failed; see {log}"
+        return ComponentStatus(name, state, rec.pid, ports, user_urls(name, ports), note, log)
+
+
+def _ports_text(name: str, ports: dict[str, int]) -> str:
+    every = COMPONENTS[name].all_interfaces
+    return ", ".join(f"{role} {'*' if role in every else _process.LOOPBACK}:{port}" for role, port in ports.items())
