@@ -1,0 +1,397 @@
+"""Consistency of the otelcol-contrib configurations in collector-config/otelcol/.
+
+No upstream collector runs on these machines, so this checks what `otelcol-contrib validate`
+would check (every pipeline names defined components, every defined component is used,
+connectors join pipelines of the right signals) and what otel-rl relies on: registry attribute
+names, registry bucket boundaries, the agent reaching the gateway, processor order.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+import yaml
+
+from otel_rl.semconv import attributes as A
+from otel_rl.semconv import metrics as M
+from otel_rl.semconv._tables import BUCKETS, METRICS
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+OTELCOL_DIR = REPO_ROOT / "collector-config" / "otelcol"
+AGENT = OTELCOL_DIR / "agent.yaml"
+GATEWAY = OTELCOL_DIR / "gateway.yaml"
+BRIDGE_OVERLAY = OTELCOL_DIR / "gateway-bridge.yaml"
+README = REPO_ROOT / "collector-config" / "README.md"
+
+KINDS = ("receivers", "processors", "exporters", "connectors", "extensions")
+SIGNALS = ("traces", "metrics", "logs")
+
+# Component types of otelcol-contrib (>= 0.153, the release that finished the snake_case
+# renames) that these configurations may use, by kind. A misspelt or retired type fails here
+# instead of at the user's collector start.
+KNOWN_TYPES = {
+    "receivers": {"otlp"},
+    "processors": {"memory_limiter", "batch", "resource_detection", "filter", "transform"},
+    "exporters": {"otlp_grpc", "otlp_http", "prometheus_remote_write", "prometheus", "file", "debug"},
+    "connectors": {"span_metrics"},
+    "extensions": {"health_check", "file_storage"},
+}
+# Old names still accepted as deprecated aliases (they log a warning at every start).
+DEPRECATED_TYPES = {
+    "otlp": "otlp_grpc",  # as an exporter; `otlp` stays the receiver's name
+    "otlphttp": "otlp_http",
+    "spanmetrics": "span_metrics",
+    "resourcedetection": "resource_detection",
+    "prometheusremotewrite": "prometheus_remote_write",
+}
+# Which signal a connector consumes (as an exporter) and emits (as a receiver).
+CONNECTOR_SIGNALS = {"span_metrics": ("traces", "metrics")}
+
+_PLACEHOLDER = re.compile(r"\$\{env:([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+_DOLLAR = re.compile(r"\$\$|\$")
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def load(path: Path) -> dict[str, Any]:
+    with path.open(encoding="utf-8") as f:
+        data = yaml.safe_load(f)
+    assert isinstance(data, dict), f"{path} is not a YAML mapping"
+    return data
+
+
+def merge(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
+    """The collector's merge of several --config files: maps merge key by key, lists are replaced."""
+    out = copy.deepcopy(base)
+    for key, value in overlay.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def configs() -> dict[str, dict[str, Any]]:
+    gateway = load(GATEWAY)
+    return {
+        "agent": load(AGENT),
+        "gateway": gateway,
+        "gateway+bridge": merge(gateway, load(BRIDGE_OVERLAY)),
+    }
+
+
+CONFIG_IDS = ["agent", "gateway", "gateway+bridge"]
+
+
+@pytest.fixture(params=CONFIG_IDS)
+def config(request: pytest.FixtureRequest) -> dict[str, Any]:
+    return configs()[request.param]
+
+
+def with_defaults(value: Any) -> Any:
+    """What a placeholder-bearing string becomes when no variable is set (the default)."""
+    if not isinstance(value, str):
+        return value
+
+    def default(match: re.Match[str]) -> str:
+        assert match.group(2) is not None, f"{match.group(0)} has no default: the config needs it set to start"
+        return match.group(2)
+
+    expanded = _PLACEHOLDER.sub(default, value)
+    if _PLACEHOLDER.fullmatch(value):  # the collector parses a whole-value placeholder as YAML
+        return yaml.safe_load(expanded)
+    return expanded
+
+
+def component_type(component_id: str) -> str:
+    return component_id.split("/", 1)[0]
+
+
+def pipelines(config: dict[str, Any]) -> dict[str, dict[str, list[str]]]:
+    return config["service"]["pipelines"]
+
+
+def strings(node: Any, path: str = "") -> Iterator[tuple[str, str]]:
+    """Every string (keys included) in a parsed YAML tree, with where it is."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield f"{path}/{key} (key)", str(key)
+            yield from strings(value, f"{path}/{key}")
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from strings(value, f"{path}[{i}]")
+    elif isinstance(node, str):
+        yield path, node
+
+
+def host_port(endpoint: str) -> tuple[str, int]:
+    endpoint = re.sub(r"^[a-z]+://", "", endpoint).split("/", 1)[0]
+    host, _, port = endpoint.rpartition(":")
+    return host, int(port)
+
+
+def seconds(duration: str) -> float:
+    """A Go duration string (5ms, 2500ms, 1m30s, 1h) in seconds."""
+    units = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+    parts = re.findall(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)", duration)
+    assert parts and "".join(n + u for n, u in parts) == duration, f"not a Go duration: {duration!r}"
+    return sum(float(n) * units[u] for n, u in parts)
+
+
+def registry_attributes() -> set[str]:
+    return {value for name, value in vars(A).items() if name.isupper() and isinstance(value, str)}
+
+
+def exporter(config: dict[str, Any], exporter_type: str) -> tuple[str, dict[str, Any]]:
+    found = [(cid, body or {}) for cid, body in config["exporters"].items() if component_type(cid) == exporter_type]
+    assert len(found) == 1, f"expected one {exporter_type} exporter, found {[cid for cid, _ in found]}"
+    return found[0]
+
+
+# --------------------------------------------------------------------------- parsing and structure
+
+
+def test_every_collector_config_yaml_parses() -> None:
+    files = sorted((REPO_ROOT / "collector-config").rglob("*.y*ml"))
+    assert {AGENT, GATEWAY, BRIDGE_OVERLAY} <= set(files)
+    for path in files:
+        with path.open(encoding="utf-8") as f:
+            assert yaml.safe_load(f) is not None, f"{path} is empty"
+
+
+def test_pipeline_ids_name_a_signal(config: dict[str, Any]) -> None:
+    for pipeline_id in pipelines(config):
+        assert component_type(pipeline_id) in SIGNALS, f"pipeline {pipeline_id}: the type must be one of {SIGNALS}"
+
+
+def test_pipelines_use_only_defined_components(config: dict[str, Any]) -> None:
+    connectors = set(config.get("connectors") or {})
+    for pipeline_id, pipeline in pipelines(config).items():
+        assert pipeline.get("receivers"), f"{pipeline_id} has no receivers"
+        assert pipeline.get("exporters"), f"{pipeline_id} has no exporters"
+        for kind, allowed in (
+            ("receivers", set(config.get("receivers") or {}) | connectors),
+            ("processors", set(config.get("processors") or {})),
+            ("exporters", set(config.get("exporters") or {}) | connectors),
+        ):
+            for component_id in pipeline.get(kind) or []:
+                assert component_id in allowed, f"{pipeline_id}: {kind[:-1]} {component_id} is not defined"
+    for extension_id in config["service"].get("extensions") or []:
+        assert extension_id in (config.get("extensions") or {}), f"extension {extension_id} is not defined"
+
+
+def test_every_defined_component_is_used(config: dict[str, Any]) -> None:
+    used = {kind: set() for kind in KINDS}
+    for pipeline in pipelines(config).values():
+        for kind in ("receivers", "processors", "exporters"):
+            for component_id in pipeline.get(kind) or []:
+                is_connector = component_id in (config.get("connectors") or {})
+                used["connectors" if is_connector else kind].add(component_id)
+    used["extensions"] = set(config["service"].get("extensions") or [])
+    for kind in KINDS:
+        unused = set(config.get(kind) or {}) - used[kind]
+        assert not unused, f"{kind} defined but used by no pipeline: {sorted(unused)}"
+
+
+def test_connectors_join_pipelines_of_their_signals(config: dict[str, Any]) -> None:
+    for connector_id in config.get("connectors") or {}:
+        consumes, emits = CONNECTOR_SIGNALS[component_type(connector_id)]
+        as_exporter = [p for p, body in pipelines(config).items() if connector_id in (body.get("exporters") or [])]
+        as_receiver = [p for p, body in pipelines(config).items() if connector_id in (body.get("receivers") or [])]
+        assert as_exporter and as_receiver, f"connector {connector_id} must end one pipeline and start another"
+        assert all(component_type(p) == consumes for p in as_exporter), f"{connector_id} consumes {consumes}"
+        assert all(component_type(p) == emits for p in as_receiver), f"{connector_id} emits {emits}"
+
+
+def test_component_types_are_current_contrib_names(config: dict[str, Any]) -> None:
+    for kind in KINDS:
+        for component_id in config.get(kind) or {}:
+            ctype = component_type(component_id)
+            assert ctype in KNOWN_TYPES[kind], f"{kind[:-1]} type {ctype!r} ({component_id}) is not a known otelcol-contrib type"
+            if ctype in DEPRECATED_TYPES and not (kind == "receivers" and ctype == "otlp"):
+                pytest.fail(f"{component_id}: {ctype!r} is a deprecated alias of {DEPRECATED_TYPES[ctype]!r}")
+
+
+def test_env_placeholders_use_the_env_provider_syntax(config: dict[str, Any]) -> None:
+    for where, text in strings(config):
+        rest = _PLACEHOLDER.sub("", text)
+        stray = [m.group(0) for m in _DOLLAR.finditer(rest) if m.group(0) != "$$"]
+        assert not stray, f"{where}: {text!r} has a `$` outside ${{env:NAME}} / ${{env:NAME:-default}} (write $$ for a literal $)"
+        for match in _PLACEHOLDER.finditer(text):
+            assert match.group(2) is not None, f"{where}: {match.group(0)} has no default; every setting here has one"
+
+
+def test_memory_limiter_first_and_batch_last(config: dict[str, Any]) -> None:
+    for pipeline_id, pipeline in pipelines(config).items():
+        processors = [component_type(p) for p in pipeline.get("processors") or []]
+        assert processors and processors[0] == "memory_limiter", f"{pipeline_id}: memory_limiter must come first, got {processors}"
+        assert processors[-1] == "batch", f"{pipeline_id}: batch must come last, got {processors}"
+        assert processors.count("memory_limiter") == 1 and processors.count("batch") == 1, pipeline_id
+
+
+def test_every_signal_has_a_pipeline(config: dict[str, Any]) -> None:
+    assert {component_type(p) for p in pipelines(config)} == set(SIGNALS)
+
+
+# --------------------------------------------------------------------------- agent
+
+
+def test_agent_receivers_bind_to_a_configurable_loopback_default() -> None:
+    agent = load(AGENT)
+    for protocol, body in agent["receivers"]["otlp"]["protocols"].items():
+        endpoint = body["endpoint"]
+        assert endpoint.startswith("${env:OTEL_AGENT_BIND:-127.0.0.1}:"), f"agent {protocol} receiver: {endpoint}"
+        assert with_defaults(endpoint).startswith("127.0.0.1:"), endpoint
+
+
+def test_agent_exporter_points_at_the_gateway_grpc_receiver() -> None:
+    agent, gateway = load(AGENT), load(GATEWAY)
+    exporter_id, body = exporter(agent, "otlp_grpc")
+    _, port = host_port(with_defaults(body["endpoint"]))
+    _, gateway_grpc_port = host_port(with_defaults(gateway["receivers"]["otlp"]["protocols"]["grpc"]["endpoint"]))
+    assert port == gateway_grpc_port, f"agent {exporter_id} sends to :{port}, the gateway's gRPC receiver listens on :{gateway_grpc_port}"
+    assert "${env:OTEL_GATEWAY_ENDPOINT:-" in body["endpoint"], "the gateway address must be settable per node"
+
+
+def test_agent_queue_is_persistent_and_retried() -> None:
+    agent = load(AGENT)
+    _, body = exporter(agent, "otlp_grpc")
+    assert body["retry_on_failure"]["enabled"] is True
+    queue = body["sending_queue"]
+    assert queue["enabled"] is True
+    storage = queue["storage"]
+    assert component_type(storage) == "file_storage" and storage in agent["service"]["extensions"]
+    assert with_defaults(agent["extensions"][storage]["directory"]).startswith("/var/lib/otelcol/")
+
+
+def test_agent_keeps_the_senders_host_name() -> None:
+    detection = load(AGENT)["processors"]["resource_detection"]
+    assert set(detection["detectors"]) == {"env", "system"}
+    assert detection["override"] is False, "otel-rl sets host.name itself: the detector must not replace it"
+    assert detection["system"]["resource_attributes"][A.HOST_NAME]["enabled"] is True
+
+
+def test_agent_memory_limit_is_absolute() -> None:
+    limiter = load(AGENT)["processors"]["memory_limiter"]
+    assert "limit_percentage" not in limiter, "a share of a training node's memory is far too much for the agent"
+    assert int(with_defaults(limiter["limit_mib"])) > int(limiter["spike_limit_mib"]) > 0
+
+
+# --------------------------------------------------------------------------- gateway
+
+
+def span_metrics(gateway: dict[str, Any]) -> dict[str, Any]:
+    (connector_id,) = [c for c in gateway["connectors"] if component_type(c) == "span_metrics"]
+    return gateway["connectors"][connector_id]
+
+
+def test_span_metrics_dimensions_are_the_stage_histograms_attributes() -> None:
+    dimensions = [d["name"] for d in span_metrics(load(GATEWAY))["dimensions"]]
+    assert len(dimensions) == len(set(dimensions))
+    assert set(dimensions) <= registry_attributes(), f"not registry attributes: {set(dimensions) - registry_attributes()}"
+    assert A.RL_STEP not in dimensions, "rl.step changes every step: one series per step"
+    # Span-derived RED metrics split like the SDK's own stage histogram.
+    assert set(dimensions) == set(METRICS[M.RL_STAGE_DURATION].attributes) == {A.RL_STAGE, A.RL_CLUSTER, A.RL_STAGE_PHASE}
+
+
+def test_span_metrics_buckets_are_the_registry_duration_buckets() -> None:
+    histogram = span_metrics(load(GATEWAY))["histogram"]
+    assert histogram["unit"] == "s"
+    buckets = [seconds(b) for b in histogram["explicit"]["buckets"]]
+    assert buckets == pytest.approx(list(BUCKETS[METRICS[M.RL_STAGE_DURATION].buckets]))
+
+
+def test_span_metrics_namespace_cannot_shadow_registry_metrics() -> None:
+    namespace = span_metrics(load(GATEWAY))["namespace"]
+    assert not namespace.startswith("rl.") and namespace not in METRICS
+    assert not any(name.startswith(namespace + ".") for name in METRICS)
+
+
+def test_span_metrics_see_only_rl_spans() -> None:
+    gateway = load(GATEWAY)
+    for pipeline_id, body in pipelines(gateway).items():
+        if any(component_type(e) == "span_metrics" for e in body["exporters"]):
+            assert "filter/rl_spans" in body["processors"], pipeline_id
+    condition = gateway["processors"]["filter/rl_spans"]["traces"]["span"]
+    assert condition == ['not IsMatch(name, "^rl\\\\.")']
+
+
+def test_traces_go_to_jaeger_and_tempo_over_otlp_grpc() -> None:
+    gateway = load(GATEWAY)
+    targets = {
+        host_port(with_defaults(gateway["exporters"][e]["endpoint"]))
+        for e in pipelines(gateway)["traces"]["exporters"]
+        if component_type(e) == "otlp_grpc"
+    }
+    assert targets == {("jaeger", 4317), ("tempo", 4317)}
+
+
+def test_metrics_reach_remote_write_and_the_scrape_endpoint_with_run_labels() -> None:
+    gateway = load(GATEWAY)
+    metrics = pipelines(gateway)["metrics"]
+    assert {component_type(e) for e in metrics["exporters"]} == {"prometheus_remote_write", "prometheus"}
+    assert any(component_type(r) == "span_metrics" for r in metrics["receivers"])
+    for exporter_type in ("prometheus_remote_write", "prometheus"):
+        _, body = exporter(gateway, exporter_type)
+        assert body["resource_to_telemetry_conversion"]["enabled"] is True, exporter_type
+    _, scrape = exporter(gateway, "prometheus")
+    assert host_port(with_defaults(scrape["endpoint"]))[1] == 8889
+    _, remote_write = exporter(gateway, "prometheus_remote_write")
+    assert with_defaults(remote_write["endpoint"]).endswith("/api/v1/write")
+
+
+def test_prometheus_labels_are_registry_resource_attributes() -> None:
+    gateway = load(GATEWAY)
+    assert "transform/prometheus_labels" in pipelines(gateway)["metrics"]["processors"]
+    (statement,) = gateway["processors"]["transform/prometheus_labels"]["metric_statements"][0]["statements"]
+    match = re.fullmatch(r"keep_keys\(attributes, (\[.*\])\)", statement)
+    assert match, statement
+    kept = set(yaml.safe_load(match.group(1)))
+    # service.namespace / service.instance.id become Prometheus' job and instance labels.
+    assert kept - {"service.namespace", "service.instance.id"} <= registry_attributes()
+    assert {A.SERVICE_NAME, A.RL_RUN_ID, A.RL_RANK, A.HOST_NAME} <= kept
+
+
+def test_events_go_to_an_otlp_json_file_filtered_to_rl_events() -> None:
+    gateway = load(GATEWAY)
+    logs = pipelines(gateway)["logs"]
+    assert "filter/rl_events" in logs["processors"]
+    (file_id,) = [e for e in logs["exporters"] if component_type(e) == "file"]
+    body = gateway["exporters"][file_id]
+    assert body["format"] == "json"
+    assert with_defaults(body["path"]).startswith("/var/lib/otelcol/")
+    assert gateway["processors"]["filter/rl_events"]["logs"]["log_record"] == ['not IsMatch(event_name, "^rl\\\\.")']
+
+
+def test_bridge_is_a_separate_optional_pipeline() -> None:
+    gateway, overlay = load(GATEWAY), load(BRIDGE_OVERLAY)
+    assert not any(component_type(e) == "otlp_http" for e in gateway["exporters"]), "the bridge must stay out of gateway.yaml"
+    # The overlay only adds: nothing it sets replaces a key gateway.yaml already has.
+    assert not set(overlay["exporters"]) & set(gateway["exporters"])
+    assert set(overlay["service"]) == {"pipelines"} and not set(overlay["service"]["pipelines"]) & set(pipelines(gateway))
+    assert set(overlay) == {"exporters", "service"}
+    merged = merge(gateway, overlay)
+    (bridge_pipeline,) = set(pipelines(merged)) - set(pipelines(gateway))
+    assert component_type(bridge_pipeline) == "logs"
+    (exporter_id,) = pipelines(merged)[bridge_pipeline]["exporters"]
+    assert exporter_id == "otlp_http/bridge"
+    assert with_defaults(merged["exporters"][exporter_id]["endpoint"]) == "http://bridge:4319"
+
+
+# --------------------------------------------------------------------------- documentation
+
+
+def test_readme_documents_every_variable_and_component_file() -> None:
+    text = README.read_text(encoding="utf-8")
+    variables = set()
+    for path in (AGENT, GATEWAY, BRIDGE_OVERLAY):
+        variables |= {name for name, _ in _PLACEHOLDER.findall(path.read_text(encoding="utf-8"))}
+        assert path.name in text, f"README does not mention {path.name}"
+    missing = sorted(v for v in variables if v not in text)
+    assert not missing, f"README does not document {missing}"
+    assert "](rotel/)" in text and (README.parent / "rotel").is_dir(), "README must link collector-config/rotel/"
