@@ -57,8 +57,9 @@ def run_demo(
     inject_spike_at: int | None = None,
     progress: bool = True,
     config: DemoConfig | None = None,
+    first_step: int = 1,
 ) -> DemoResult:
-    """Train the tiny policy for ``steps`` steps (numbered 1..steps) and record it.
+    """Train the tiny policy for ``steps`` steps (numbered first_step.., default 1..steps) and record it.
 
     telemetry: an ``otel_rl.Telemetry``; when None, one is created with
     ``otel_rl.init(service_name=f"otel-rl-demo-{algo}", run_dir=out, framework="roll")``
@@ -75,7 +76,8 @@ def run_demo(
     if algo not in ALGOS:
         raise ValueError(f"algo must be one of {ALGOS}, not {algo!r}")
     base = config if config is not None else DemoConfig()
-    cfg = DemoConfig(**{**vars(base), "algo": algo, "steps": steps, "seed": seed, "inject_spike_at": inject_spike_at})
+    cfg = DemoConfig(**{**vars(base), "algo": algo, "steps": steps, "seed": seed, "inject_spike_at": inject_spike_at,
+                           "first_step": first_step})
 
     own_telemetry = telemetry is None
     if own_telemetry:
@@ -88,7 +90,7 @@ def run_demo(
     finally:
         if own_telemetry:
             telemetry.shutdown()
-    final_val = state.val_scores.get(cfg.steps)
+    final_val = state.val_scores.get(cfg.last_step)
     return DemoResult(
         steps=cfg.steps,
         algo=algo,

@@ -38,6 +38,7 @@ class DemoConfig:
 
     algo: str = "grpo"
     steps: int = 20
+    first_step: int = 1  # a resumed run continues its step numbers
     seed: int = 0
     prompts_per_step: int = 64
     group_size: int = 8
@@ -67,11 +68,17 @@ class DemoConfig:
     spike_lr_factor: float = 500.0
     spike_loss_scale: float = 100.0
 
+    @property
+    def last_step(self) -> int:
+        return self.first_step + self.steps - 1
+
     def __post_init__(self) -> None:
         if self.algo not in ALGOS:
             raise ValueError(f"algo must be one of {ALGOS}, not {self.algo!r}")
         if self.steps < 1:
             raise ValueError("steps must be >= 1")
+        if self.first_step < 0:
+            raise ValueError("first_step must be >= 0")
 
 
 @dataclass
@@ -338,13 +345,13 @@ class DemoTrainer:
                 self.infer.load_state_dict(self.actor_host.host_state_dict())
             logs.update(st.metrics)
 
-            if step % cfg.checkpoint_every == 0 or step == cfg.steps:
+            if step % cfg.checkpoint_every == 0 or step == cfg.last_step:
                 with tel.stage("do_checkpoint", cluster="actor_train", offload=True) as st:
                     path = self._offloaded(st, self.actor_host, lambda: self._save_checkpoint(step), with_optimizer=True)
                 logs.update(st.metrics)
                 self.state.checkpoints.append(path)
 
-            if step % cfg.val_every == 0 or step == cfg.steps:
+            if step % cfg.val_every == 0 or step == cfg.last_step:
                 with tel.stage("validation", cluster="actor_infer") as st:
                     val = self._validate()
                 logs.update(st.metrics)
@@ -384,7 +391,7 @@ class DemoTrainer:
         self.state.step_seconds.append(seconds)
         if self.progress:
             line = (
-                f"step {step}/{cfg.steps} reward {logs['critic/score/mean']:.3f} "
+                f"step {step}/{cfg.last_step} reward {logs['critic/score/mean']:.3f} "
                 f"kl {logs['actor/kl_loss']:.4f} ent {logs['critic/entropy/mean']:.2f} "
                 f"gnorm {logs['actor/grad_norm']:.2f}"
             )
@@ -394,6 +401,6 @@ class DemoTrainer:
         return StepReport(step=step, metrics=logs, seconds=seconds)
 
     def run(self) -> TrainState:
-        for step in range(1, self.cfg.steps + 1):
+        for step in range(self.cfg.first_step, self.cfg.last_step + 1):
             self.step(step)
         return self.state

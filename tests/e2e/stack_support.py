@@ -1,0 +1,76 @@
+"""Helpers of the end-to-end tests: polling with deadlines, HTTP JSON, running the demo into the stack."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+
+import otel_rl
+
+
+
+def poll(fetch: Callable[[], Any], ok: Callable[[Any], bool], deadline_s: float, what: str, interval_s: float = 0.5) -> Any:
+    """Call fetch() until ok(result) or the deadline; fail naming what never appeared."""
+    end = time.monotonic() + deadline_s
+    last: Any = None
+    while True:
+        try:
+            last = fetch()
+            if ok(last):
+                return last
+        except Exception as exc:  # a backend still starting answers errors
+            last = exc
+        if time.monotonic() > end:
+            pytest.fail(f"{what} did not appear within {deadline_s:.0f} s (last answer: {str(last)[:500]})")
+        time.sleep(interval_s)
+
+
+def http_json(url: str, params: dict[str, Any] | list[tuple[str, str]] | None = None, timeout_s: float = 10.0) -> Any:
+    if params:
+        url = f"{url}?{urllib.parse.urlencode(params, doseq=True)}"
+    with urllib.request.urlopen(url, timeout=timeout_s) as response:  # noqa: S310 - loopback test servers
+        return json.loads(response.read().decode("utf-8"))
+
+
+@dataclass
+class DemoRun:
+    protocol: str
+    service: str
+    run_id: str
+    project: str
+    run_dir: Path
+    steps: int
+
+
+def run_demo_into(stack: Any, protocol: str, root: Path, steps: int = 4) -> DemoRun:
+    """Run the CPU demo exporting over OTLP (and to a run folder, to compare against)."""
+    from otel_rl.demo import run_demo
+
+    tag = "grpc" if protocol == "grpc" else "http"
+    run_id = f"e2e-{tag}-{int(time.time())}"
+    project = f"e2e-{tag}"
+    endpoint = stack.endpoints["otlp_grpc"] if protocol == "grpc" else stack.endpoints["otlp_http"]
+    previous = os.environ.get("OTEL_RESOURCE_ATTRIBUTES")
+    # Phoenix files spans by this resource attribute: one project per run keeps the runs apart.
+    os.environ["OTEL_RESOURCE_ATTRIBUTES"] = f"openinference.project.name={project}"
+    try:
+        tel = otel_rl.init(service_name=f"otel-rl-e2e-{tag}", run_id=run_id, endpoint=endpoint, protocol=protocol,
+                           exporters="otlp,file", run_dir=str(root / tag), metric_export_interval_s=1.0, console=False)
+    finally:
+        if previous is None:
+            os.environ.pop("OTEL_RESOURCE_ATTRIBUTES", None)
+        else:
+            os.environ["OTEL_RESOURCE_ATTRIBUTES"] = previous
+    try:
+        run_demo(steps=steps, algo="ppo", telemetry=tel, out=root / tag, progress=False)
+    finally:
+        tel.shutdown()
+    return DemoRun(protocol, f"otel-rl-e2e-{tag}", run_id, project, root / tag, steps)

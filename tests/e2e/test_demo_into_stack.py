@@ -1,0 +1,163 @@
+"""The demo through the real collector (rotel) into Phoenix, VictoriaMetrics and Prometheus,
+over gRPC and over HTTP: one step's whole trace, every metric the demo emits, no per-step series."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections import defaultdict
+
+import pytest
+
+from otel_rl._codegen import prometheus_name
+from otel_rl._phoenix import PhoenixClient
+from otel_rl._runfolder import find_step_trace, read_metrics, read_spans
+from otel_rl.semconv import METRICS
+from otel_rl.semconv import attributes as A
+from otel_rl.semconv import names as N
+
+from stack_support import DemoRun, http_json, poll
+
+pytestmark = pytest.mark.e2e
+
+PHASES = {"rl.onload", "rl.execute", "rl.offload"}
+
+
+def label(attribute: str) -> str:
+    """The Prometheus label an OTel attribute becomes (dots and other characters to underscores)."""
+    return re.sub(r"[^a-zA-Z0-9_]", "_", attribute)
+
+
+def vm_query(stack, expr: str) -> list[dict]:
+    answer = http_json(f"{stack.endpoints['victoria_metrics']}/api/v1/query", {"query": expr})
+    assert answer["status"] == "success", answer
+    return answer["data"]["result"]
+
+
+def vm_series(stack, selector: str) -> list[dict]:
+    answer = http_json(f"{stack.endpoints['victoria_metrics']}/api/v1/series", [("match[]", selector), ("start", "0")])
+    assert answer["status"] == "success", answer
+    return answer["data"]
+
+
+@pytest.mark.parametrize("step", [1, 4])
+def test_a_steps_whole_trace_reaches_the_trace_store(stack, demo_run: DemoRun, step):
+    expected = find_step_trace(read_spans(demo_run.run_dir), step)
+    client = PhoenixClient(stack.endpoints["phoenix"], project=demo_run.project)
+    spans = poll(lambda: client.step_trace_spans(step), lambda got: len(got) == len(expected), 60,
+                 f"step {step}'s {len(expected)} spans in Phoenix project {demo_run.project}")
+    by_id = {s.span_id: s for s in spans}
+    assert by_id.keys() == {s.span_id for s in expected}
+    roots = [s for s in spans if s.parent_span_id is None]
+    assert len(roots) == 1 and roots[0].name == N.RL_STEP_SPAN and roots[0].attributes[A.RL_STEP] == step
+    root = roots[0]
+    stages = [s for s in spans if s.parent_span_id == root.span_id]
+    stage_names = {s.attributes[A.RL_STAGE] for s in stages}
+    assert {"generate", "compute_rewards", "compute_log_probs", "compute_ref_log_probs", "compute_values", "advantage",
+            "train_step", "model_update"} <= stage_names
+    for span in spans:
+        if span is root:
+            continue
+        parent = by_id[span.parent_span_id]
+        assert parent.start_ns <= span.start_ns and span.end_ns <= parent.end_ns, span.name
+        assert span.attributes[A.RL_STEP] == step and span.attributes[A.RL_RANK] == 0
+        assert span.attributes[A.RL_STAGE]
+        if span.name in PHASES:
+            assert parent in stages and span.attributes[A.RL_STAGE_PHASE] == span.name.removeprefix("rl.")
+    train = [s for s in stages if s.attributes[A.RL_STAGE] == "train_step" and s.attributes.get(A.RL_CLUSTER) == "actor_train"][0]
+    assert train.attributes[A.RL_CLUSTER] == "actor_train"
+    assert {s.name for s in spans if s.parent_span_id == train.span_id} == PHASES
+    snapshots = [(e.attributes[A.RL_MEMORY_WHEN], e.attributes[A.RL_MEMORY_STATE]) for e in train.events
+                 if e.name == N.RL_MEMORY_SNAPSHOT_EVENT]
+    assert snapshots == [("start", "offload"), ("start", "onload"), ("end", "onload"), ("end", "offload")]
+
+
+def test_every_metric_the_demo_emits_is_queryable_with_its_prometheus_name_and_labels(stack, demo_run: DemoRun):
+    emitted: dict[str, set[tuple[str, ...]]] = defaultdict(set)
+    for point in read_metrics(demo_run.run_dir):
+        if point.name in METRICS:
+            emitted[point.name].add(tuple(sorted(point.attributes)))
+    assert len(emitted) >= 30, sorted(emitted)  # the demo emits most of ROLL's families
+    run = f'{label(A.RL_RUN_ID)}="{demo_run.run_id}"'
+    missing = []
+    for name, attribute_sets in sorted(emitted.items()):
+        mdef = METRICS[name]
+        prom = prometheus_name(name, mdef.unit, mdef.instrument)
+        series_name = f"{prom}_bucket" if mdef.instrument == "histogram" else prom
+        series = poll(lambda: vm_series(stack, f'{series_name}{{{run}}}'), bool, 60, f"{series_name} for run {demo_run.run_id}")
+        label_sets = {frozenset(k for k in s if not k.startswith("__")) for s in series}
+        for attributes in attribute_sets:
+            wanted = {label(a) for a in attributes}
+            if not any(wanted <= labels for labels in label_sets):
+                missing.append((series_name, sorted(wanted)))
+        if mdef.instrument == "histogram":
+            for suffix in ("_sum", "_count"):
+                assert vm_series(stack, f"{prom}{suffix}{{{run}}}"), f"{prom}{suffix}"
+    assert not missing
+
+
+def test_stage_durations_work_with_histogram_quantile(stack, demo_run: DemoRun):
+    run = f'{label(A.RL_RUN_ID)}="{demo_run.run_id}"'
+    prom = prometheus_name("rl.stage.duration", "s", "histogram")
+    assert prom == "rl_stage_duration_seconds"
+    expr = f'histogram_quantile(0.9, sum by (le, {label(A.RL_STAGE)}) (max_over_time({prom}_bucket{{{run},{label(A.RL_STAGE_PHASE)}="total"}}[1h])))'
+    result = poll(lambda: vm_query(stack, expr), lambda r: len(r) >= 7, 60, "p90 of every stage")
+    for series in result:
+        value = float(series["value"][1])
+        assert 0 < value < 600, series
+
+
+def test_no_series_carries_a_step_or_sample_label(stack, demo_run: DemoRun):
+    run = f'{label(A.RL_RUN_ID)}="{demo_run.run_id}"'
+    series = poll(lambda: vm_series(stack, f'{{{run}}}'), bool, 60, f"series of run {demo_run.run_id}")
+    labels = {k for s in series for k in s}
+    assert label(A.RL_STEP) not in labels
+    assert not any("sample" in k and k != "rl_sample" for k in labels if not k.startswith("__"))
+
+
+def test_series_count_stays_flat_as_steps_grow(stack, tmp_path):
+    """Twice the steps, the same series: nothing per-step becomes a label."""
+    pytest.importorskip("torch")
+    import otel_rl
+    from otel_rl.demo import run_demo
+
+    tel = otel_rl.init(service_name="otel-rl-e2e-flat", run_id=f"e2e-flat-{tmp_path.name}", endpoint=stack.endpoints["otlp_http"],
+                       protocol="http/protobuf", exporters="otlp", metric_export_interval_s=1.0, console=False)
+    run = f'{label(A.RL_RUN_ID)}="{tel.config.run_id}"'
+    try:
+        # Steps 1-4, then 5-8: both halves run the same stages (each ends with validation and a
+        # checkpoint), so a new series in the second half could only come from the step itself.
+        run_demo(steps=4, algo="grpo", telemetry=tel, out=tmp_path / "a", progress=False)
+        tel.flush()
+        first = settled_series_count(stack, run)
+        run_demo(steps=4, first_step=5, algo="grpo", telemetry=tel, out=tmp_path / "b", progress=False)
+        tel.flush()
+    finally:
+        tel.shutdown()
+    assert settled_series_count(stack, run) == first
+
+
+def settled_series_count(stack, run: str, quiet_s: float = 12.0, deadline_s: float = 90.0) -> int:
+    """The run's series count once it has not changed for quiet_s (new series show up ~10 s late)."""
+    end = time.monotonic() + deadline_s
+    count, since = -1, time.monotonic()
+    while time.monotonic() < end:
+        now = len(vm_series(stack, f"{{{run}}}"))
+        if now != count:
+            count, since = now, time.monotonic()
+        elif count > 20 and time.monotonic() - since >= quiet_s:
+            return count
+        time.sleep(1.0)
+    pytest.fail(f"the series count of {run} never settled (last {count})")
+
+
+def test_prometheus_receives_the_metrics_through_vmagent(stack, demo_run: DemoRun):
+    run = f'{label(A.RL_RUN_ID)}="{demo_run.run_id}"'
+    prom = prometheus_name("rl.loss", "1", "gauge")
+
+    def query():
+        answer = http_json(f"{stack.endpoints['prometheus']}/api/v1/query", {"query": f"{prom}{{{run}}}"})
+        return answer["data"]["result"]
+
+    result = poll(query, bool, 60, f"{prom} in Prometheus")
+    assert {s["metric"][label(A.RL_LOSS_TYPE)] for s in result} >= {"policy", "kl", "total", "value"}
