@@ -28,6 +28,7 @@ from . import semconv
 from ._config import TelemetryConfig, resolve_config
 from ._telemetry import Phase, Stage, StepScope, Telemetry
 from ._version import __version__
+from .exporters._tracker import Tracker, known_trackers, register_tracker
 
 _current: Telemetry | None = None
 
@@ -49,6 +50,10 @@ def init(
     rank: int | None = None,
     local_rank: int | None = None,
     world_size: int | None = None,
+    track_with: str | list[str] | None = None,
+    tracker_kwargs: dict[str, Any] | None = None,
+    tracker_keys: str | None = None,
+    tracker_all_ranks: bool | None = None,
     config_file: str | None = None,
 ) -> Telemetry:
     """Start telemetry for this process and return it.
@@ -58,6 +63,11 @@ def init(
     ``OTEL_RL_*``, ``RANK``/``LOCAL_RANK``/``WORLD_SIZE``), then to ``config_file`` (YAML), then
     to its default. With no endpoint, everything is written as OTLP-JSON lines into ``run_dir``
     (default ``otel-rl-runs/<run_id>``). ``exporters`` picks ``file``, ``otlp`` or both.
+
+    ``track_with`` / ``tracker_kwargs`` feed experiment trackers exactly as ROLL's YAML does
+    (``tensorboard``, ``wandb``, ``swanlab``, ``stdout``, ``jsonl``, ``mlflow``, or a name given to
+    ``register_tracker``); every step's values arrive with the keys as logged (``tracker_keys=
+    "registry"`` for registry names), from rank 0 only unless ``tracker_all_ranks``.
     """
     global _current
     options: dict[str, Any] = {k: v for k, v in locals().items() if v is not None}
@@ -82,9 +92,12 @@ __all__ = [
     "StepScope",
     "Telemetry",
     "TelemetryConfig",
+    "Tracker",
     "__version__",
     "get_telemetry",
     "init",
+    "known_trackers",
+    "register_tracker",
     "semconv",
     "shutdown",
 ]

@@ -96,6 +96,35 @@ def _parse_optional_int(raw: Any) -> int | None:
     return int(value)
 
 
+def _parse_names(raw: Any) -> str | tuple[str, ...]:
+    # One name stays a string: then tracker_kwargs are that tracker's own settings (ROLL's YAML);
+    # a list makes tracker_kwargs a mapping of tracker name -> settings.
+    if isinstance(raw, str) and "," not in raw and raw.strip():
+        return raw.strip()
+    if isinstance(raw, str):
+        items = raw.split(",")
+    elif isinstance(raw, (list, tuple)) and all(isinstance(i, str) for i in raw):
+        items = list(raw)
+    else:
+        raise ValueError("expected a tracker name or a list of names")
+    names = tuple(dict.fromkeys(i.strip() for i in items if i.strip()))
+    if not names:
+        raise ValueError("expected a tracker name or a list of names")
+    return names
+
+
+def _parse_mapping(raw: Any) -> dict[str, Any]:
+    if not isinstance(raw, Mapping):
+        raise ValueError("expected a mapping of settings")
+    return dict(raw)
+
+
+def _parse_key_style(raw: Any) -> str:
+    if raw not in ("original", "registry"):
+        raise ValueError("expected original (keys as logged) or registry (registry metric names)")
+    return str(raw)
+
+
 def _parse_str(raw: Any) -> str:
     if isinstance(raw, os.PathLike):
         raw = os.fspath(raw)
@@ -123,6 +152,11 @@ class TelemetryConfig:
     rank: int | None = field(default=None, metadata={"env": "RANK", "parse": _parse_optional_int})
     local_rank: int | None = field(default=None, metadata={"env": "LOCAL_RANK", "parse": _parse_optional_int})
     world_size: int | None = field(default=None, metadata={"env": "WORLD_SIZE", "parse": _parse_optional_int})
+    track_with: str | tuple[str, ...] | None = field(default=None, metadata={"env": "OTEL_RL_TRACK_WITH", "parse": _parse_names})
+    # Tracker settings hold credentials: never in repr(), public_dict() or the environment.
+    tracker_kwargs: dict[str, Any] | None = field(default=None, repr=False, metadata={"env": None, "parse": _parse_mapping})
+    tracker_keys: str = field(default="original", metadata={"env": "OTEL_RL_TRACKER_KEYS", "parse": _parse_key_style})
+    tracker_all_ranks: bool = field(default=False, metadata={"env": "OTEL_RL_TRACKER_ALL_RANKS", "parse": _parse_bool})
     config_file: str | None = field(default=None, metadata={"env": "OTEL_RL_CONFIG", "parse": _parse_str})
 
     @property
@@ -134,8 +168,13 @@ class TelemetryConfig:
         return "file" in self.exporters or ("auto" in self.exporters and not self.endpoint)
 
     def public_dict(self) -> dict[str, Any]:
-        """The effective settings, safe to print (no headers or credentials are part of this object)."""
-        return dataclasses.asdict(self)
+        """The effective settings, safe to print: tracker settings appear with secrets redacted."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        if self.tracker_kwargs is not None:
+            from .exporters.trackers import redact_tracker_kwargs
+
+            out["tracker_kwargs"] = redact_tracker_kwargs(self.track_with, self.tracker_kwargs)
+        return out
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(TelemetryConfig)}
@@ -190,7 +229,7 @@ def resolve_config(kwargs: Mapping[str, Any] | None = None, environ: Mapping[str
                 raise ValueError(f"otel_rl.init({name}={raw!r}): {exc}") from None
             continue
         env_name = f.metadata["env"]
-        raw_env = environ.get(env_name)
+        raw_env = environ.get(env_name) if env_name else None
         if raw_env not in (None, ""):
             try:
                 values[name] = parse(raw_env)

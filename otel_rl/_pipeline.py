@@ -267,11 +267,16 @@ class Pipeline:
                 self.apply_value(key, raw, step)
             except Rejected as rej:
                 self.reject(key, rej.reason, rej.detail)
+        self.emit_event(N.RL_LOG_EVENT, body, {A.RL_STEP: step} if step is not None else {}, time_ns, span_context)
+
+    def emit_event(self, name: str, body: dict[str, Any], attributes: dict[str, Any], time_ns: int | None = None,
+                   span_context: Any = None) -> None:
+        """One otel-rl event as a log record, linked to a step's trace when given its span context."""
+        time_ns = time_ns or now_ns()
         ctx = trace.set_span_in_context(trace.NonRecordingSpan(span_context)) if span_context is not None else Context()
-        attributes = {A.RL_STEP: step} if step is not None else {}
         self._event_logger.emit(
             timestamp=time_ns, observed_timestamp=time_ns, context=ctx, severity_number=SeverityNumber.INFO,
-            body=body, attributes=attributes, event_name=N.RL_LOG_EVENT,
+            body=body, attributes=attributes, event_name=name,
         )
 
     def _process_record(self, metric: str, raw: Any, attrs: Attrs, step: int | None) -> None:

@@ -60,9 +60,12 @@ def _otlp_exporters(config: TelemetryConfig) -> tuple[Any, MetricExporter, Any]:
     )
 
 
-def build_providers(config: TelemetryConfig, resource: Resource, histograms: BulkHistograms) -> Providers:
+def build_providers(config: TelemetryConfig, resource: Resource, histograms: BulkHistograms,
+                    extra_log_exporters: list[Any] | None = None) -> Providers:
     tracer_provider = TracerProvider(resource=resource)
     logger_provider = LoggerProvider(resource=resource)
+    for exporter in extra_log_exporters or ():  # e.g. the trackers: fed off-thread by the batch processor
+        logger_provider.add_log_record_processor(BatchLogRecordProcessor(exporter))
     scope = InstrumentationScope(SCOPE_NAME, __version__)
     readers = []
     destinations = []

@@ -23,10 +23,11 @@ from opentelemetry.trace import Status, StatusCode
 from ._aggregation import Attrs, BulkHistograms, LatestValues
 from ._config import TelemetryConfig
 from ._keys import KeyResolver
-from ._pipeline import ADD, LOG, RECORD, STAGE, STEP_END, Pipeline, Rejected, print_summary, to_number
+from ._pipeline import ADD, CALL, LOG, RECORD, STAGE, STEP_END, Pipeline, Rejected, event_value, print_summary, to_number
 from ._probes import CudaMemoryProbe, GpuMemorySnapshot, NvmlProbe, ProcessProbe
 from ._providers import SCOPE_NAME, build_providers
 from ._version import __version__
+from .exporters.trackers import TrackerLogExporter, build_fanout
 from .semconv import BUCKETS, METRICS
 from .semconv import attributes as A
 from .semconv import metrics as M
@@ -268,7 +269,12 @@ class Telemetry:
         for mdef in METRICS.values():
             if mdef.instrument == "histogram":
                 self._histograms.declare(mdef.name, mdef.brief, mdef.unit, BUCKETS[mdef.buckets or "duration"])
-        self._providers = build_providers(config, self.resource, self._histograms)
+        self._resolver = KeyResolver.default(unmapped_key_limit=config.unmapped_key_limit)
+        # Trackers first: an unknown name or a missing library fails here, before anything starts.
+        self._trackers = build_fanout(config, str(config.experiment or config.run_id), Path(str(config.run_dir)),
+                                      lambda key: self._resolver.resolve(key, config.framework))
+        tracker_exporters = [TrackerLogExporter(self._trackers)] if self._trackers is not None else []
+        self._providers = build_providers(config, self.resource, self._histograms, tracker_exporters)
         self._tracer = self._providers.tracer_provider.get_tracer(SCOPE_NAME, __version__)
         self._meter = self._providers.meter_provider.get_meter(SCOPE_NAME, __version__)
 
@@ -279,7 +285,6 @@ class Telemetry:
         extra = {**self._process_probe.callbacks(), **self._nvml_probe.callbacks()}
         self._register_instruments(extra)
 
-        self._resolver = KeyResolver.default(unmapped_key_limit=config.unmapped_key_limit)
         console = config.console and self.rank == 0
         self._pipeline = Pipeline(
             resolver=self._resolver, framework=config.framework, latest=self._latest, histograms=self._histograms,
@@ -401,6 +406,23 @@ class Telemetry:
             values = list(values)
         attrs = _sorted_attrs(attributes) if attributes else ()
         self._submit((RECORD, metric, values, attrs, self._current_step if step is None else step))
+
+    def log_hparams(self, hparams: Mapping[str, Any]) -> None:
+        """Record the run's hyperparameters once (an ``rl.hparams`` event; trackers keep them as config)."""
+        if self._closed:
+            return
+        flat: dict[str, Any] = {}
+        stack = [("", hparams)]
+        while stack:
+            prefix, mapping = stack.pop()
+            for key, value in mapping.items():
+                name = f"{prefix}{key}"
+                if isinstance(value, Mapping):
+                    stack.append((f"{name}/", value))
+                else:
+                    flat[name] = event_value(value)
+        emit = self._pipeline.emit_event
+        self._submit((CALL, lambda: emit(N.RL_HPARAMS_EVENT, flat, {})))
 
     def add(self, metric: str, amount: float = 1.0, attributes: Mapping[str, Any] | None = None) -> None:
         """Add to a registry counter (e.g. ``rl.tensor.nonfinite``)."""

@@ -28,7 +28,7 @@ pip_install() {
 pip_install --upgrade pip
 # torch first, so the [torch] extra is already satisfied by the CPU build.
 pip_install "$torch_spec"
-pip_install -e "$root[test,torch]"
+pip_install -e "$root[test,torch,tensorboard,wandb,swanlab,mlflow]"
 rm -f "$log"
 "$venv/bin/python" -c "import otel_rl, torch, pytest" || { echo "otel-rl: set-up failed (see pip output above)" >&2; exit 1; }
 echo "$want" > "$stamp"

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from typing import Final
 
+RL_HPARAMS_EVENT: Final = "rl.hparams"
+"""The run's hyperparameters and settings, once (a log record)."""
+
 RL_LOG_EVENT: Final = "rl.log"
 """One `log()` call: the step and the exact key -> value map the framework logged."""
 
@@ -21,6 +24,7 @@ RL_STEP_SPAN: Final = "rl.step"
 """Root span of one training step (span name `rl.step`)."""
 
 __all__ = [
+    "RL_HPARAMS_EVENT",
     "RL_LOG_EVENT",
     "RL_MEMORY_SNAPSHOT_EVENT",
     "RL_PHASE_SPAN_TEMPLATE",
