@@ -211,6 +211,12 @@ def _cmd_stack(args: argparse.Namespace) -> int:
     return run(args, args.stack_parser)
 
 
+def _cmd_bridge(args: argparse.Namespace) -> int:
+    from .exporters.bridge import run_bridge
+
+    return run_bridge(args.config, listen=args.listen, base_dir=args.base_dir, verbose=args.verbose)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="otel-rl", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG,
@@ -273,6 +279,17 @@ def build_parser() -> argparse.ArgumentParser:
     stack = sub.add_parser("stack", help="a local observability stack without Docker: install | up | down | status")
     add_stack_arguments(stack)
     stack.set_defaults(func=_cmd_stack, stack_parser=stack)
+
+    from .exporters.bridge import CLI_DESCRIPTION as BRIDGE_DESCRIPTION, CLI_EPILOG as BRIDGE_EPILOG
+
+    bridge = sub.add_parser("bridge", help="the tracker bridge: OTLP/HTTP from a collector -> TensorBoard, W&B, SwanLab, ...",
+                            description=BRIDGE_DESCRIPTION, epilog=BRIDGE_EPILOG,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    bridge.add_argument("--config", required=True, metavar="FILE", help="the bridge's YAML file (see above)")
+    bridge.add_argument("--listen", metavar="HOST:PORT", help="listen here instead of the file's listen")
+    bridge.add_argument("--base-dir", metavar="DIR", help="per-run folders here instead of the file's base_dir")
+    bridge.add_argument("-v", "--verbose", action="store_true", help="also log each rejected request and tracker notes")
+    bridge.set_defaults(func=_cmd_bridge)
     return parser
 
 

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import logging
+import signal
 from pathlib import Path
 from typing import Iterator
 
@@ -38,3 +39,26 @@ def _otel_rl_logs_propagate() -> Iterator[None]:
     logger.setLevel(logging.INFO)
     yield
     logger.setLevel(previous)
+
+
+# Tests that start real servers fail past this deadline (SIGALRM) so their finalizers still stop
+# every server by PID; the first full-stack run installs Phoenix (~850 MB).
+E2E_DEADLINE_S = 900
+
+
+@pytest.fixture(autouse=True)
+def _e2e_deadline(request: pytest.FixtureRequest) -> Iterator[None]:
+    if request.node.get_closest_marker("e2e") is None:
+        yield
+        return
+
+    def expired(signum, frame):
+        raise TimeoutError(f"{request.node.nodeid} ran past its {E2E_DEADLINE_S} s deadline")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(E2E_DEADLINE_S)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)

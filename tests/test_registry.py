@@ -8,7 +8,7 @@ the line the problem must be reported at with ``# EXPECT``.
 
 from __future__ import annotations
 
-import re
+
 import shutil
 from pathlib import Path
 

@@ -4,6 +4,8 @@ Real servers, all on 127.0.0.1, all data in one git-ignored folder (default ``.s
 
     rotel (OTLP 4317 gRPC / 4318 HTTP) --traces--> Phoenix 6006 (UI + OTLP/HTTP; its gRPC 4327)
                                         --metrics-> vmagent 8429 --> VictoriaMetrics 8428 and Prometheus 9090
+                                        --logs----> bridge 4319 --> experiment trackers (only with a
+                                                    bridge config; else rotel drops the logs)
     vmalert 8880 evaluates grafana/alerts/*.yml against VictoriaMetrics.
 
 Everything comes from PyPI (rotel, arize-phoenix, each in its own venv in the data folder) and
@@ -39,11 +41,20 @@ from pathlib import Path
 from typing import Iterable, Iterator, TextIO
 
 from . import _components, _process
-from ._components import COMPONENT_NAMES, COMPONENTS, START_ORDER, Context, component_ports, user_urls
+from ._components import (
+    ALL_COMPONENT_NAMES,
+    COMPONENT_NAMES,
+    COMPONENTS,
+    START_ORDER,
+    Context,
+    component_ports,
+    user_urls,
+)
 from ._errors import HealthCheckError, InstallError, MissingBinaryError, PortInUseError, StackError
 from ._install import PACKAGES, PHOENIX_VERSION, ROTEL_VERSION, Installer, default_cache_dir, format_seconds
 
 __all__ = [
+    "ALL_COMPONENT_NAMES",
     "COMPONENT_NAMES",
     "free_port_offset",
     "ComponentStatus",
@@ -130,15 +141,15 @@ def _check_offset(offset: int) -> int:
     return offset
 
 
-def _parse_only(only: str | Iterable[str] | None) -> tuple[str, ...]:
+def _parse_only(only: str | Iterable[str] | None, default: tuple[str, ...] = COMPONENT_NAMES) -> tuple[str, ...]:
     if only is None:
-        return COMPONENT_NAMES
+        return default
     names = [n.strip() for n in (only.split(",") if isinstance(only, str) else only) if n.strip()]
     unknown = [n for n in names if n not in COMPONENTS]
     if unknown or not names:
         raise ValueError(f"unknown stack component {', '.join(map(repr, unknown)) or '(none given)'}; "
-                         f"choose from {', '.join(COMPONENT_NAMES)}")
-    return tuple(n for n in COMPONENT_NAMES if n in names)
+                         f"choose from {', '.join(ALL_COMPONENT_NAMES)}")
+    return tuple(n for n in ALL_COMPONENT_NAMES if n in names)
 
 
 class Stack:
@@ -149,22 +160,28 @@ class Stack:
             logs (``logs/<name>.log``) and PID files (``run/<name>.json``).
         port_offset: added to every default port (``OTEL_RL_STACK_PORT_OFFSET``, default 0).
         only: the components ``install()`` and ``up()`` handle (names or "a,b"); default all of
-            ``COMPONENT_NAMES``. ``down()`` and ``status()`` look at every component unless given ``only``.
+            ``COMPONENT_NAMES``, plus ``bridge`` when ``bridge_config`` is given. ``down()`` looks at every
+            component unless given ``only``; ``status()`` at the selected ones (and a running bridge).
         cache_dir: where downloaded ``.deb`` files are kept across data folders
             (``OTEL_RL_STACK_CACHE``, default ``~/.cache/otel-rl/stack``).
         out: where progress lines go (default: standard output; None: nowhere).
         rotel_config: rotel's settings file (default ``collector-config/rotel/rotel.env`` of the checkout).
         rules_dir: vmalert's rule folder (default ``grafana/alerts`` of the checkout, when it has rule files).
+        bridge_config: the tracker bridge's YAML file (``otel-rl bridge --help``). With it the stack runs
+            ``otel-rl bridge`` on 127.0.0.1:4319 (+ offset) in that file's folder and rotel sends the
+            logs (the ``rl.log`` step events) there; without it rotel drops them.
     """
 
     def __init__(self, data_dir: str | os.PathLike | None = None, *, port_offset: int | None = None,
                  only: str | Iterable[str] | None = None, cache_dir: str | os.PathLike | None = None,
                  out: TextIO | None | object = _STDOUT, rotel_config: str | os.PathLike | None = None,
-                 rules_dir: str | os.PathLike | None = None):
+                 rules_dir: str | os.PathLike | None = None, bridge_config: str | os.PathLike | None = None):
         self.data_dir = Path(data_dir).expanduser().resolve() if data_dir is not None else default_data_dir()
         self.port_offset = default_port_offset() if port_offset is None else _check_offset(int(port_offset))
         self._offset_given = port_offset is not None or bool(os.environ.get("OTEL_RL_STACK_PORT_OFFSET", "").strip())
-        self.components = _parse_only(only)
+        self.bridge_config = Path(bridge_config).expanduser().resolve() if bridge_config is not None else None
+        self._only_given = only is not None
+        self.components = _parse_only(only, COMPONENT_NAMES + (("bridge",) if self.bridge_config is not None else ()))
         self.cache_dir = Path(cache_dir).expanduser().resolve() if cache_dir is not None else default_cache_dir()
         self._out = out
         self.rotel_config = Path(rotel_config).resolve() if rotel_config is not None else None
@@ -191,6 +208,11 @@ class Stack:
             "victoria_metrics": http("victoria-metrics"), "vmagent": http("vmagent"),
             "prometheus": http("prometheus"), "phoenix": http("phoenix"), "vmalert": http("vmalert"),
         }
+
+    @property
+    def bridge_endpoint(self) -> str:
+        """The tracker bridge's OTLP/HTTP base URL (``http://127.0.0.1:4319`` plus the offset)."""
+        return f"http://{_process.LOOPBACK}:{self.ports('bridge')['otlp_http']}"
 
     # -- commands ------------------------------------------------------------------------------
 
@@ -222,7 +244,7 @@ class Stack:
         checked free and the PID files removed. Safe to call at any time, also after a failed or
         partial ``up()``, and when nothing runs.
         """
-        names = _parse_only(only)
+        names = _parse_only(only, ALL_COMPONENT_NAMES)
         if not self.data_dir.exists():
             return []
         with self._locked():
@@ -231,7 +253,10 @@ class Stack:
     def status(self) -> list[ComponentStatus]:
         """One ComponentStatus per component (the selected ones when ``only`` was given)."""
         self._adopt_running_offset()
-        return [self._status_of(name) for name in self.components]
+        names = self.components
+        if not self._only_given and "bridge" not in names and self._pid_path("bridge").exists():
+            names = names + ("bridge",)  # started by an earlier `up --bridge-config`
+        return [self._status_of(name) for name in names]
 
     def __enter__(self) -> "Stack":
         self.up()
@@ -277,7 +302,7 @@ class Stack:
 
     def _running_offset(self) -> int | None:
         """The port offset of the components running from this data folder (None when none runs)."""
-        for name in COMPONENT_NAMES:
+        for name in ALL_COMPONENT_NAMES:
             rec = _process.read_pid_file(self._pid_path(name))
             if rec is not None and rec.ports and _process.is_alive(rec):
                 role, port = next(iter(rec.ports.items()))
@@ -300,10 +325,11 @@ class Stack:
 
     def _up(self, timeout_s: float | None, install: bool) -> list[ComponentStatus]:
         self._adopt_running_offset()
-        records = {name: _process.read_pid_file(self._pid_path(name)) for name in COMPONENT_NAMES}
+        records = {name: _process.read_pid_file(self._pid_path(name)) for name in ALL_COMPONENT_NAMES}
         alive = {name for name, rec in records.items() if rec is not None and _process.is_alive(rec)}
         ctx = Context(data_dir=self.data_dir, offset=self.port_offset, running=frozenset(alive | set(self.components)),
-                      binary=self._binary, rotel_config=self.rotel_config, rules_dir=self.rules_dir)
+                      binary=self._binary, rotel_config=self.rotel_config, rules_dir=self.rules_dir,
+                      bridge_config=self.bridge_config)
         order = [n for n in START_ORDER if n in self.components]
         launches = self._plan(ctx, order)
 
@@ -343,7 +369,8 @@ class Stack:
                     folder.mkdir(parents=True, exist_ok=True)
                 rec = _process.start_process(
                     name, launch.command, env=_components.child_environment(launch), extra_env=launch.env,
-                    ports=launch.ports, log_path=self._log_path(name), pid_path=self._pid_path(name), cwd=self.data_dir)
+                    ports=launch.ports, log_path=self._log_path(name), pid_path=self._pid_path(name),
+                    cwd=launch.cwd or self.data_dir)
                 started.append(rec)
                 self._say(f"{name}: started (pid {rec.pid}, {_ports_text(name, rec.ports)})")
             waiting = {rec.name: rec for rec in started}
@@ -369,6 +396,8 @@ class Stack:
         return launches
 
     def _check_binaries(self, name: str) -> None:
+        if COMPONENTS[name].package not in PACKAGES:
+            return  # the bridge runs in this Python environment: nothing installed for it
         pkg = PACKAGES[COMPONENTS[name].package]
         for binary in pkg.binaries:
             path = self._binary(pkg.name, binary)

@@ -17,8 +17,11 @@ Debian's archive into the data folder (nothing is installed on the system), data
   vmalert          evaluates grafana/alerts/*.yml against VictoriaMetrics, UI on 8880
   prometheus       Prometheus 2.42 with the remote-write receiver on 9090
   phoenix          Arize Phoenix trace store with a web UI on 6006 (its OTLP gRPC on 4327, all interfaces)
+  bridge           the otel-rl tracker bridge on 4319 (OTLP/HTTP logs in, TensorBoard/W&B/... out);
+                   only with `up --bridge-config FILE`
 
-traces -> Phoenix; metrics -> vmagent -> VictoriaMetrics + Prometheus; logs -> dropped (no sink yet).
+traces -> Phoenix; metrics -> vmagent -> VictoriaMetrics + Prometheus; logs (the rl.log step events)
+-> the tracker bridge when it runs, else dropped.
 """
 
 EPILOG = """\
@@ -28,6 +31,7 @@ examples:
   otel-rl stack status                             component, PID, ports, health and the URLs to open
   otel-rl stack down                               stop everything by PID; ports are checked free
   otel-rl stack up --port-offset 20000             a second stack beside yours (4317 -> 24317, ...)
+  otel-rl stack up --bridge-config bridge.yaml     also the tracker bridge; rotel sends it the step events
   OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318 otel-rl demo     send a demo run through it
 
 The first `up` installs about 1 GB (Phoenix is most of it; a few minutes); downloaded .deb files
@@ -46,7 +50,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     common.add_argument("--port-offset", type=int, metavar="N",
                         help="add N to every port (env OTEL_RL_STACK_PORT_OFFSET; default 0)")
     common.add_argument("--only", metavar="NAME[,NAME]",
-                        help="only these components: rotel, victoria-metrics, vmagent, vmalert, prometheus, phoenix")
+                        help="only these components: rotel, victoria-metrics, vmagent, vmalert, prometheus, phoenix, "
+                             "bridge (which needs --bridge-config)")
     sub = parser.add_subparsers(dest="stack_command", metavar="SUBCOMMAND")
     install = sub.add_parser("install", parents=[common], help="install the servers into the data folder (idempotent)",
                              description="Install what is missing, from PyPI (venvs) and Debian's archive (a scratch "
@@ -59,6 +64,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     up.add_argument("--timeout", type=float, metavar="S",
                     help="seconds to wait for each component to become healthy (default 30; Phoenix 90)")
     up.add_argument("--no-install", action="store_true", help="fail instead of installing what is missing")
+    up.add_argument("--bridge-config", metavar="FILE",
+                    help="also run the tracker bridge with this YAML file (otel-rl bridge --help) on 4319, in the "
+                         "file's folder, and route rotel's logs to it (without it they are dropped)")
     up.set_defaults(stack_func=_up)
     down = sub.add_parser("down", parents=[common], help="stop the servers by their PID files and check their ports are free",
                           description="SIGTERM each server's process group (by the PID in <dir>/run/<name>.json), "
@@ -83,7 +91,8 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None)
 
     command = f"otel-rl stack {args.stack_command}"
     try:
-        stack = Stack(args.dir, port_offset=args.port_offset, only=args.only)
+        stack = Stack(args.dir, port_offset=args.port_offset, only=args.only,
+                      bridge_config=getattr(args, "bridge_config", None))
         return int(func(stack, args) or 0)
     except ValueError as exc:
         print(f"{command}: {exc}", file=sys.stderr)
@@ -115,6 +124,8 @@ def _up(stack, args: argparse.Namespace) -> int:
     if "rotel" in stack.components:
         print(f"\nsend telemetry: OTEL_EXPORTER_OTLP_ENDPOINT={stack.endpoints['otlp_http']} (http/protobuf) "
               f"or {stack.endpoints['otlp_grpc']} with OTEL_EXPORTER_OTLP_PROTOCOL=grpc")
+    if any(s.name == "bridge" and s.healthy for s in statuses):
+        print(f"step events: rotel -> tracker bridge {stack.bridge_endpoint} (its log: {stack.data_dir}/logs/bridge.log)")
     print(f"stop with: otel-rl stack down{_dir_flag(stack, args)}")
     return 0
 

@@ -5,33 +5,41 @@ Data flow (every address is 127.0.0.1)::
     OTLP --> rotel 4317 (gRPC) / 4318 (HTTP) --traces--> Phoenix 6006 (/v1/traces)
                                               --metrics-> vmagent 8429 --remote write--> VictoriaMetrics 8428
                                                                                      \\-> Prometheus 9090
-                                              --logs---> blackhole (collector-config/rotel/rotel.env)
+                                              --logs---> bridge 4319 (/v1/logs) --> experiment trackers
+                                                         (blackhole when the bridge is not part of the stack)
     vmalert 8880 evaluates grafana/alerts/*.yml against VictoriaMetrics and writes back to it.
 
 rotel 0.0.1a15 takes one exporter per signal, so vmagent does the metrics fan-out; without
-vmagent in the stack, rotel sends metrics straight to VictoriaMetrics.
+vmagent in the stack, rotel sends metrics straight to VictoriaMetrics. The tracker bridge
+(``otel-rl bridge``) is optional: it runs only with a config file (``--bridge-config``), from the
+Python environment otel-rl is installed in, and nothing is installed for it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping
 
 from ._process import LOOPBACK, http_ok, tcp_open
 
-# Display order; the start order puts the stores before what writes into them.
+# Display order; the start order puts the stores before what writes into them. COMPONENT_NAMES are
+# what `up` starts by default; OPTIONAL_COMPONENTS only when asked for (the bridge needs a config).
 COMPONENT_NAMES = ("rotel", "victoria-metrics", "vmagent", "vmalert", "prometheus", "phoenix")
-START_ORDER = ("victoria-metrics", "prometheus", "phoenix", "vmagent", "vmalert", "rotel")
-LOGS_BRIDGE_PORT = 4319  # the tracker bridge's OTLP/HTTP receiver (a later component); rotel.env may name it
+OPTIONAL_COMPONENTS = ("bridge",)
+ALL_COMPONENT_NAMES = COMPONENT_NAMES + OPTIONAL_COMPONENTS
+START_ORDER = ("victoria-metrics", "prometheus", "phoenix", "vmagent", "vmalert", "bridge", "rotel")
+LOGS_BRIDGE_PORT = 4319  # the tracker bridge's OTLP/HTTP receiver; rotel.env names it ${LOGS_BRIDGE_PORT}
 
 
 @dataclass(frozen=True)
 class Component:
     name: str
-    package: str  # what `install` provides it (see _install.PACKAGES)
+    package: str  # what `install` provides it (see _install.PACKAGES); "" for otel-rl itself
     ports: Mapping[str, int]  # role -> default port
     deadline_s: float  # how long `up` waits for it to become healthy
     health: str  # what the health check does, for messages
@@ -53,6 +61,8 @@ COMPONENTS: dict[str, Component] = {c.name: c for c in (
               description="Prometheus with the remote-write receiver"),
     Component("phoenix", "phoenix", {"http": 6006, "grpc": 4327}, 90.0, "GET /healthz",
               all_interfaces=("grpc",), description="trace store with a web UI (Arize Phoenix)"),
+    Component("bridge", "", {"otlp_http": LOGS_BRIDGE_PORT}, 30.0, "GET /healthz",
+              description="otel-rl tracker bridge (OTLP/HTTP logs in, experiment trackers out)"),
 )}
 
 
@@ -70,6 +80,7 @@ class Launch:
     ports: dict[str, int]
     folders: list[Path] = field(default_factory=list)  # created before the start
     drop_env_prefixes: tuple[str, ...] = ()  # inherited variables not passed on
+    cwd: Path | None = None  # working directory (default: the data folder)
 
 
 @dataclass
@@ -82,6 +93,7 @@ class Context:
     binary: Callable[[str, str], Path]  # (package, binary name) -> path
     rotel_config: Path | None = None
     rules_dir: Path | None = None
+    bridge_config: Path | None = None
 
 
 def find_in_repository(relative: str) -> Path | None:
@@ -118,7 +130,9 @@ BUILTIN_ROTEL_ENV = """\
 #   ${PHOENIX_PORT}      6006  Phoenix: OTLP/HTTP protobuf traces at /v1/traces
 #   ${METRICS_PORT}      8429  vmagent (which remote-writes to VictoriaMetrics and Prometheus) when
 #                              vmagent is part of the stack, else 8428, VictoriaMetrics itself
-#   ${LOGS_BRIDGE_PORT}  4319  the tracker bridge's OTLP/HTTP receiver (not started by the stack)
+#   ${LOGS_BRIDGE_PORT}  4319  the tracker bridge's OTLP/HTTP receiver (`otel-rl bridge`)
+#   ${LOGS_EXPORTER}     otlp when the tracker bridge is part of the stack (`otel-rl stack up
+#                        --bridge-config FILE`), else blackhole
 # also ${VICTORIA_METRICS_PORT} (8428), ${VMAGENT_PORT} (8429) and ${DATA_DIR}.
 # See README.md beside this file for why it is routed this way.
 
@@ -127,10 +141,9 @@ ROTEL_OTLP_HTTP_ENDPOINT=127.0.0.1:${OTLP_HTTP_PORT}
 ROTEL_BATCH_TIMEOUT=200ms
 
 # One exporter per signal (rotel 0.0.1a15 refuses two: "Only one exporter supported for
-# ROTEL_EXPORTERS_METRICS"). Logs have no sink in this stack: blackhole. To send them to the
-# tracker bridge on ${LOGS_BRIDGE_PORT}, change logs:blackhole to logs:otlp (its settings below
-# are already in place).
-ROTEL_EXPORTERS=traces:otlp,metrics:otlp,logs:blackhole
+# ROTEL_EXPORTERS_METRICS"). Logs (the rl.log step events) go to the tracker bridge on
+# ${LOGS_BRIDGE_PORT} when it runs, else to blackhole (accepted and dropped): ${LOGS_EXPORTER}.
+ROTEL_EXPORTERS=traces:otlp,metrics:otlp,logs:${LOGS_EXPORTER}
 ROTEL_EXPORTERS_TRACES=traces
 ROTEL_EXPORTERS_METRICS=metrics
 ROTEL_EXPORTERS_LOGS=logs
@@ -203,6 +216,8 @@ def plan_launch(name: str, ctx: Context) -> Launch:
             "VMAGENT_PORT": component_ports("vmagent", ctx.offset)["http"],
             "METRICS_PORT": component_ports("vmagent" if uses_vmagent else "victoria-metrics", ctx.offset)["http"],
             "LOGS_BRIDGE_PORT": LOGS_BRIDGE_PORT + ctx.offset, "DATA_DIR": str(ctx.data_dir),
+            # rl.log events to the tracker bridge when it is part of the stack, else dropped.
+            "LOGS_EXPORTER": "otlp" if "bridge" in ctx.running else "blackhole",
         }
         text, source = rotel_config_text(ctx.rotel_config)
         env = parse_rotel_env(text, {k: str(v) for k, v in values.items()}, source)
@@ -263,6 +278,28 @@ def plan_launch(name: str, ctx: Context) -> Launch:
         return Launch(name, [str(ctx.binary("phoenix", "phoenix")), "serve"], env, ports, [folder],
                       drop_env_prefixes=("PHOENIX_",))
 
+    if name == "bridge":
+        if ctx.bridge_config is None:
+            raise ValueError("the tracker bridge needs its config file: otel-rl stack up --bridge-config FILE "
+                             "(see otel-rl bridge --help)")
+        config = ctx.bridge_config
+        from ..exporters.bridge import TrackerBridge, load_bridge_config
+
+        try:
+            settings = load_bridge_config(config)  # a bad file fails here, before anything starts
+            if not settings.imports:  # (plugin modules may only import from the bridge's own folder)
+                TrackerBridge(settings, out=None)  # an unknown tracker or missing library too
+            digest = hashlib.sha256(config.read_bytes()).hexdigest()
+        except (OSError, TypeError, ImportError) as exc:
+            raise ValueError(str(exc)) from None
+        # The interpreter otel-rl runs in has otel-rl and the tracker libraries; relative paths in
+        # the file are relative to the file's folder. The digest restarts the bridge when the file
+        # changes (it is recorded in the PID file; the file's secrets are not).
+        command = [sys.executable, "-m", "otel_rl.cli", "bridge", "--config", str(config),
+                   "--listen", f"{LOOPBACK}:{ports['otlp_http']}"]
+        env = {"PYTHONUNBUFFERED": "1", "OTEL_RL_BRIDGE_CONFIG_SHA256": digest}
+        return Launch(name, command, env, ports, cwd=config.parent)
+
     raise KeyError(name)
 
 
@@ -274,6 +311,8 @@ def check_health(name: str, ports: Mapping[str, int], timeout_s: float = 2.0) ->
         return (http_ok(f"http://{LOOPBACK}:{ports['otlp_http']}/v1/metrics", data=b"", timeout_s=timeout_s,
                         headers={"Content-Type": "application/x-protobuf"})
                 and tcp_open(ports["otlp_grpc"], timeout_s=timeout_s))
+    if name == "bridge":
+        return http_ok(f"http://{LOOPBACK}:{ports['otlp_http']}/healthz", timeout_s=timeout_s)
     path = {"prometheus": "/-/ready", "phoenix": "/healthz"}.get(name, "/health")
     return http_ok(base + path, timeout_s=timeout_s)
 
@@ -294,6 +333,9 @@ def user_urls(name: str, ports: Mapping[str, int]) -> dict[str, str]:
         return {"query API": f"{base}/api/v1/query"}
     if name == "phoenix":
         return {"UI": base, "OTLP traces": f"{base}/v1/traces"}
+    if name == "bridge":
+        bridge = f"http://{LOOPBACK}:{ports['otlp_http']}"
+        return {"OTLP logs": f"{bridge}/v1/logs", "stats": f"{bridge}/stats", "health": f"{bridge}/healthz"}
     return {}
 
 

@@ -1,9 +1,8 @@
-"""Fixtures for the stack tests: one data folder per session, free ports, a deadline per test, and
-finalizers that stop every server by its PID file however a test ends."""
+"""Fixtures for the stack tests: one data folder per session, free ports, and finalizers that stop
+every server by its PID file however a test ends (the e2e deadline is in tests/conftest.py)."""
 
 from __future__ import annotations
 
-import signal
 from pathlib import Path
 from typing import Iterator
 
@@ -11,8 +10,6 @@ import pytest
 
 from otel_rl.stack import Stack, free_port_offset
 
-E2E_DEADLINE_S = 900  # the first full-stack run installs Phoenix (~1 GB)
-UNIT_DEADLINE_S = 60
 
 
 @pytest.fixture(scope="session")
@@ -46,23 +43,6 @@ def make_stack(stack_dir: Path) -> Iterator:
             errors.append(exc)
     if errors:
         raise errors[0]
-
-
-@pytest.fixture(autouse=True)
-def _deadline(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Fail a test that runs past its deadline (SIGALRM), so its finalizers still stop the servers."""
-    seconds = E2E_DEADLINE_S if request.node.get_closest_marker("e2e") else UNIT_DEADLINE_S
-
-    def expired(signum, frame):
-        raise TimeoutError(f"{request.node.nodeid} ran past its {seconds} s deadline")
-
-    previous = signal.signal(signal.SIGALRM, expired)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 @pytest.fixture
