@@ -7,6 +7,7 @@ sampling distribution and the log-probs used by the loss are the same distributi
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import torch
@@ -94,7 +95,8 @@ class Rollout:
 
     input_ids / attention_mask: [B, P + R]; prompt_width P; response_mask [B, R] is 1 on
     generated tokens up to and including EOS; truncated [B] marks responses that used the
-    whole token budget without EOS.
+    whole token budget without EOS; sample_ids [B] number the samples in generation order
+    (with G samples per prompt, sample_id // G is the GRPO group) and travel with the rows.
     """
 
     input_ids: torch.Tensor
@@ -102,6 +104,7 @@ class Rollout:
     prompt_width: int
     response_mask: torch.Tensor
     truncated: torch.Tensor
+    sample_ids: torch.Tensor | None = None
 
     def select(self, idx: torch.Tensor) -> "Rollout":
         """The sub-batch of rows ``idx`` (a mini-batch)."""
@@ -111,6 +114,7 @@ class Rollout:
             prompt_width=self.prompt_width,
             response_mask=self.response_mask[idx],
             truncated=self.truncated[idx],
+            sample_ids=None if self.sample_ids is None else self.sample_ids[idx],
         )
 
     @property
@@ -136,10 +140,18 @@ def generate(
     temperature: float = 1.0,
     greedy: bool = False,
     generator: torch.Generator | None = None,
+    token_times: list[float] | None = None,
 ) -> Rollout:
-    """Temperature sampling (or greedy decoding) until EOS or the token budget."""
+    """Temperature sampling (or greedy decoding) until EOS or the token budget.
+
+    token_times: when given, ``time.perf_counter()`` is appended to it before the first
+    decoding iteration and after each one (entry k: every sample still running has k tokens),
+    the engine-side timestamps the rollout's request metrics (TTFT, TPOT, latency) come from.
+    """
     ids, mask = prompt_ids, prompt_mask
     finished = torch.zeros(ids.shape[0], dtype=torch.bool)
+    if token_times is not None:
+        token_times.append(time.perf_counter())
     for _ in range(max_new_tokens):
         logits = model(ids, mask)[:, -1, :]
         if greedy:
@@ -151,6 +163,8 @@ def generate(
         ids = torch.cat([ids, tok[:, None]], dim=1)
         mask = torch.cat([mask, (~finished).long()[:, None]], dim=1)
         finished = finished | (tok == EOS)
+        if token_times is not None:
+            token_times.append(time.perf_counter())
         if bool(finished.all()):
             break
     width = prompt_ids.shape[1]
@@ -164,6 +178,7 @@ def generate(
         prompt_width=width,
         response_mask=mask[:, width:].clone(),
         truncated=~finished,
+        sample_ids=torch.arange(ids.shape[0]),
     )
 
 

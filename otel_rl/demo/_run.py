@@ -3,10 +3,13 @@
 Every step goes through the stages of ROLL's RLVR pipeline, each inside a telemetry stage
 span, and ends with one ``tel.log`` carrying the keys ROLL logs plus every stage's
 ``time/*`` and ``memory/*`` keys, and whole per-sample arrays through ``tel.record``.
+``DemoDfx`` adds the RL DFX metrics (correctness, performance, memory, load balance, data
+quality, per-stage and async) computed by ``otel_rl.dfx`` from the same tensors and stages.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import sys
 import time
@@ -14,13 +17,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
+from otel_rl import dfx
 from otel_rl.semconv import metrics as M
 
 from . import _algorithms as alg
 from ._policy import HostOffload, Rollout, TinyCausalLM, generate, response_log_probs, response_values
-from ._task import ReverseDigitsTask
+from ._task import EOS, ReverseDigitsTask, RewardParts, score_response
 
 ALGOS = ("grpo", "ppo")
 
@@ -102,6 +107,161 @@ def _stats(prefix: str, x: torch.Tensor, mask: torch.Tensor | None = None) -> di
     return {f"{prefix}/mean": mean, f"{prefix}/max": mx, f"{prefix}/min": mn}
 
 
+class DemoDfx:
+    """Seed 002's DFX metrics (sections 2, 3 and 6) for the demo, computed by ``otel_rl.dfx``
+    from what the demo already has: its tensors, its decoding loop's timestamps, its stages.
+
+    All tensor-derived values of a step reach the host in ``stats.flush()`` at the end of the
+    step. It needs the whole Telemetry API (``record`` with attributes, ``add``); with a
+    stand-in that lacks it (the tests' NoopTelemetry) every method does nothing.
+
+    What a CPU run cannot have: SM activity (no NVML), GPU allocator memory, fragmentation and
+    activation peaks (no CUDA allocator) stay absent. The demo's decoding recomputes the whole
+    sequence each token (no KV cache): KV-cache use and peak are reported as 0. Its weight sync
+    stages a copy of the actor's state dict: that copy's size is its communication buffer. MFU
+    is taken against this machine's measured float32 matmul throughput (a CPU has no datasheet
+    peak in the table).
+    """
+
+    TIMED_STAGES = ("compute_log_probs", "compute_ref_log_probs", "train_step", "model_update")
+
+    def __init__(self, telemetry: Any, cfg: DemoConfig, actor: TinyCausalLM) -> None:
+        self.enabled = callable(getattr(telemetry, "add", None))
+        if not self.enabled:
+            return
+        self.cfg = cfg
+        self.stats = dfx.StepStats(telemetry)
+        self.ledger = dfx.ShapeLedger(self.stats)
+        self.timeline = dfx.StepTimeline()
+        self.sma = dfx.SmActivityProbe()
+        self.timers = {stage: dfx.ComputeTimer(self.stats, stage, device="cpu") for stage in self.TIMED_STAGES}
+        self.actor_spec = dfx.ModelSpec.from_module(actor, num_layers=cfg.n_layers, hidden_size=cfg.d_model)
+        self.peak_flops = dfx.measure_peak_flops("cpu")
+        self.guarded_score = dfx.guard_reward(self.stats, score_response, RewardParts(0.0, 0.0, False),
+                                              name="reverse_digits")
+        self.policy_version = 0  # bumped at every weight sync to the rollout policy
+        self.batch = dfx.batch_id(0)
+        self.engine_lengths: list[int] = []
+        self.sample_versions: torch.Tensor | None = None
+
+    # -- plumbing the demo's step calls -------------------------------------------------------
+    def stage(self, stage_cm: Any) -> Any:
+        """A telemetry stage whose busy time also goes into the step timeline (pipeline bubble)."""
+        return self.timeline.track(stage_cm) if self.enabled else stage_cm
+
+    def op(self, stage: str, name: str) -> Any:
+        """Time a forward / backward / optimizer_step / communication op of a stage."""
+        return self.timers[stage].op(name) if self.enabled else contextlib.nullcontext()
+
+    def score(self, prompt: list[int], response: list[int]) -> RewardParts:
+        """The rule reward, guarded: an exception scores 0 and is counted."""
+        return self.guarded_score(prompt, response) if self.enabled else score_response(prompt, response)
+
+    def begin_step(self, step: int) -> None:
+        if self.enabled:
+            self.batch = dfx.batch_id(step)  # one micro-batch: the whole step's batch
+            self.timeline.begin()
+            self.sma.begin()
+
+    # -- per stage ------------------------------------------------------------------------------
+    def after_generate(self, rollout: Rollout, token_times: list[float]) -> None:
+        if not self.enabled:
+            return
+        requests = self._requests(rollout, token_times)
+        self.engine_lengths = [r.output_tokens[0] for r in requests]
+        dfx.record_requests(self.stats, requests)
+        dfx.kv_cache(self.stats, {"kv_cache_usage": 0.0, "kv_cache_bytes": 0})  # no KV cache: recomputes
+        self.ledger.record(self.batch, "generate", {"input_ids": rollout.input_ids,
+                           "attention_mask": rollout.attention_mask, "response_mask": rollout.response_mask},
+                           sample_ids=rollout.sample_ids)
+        self.sample_versions = torch.full((rollout.input_ids.shape[0],), self.policy_version)
+
+    def _requests(self, rollout: Rollout, token_times: list[float]) -> list[dfx.RequestStats]:
+        """The decoding loop as an inference engine's request outputs: every sample arrives at
+        the start, gets a token per iteration, and ends at its EOS or the token budget."""
+        start, times = token_times[0], token_times
+        prompt_lengths = rollout.prompt_lengths.tolist()
+        requests = []
+        for prompt_len, tokens in zip(prompt_lengths, rollout.responses.tolist()):
+            stop = EOS in tokens
+            n = tokens.index(EOS) + 1 if stop else len(tokens)  # no EOS: it used the whole budget
+            requests.append(dfx.RequestStats(
+                prompt_tokens=int(prompt_len), output_tokens=[n], finish_reasons=["stop" if stop else "length"],
+                latency=times[n] - start, ttft=times[1] - start,
+                tpot=(times[n] - times[1]) / (n - 1) if n > 1 else None,
+            ))
+        return requests
+
+    def after_rewards(self, seconds: float | None, rollout: Rollout) -> None:
+        if self.enabled and seconds is not None:
+            dfx.reward_batch(self.stats, seconds=seconds, tokens=rollout.attention_mask.sum())
+
+    def after_log_probs(self, st: Any, stage: str, log_probs: torch.Tensor, rollout: Rollout) -> None:
+        if not self.enabled:
+            return
+        mask = rollout.response_mask
+        dfx.logprob_stage(self.stats, stage, log_probs, mask, micro_batch_tokens=[rollout.attention_mask.sum()])
+        dfx.token_alignment(self.stats, stage, mask, logprobs=log_probs, response_lengths=self.engine_lengths)
+        name = "old_log_probs" if stage == "compute_log_probs" else "ref_log_probs"
+        self.ledger.record(self.batch, stage, {"input_ids": rollout.input_ids, "response_mask": mask, name: log_probs},
+                           sample_ids=rollout.sample_ids)
+        dfx.activation_peak_from_stage(self.stats, st)
+
+    def after_values(self, values: torch.Tensor, rollout: Rollout) -> None:
+        if self.enabled:
+            self.ledger.record(self.batch, "compute_values", {"input_ids": rollout.input_ids, "values": values},
+                               sample_ids=rollout.sample_ids)
+
+    def after_advantage(self, advantages: torch.Tensor, rollout: Rollout) -> None:
+        if self.enabled:
+            self.ledger.record(self.batch, "advantage", {"response_mask": rollout.response_mask,
+                               "advantages": advantages}, sample_ids=rollout.sample_ids)
+
+    def before_actor_update(self, batch_size: int) -> None:
+        if self.enabled:  # synchronous: the rollout buffer holds exactly the batch handed over
+            dfx.queue_depth(self.stats, "rollout", batch_size)
+
+    def after_actor_update(self, st: Any, rollout: Rollout, tensors: dict[str, torch.Tensor], seconds: float) -> None:
+        if not self.enabled:
+            return
+        mask = rollout.response_mask
+        dfx.response_mask_ratio(self.stats, "train_step", mask)
+        dfx.token_alignment(self.stats, "train_step", mask, logprobs=tensors["old_log_probs"],
+                            response_lengths=self.engine_lengths)
+        self.ledger.record(self.batch, "train_step", {"input_ids": rollout.input_ids, "response_mask": mask, **tensors},
+                           sample_ids=rollout.sample_ids)
+        dfx.policy_lag(self.stats, self.sample_versions, self.policy_version)
+        # every PPO epoch runs every sample at the full padded width through forward + backward
+        passes = rollout.input_ids.shape[0] * self.cfg.ppo_epochs
+        seq_lens = np.full(passes, rollout.input_ids.shape[1])
+        dfx.mfu(self.stats, self.actor_spec, seq_lens, seconds, peak_flops=self.peak_flops)
+        dfx.activation_peak_from_stage(self.stats, st)
+
+    def after_model_update(self, staged: dict[str, torch.Tensor]) -> None:
+        if self.enabled:
+            dfx.comm_buffer_peak(self.stats, dfx.tensors_nbytes(staged))
+            self.policy_version += 1
+
+    # -- end of step ------------------------------------------------------------------------------
+    def end_step(self, *, seconds: float, rollout: Rollout, tensors: dict[str, torch.Tensor]) -> None:
+        if not self.enabled:
+            return
+        stats = self.stats
+        dfx.count_nonfinite(stats, tensors)
+        dfx.lengths(stats, prompt_lengths=rollout.prompt_lengths, response_lengths=rollout.response_lengths,
+                    truncated=rollout.truncated, histograms=False)  # the demo records the arrays itself
+        dfx.reward_distribution(stats, tensors["rewards"], histogram=False)
+        tokens = rollout.attention_mask.sum()
+        dfx.throughput(stats, seconds=seconds, tokens=tokens, samples=rollout.input_ids.shape[0])
+        busy = self.timeline.busy_seconds()
+        dfx.rank_balance(stats, tokens=[tokens], active_time=[busy], step_time=seconds,
+                         ranks=[int(getattr(stats.tel, "rank", 0) or 0)])
+        dfx.pipeline_bubble(stats, self.timeline)
+        dfx.fragmentation(stats)
+        self.sma.record(stats)
+        stats.flush()
+
+
 class DemoTrainer:
     """Owns the models (actor_infer, actor_train, reference, critic) and runs the steps."""
 
@@ -122,6 +282,8 @@ class DemoTrainer:
             self.critic = TinyCausalLM(**self.model_kwargs, out_dim=1) if cfg.algo == "ppo" else None
         self.actor_optim = torch.optim.Adam(self.actor.parameters(), lr=cfg.actor_lr)
         self.actor_host = HostOffload(self.actor, self.actor_optim)
+        self.dfx = DemoDfx(telemetry, cfg, self.actor)  # before offloading: it counts the actor's weights
+        self.last_update_seconds = 0.0
         # rollout policy (actor_infer) and reference are separate modules; the reference
         # is the frozen initial policy, the rollout policy gets the weights every step
         self.infer = copy.deepcopy(self.actor).eval()
@@ -143,15 +305,17 @@ class DemoTrainer:
 
     # ---- stages ------------------------------------------------------------------------
 
-    def _generate(self) -> tuple[list[list[int]], Rollout]:
+    def _generate(self) -> tuple[list[list[int]], Rollout, list[float]]:
         prompts = self.task.sample_prompts(self.cfg.prompts_per_step, self.gen)
         prompts = [p for p in prompts for _ in range(self.cfg.group_size)]  # groups adjacent
         ids, mask = self.task.encode(prompts)
+        token_times: list[float] = []
         rollout = generate(
             self.infer, ids, mask,
             max_new_tokens=self.task.max_new_tokens, temperature=self.cfg.temperature, generator=self.gen,
+            token_times=token_times,
         )
-        return prompts, rollout
+        return prompts, rollout, token_times
 
     def _offloaded(self, st: Any, host: HostOffload, fn, *, with_optimizer: bool):
         with st.phase("onload"):
@@ -163,7 +327,8 @@ class DemoTrainer:
         return result
 
     def _train_actor(self, rollout: Rollout, old_logp, ref_logp, advantages, spike: bool) -> dict[str, float]:
-        cfg = self.cfg
+        cfg, op = self.cfg, self.dfx.op
+        t0 = time.perf_counter()
         final_mask = rollout.response_mask.clone()
         if cfg.max_len_mask:
             final_mask[rollout.truncated] = 0
@@ -184,29 +349,32 @@ class DemoTrainer:
                     group["lr"] = lr
                 lrs.append(lr)
                 mb = rollout.select(idx)
-                logp, entropy = response_log_probs(self.actor, mb, temperature=cfg.temperature)
-                loss, m = alg.ppo_policy_loss(
-                    log_probs=logp,
-                    old_log_probs=old_logp[idx],
-                    ref_log_probs=ref_logp[idx],
-                    advantages=advantages[idx],
-                    response_mask=mb.response_mask,
-                    final_response_mask=final_mask[idx],
-                    sample_weights=weights[idx],
-                    entropy=entropy,
-                    clip=cfg.pg_clip,
-                    dual_clip=cfg.dual_clip,
-                    kl_coef=cfg.kl_coef,
-                    entropy_coef=cfg.entropy_coef,
-                )
-                # an injected spike also scales the loss that is really backpropagated
-                loss = loss * loss_scale
+                with op("train_step", "forward"):
+                    logp, entropy = response_log_probs(self.actor, mb, temperature=cfg.temperature)
+                    loss, m = alg.ppo_policy_loss(
+                        log_probs=logp,
+                        old_log_probs=old_logp[idx],
+                        ref_log_probs=ref_logp[idx],
+                        advantages=advantages[idx],
+                        response_mask=mb.response_mask,
+                        final_response_mask=final_mask[idx],
+                        sample_weights=weights[idx],
+                        entropy=entropy,
+                        clip=cfg.pg_clip,
+                        dual_clip=cfg.dual_clip,
+                        kl_coef=cfg.kl_coef,
+                        entropy_coef=cfg.entropy_coef,
+                    )
+                    # an injected spike also scales the loss that is really backpropagated
+                    loss = loss * loss_scale
                 m["actor/total_loss"] = loss.item()
                 self.actor_optim.zero_grad(set_to_none=True)
-                loss.backward()
-                grad_norm = torch.nn.utils.clip_grad_norm_(self.actor.parameters(), cfg.max_grad_norm)
-                if torch.isfinite(grad_norm):
-                    self.actor_optim.step()
+                with op("train_step", "backward"):
+                    loss.backward()
+                with op("train_step", "optimizer_step"):
+                    grad_norm = torch.nn.utils.clip_grad_norm_(self.actor.parameters(), cfg.max_grad_norm)
+                    if torch.isfinite(grad_norm):
+                        self.actor_optim.step()
                 # else: skip the update, as loss scalers do, rather than write inf/nan weights
                 m["actor/grad_norm"] = grad_norm.item()
                 per_mb.append(m)
@@ -215,6 +383,7 @@ class DemoTrainer:
             group["lr"] = cfg.actor_lr
         out = alg.reduce_minibatch_metrics(per_mb)
         out["actor/lr"] = max(lrs)
+        self.last_update_seconds = time.perf_counter() - t0
         return out
 
     def _train_critic(self, rollout: Rollout, old_values, returns) -> dict[str, float]:
@@ -272,45 +441,51 @@ class DemoTrainer:
     # ---- one step ----------------------------------------------------------------------
 
     def step(self, step: int) -> StepReport:
-        cfg, tel = self.cfg, self.tel
+        cfg, tel, d = self.cfg, self.tel, self.dfx
         t0 = time.perf_counter()
         logs: dict[str, float] = {}
         spike = cfg.inject_spike_at is not None and step == cfg.inject_spike_at
         with tel.step(step):
-            with tel.stage("generate", cluster="actor_infer") as st:
-                prompts, rollout = self._generate()
+            d.begin_step(step)
+            with d.stage(tel.stage("generate", cluster="actor_infer")) as st:
+                prompts, rollout, token_times = self._generate()
             logs.update(st.metrics)
+            d.after_generate(rollout, token_times)
             mask = rollout.response_mask
 
-            with tel.stage("compute_rewards", cluster="reward") as st:
-                parts = self.task.score(prompts, rollout.responses)
+            with d.stage(tel.stage("compute_rewards", cluster="reward")) as st:
+                parts = [d.score(p, r) for p, r in zip(prompts, rollout.responses.tolist())]
                 scores = torch.tensor([p.score for p in parts])
             logs.update(st.metrics)
+            d.after_rewards(getattr(st, "elapsed", None), rollout)
 
-            with tel.stage("compute_log_probs", cluster="actor_train", offload=True) as st:
+            with d.stage(tel.stage("compute_log_probs", cluster="actor_train", offload=True)) as st:
                 def old_log_probs():
-                    with torch.no_grad():
+                    with torch.no_grad(), d.op("compute_log_probs", "forward"):
                         return response_log_probs(self.actor, rollout, temperature=cfg.temperature)
                 old_logp, entropy = self._offloaded(st, self.actor_host, old_log_probs, with_optimizer=False)
             logs.update(st.metrics)
+            d.after_log_probs(st, "compute_log_probs", old_logp, rollout)
 
-            with tel.stage("compute_ref_log_probs", cluster="reference", offload=True) as st:
+            with d.stage(tel.stage("compute_ref_log_probs", cluster="reference", offload=True)) as st:
                 def ref_log_probs():
-                    with torch.no_grad():
+                    with torch.no_grad(), d.op("compute_ref_log_probs", "forward"):
                         return response_log_probs(self.ref, rollout, temperature=cfg.temperature)[0]
                 ref_logp = self._offloaded(st, self.ref_host, ref_log_probs, with_optimizer=False)
             logs.update(st.metrics)
+            d.after_log_probs(st, "compute_ref_log_probs", ref_logp, rollout)
 
             values = None
             if self.critic is not None:
-                with tel.stage("compute_values", cluster="critic", offload=True) as st:
+                with d.stage(tel.stage("compute_values", cluster="critic", offload=True)) as st:
                     def critic_values():
                         with torch.no_grad():
                             return response_values(self.critic, rollout) * mask
                     values = self._offloaded(st, self.critic_host, critic_values, with_optimizer=False)
                 logs.update(st.metrics)
+                d.after_values(values, rollout)
 
-            with tel.stage("advantage") as st:
+            with d.stage(tel.stage("advantage")) as st:
                 if cfg.algo == "grpo":
                     rewards = alg.group_normalize(scores, cfg.group_size)
                     rewards, reward_clip_frac = alg.clip_rewards(rewards, cfg.reward_clip)
@@ -322,16 +497,18 @@ class DemoTrainer:
                     raw_adv, returns = alg.compute_gae(token_rewards, values, mask, gamma=cfg.gamma, lam=cfg.lam)
                     advantages = alg.masked_whiten(raw_adv, mask)
             logs.update(st.metrics)
+            d.after_advantage(advantages, rollout)
 
             if self.critic is not None:
-                with tel.stage("train_step", cluster="critic", offload=True) as st:
+                with d.stage(tel.stage("train_step", cluster="critic", offload=True)) as st:
                     critic_metrics = self._offloaded(
                         st, self.critic_host, lambda: self._train_critic(rollout, values, returns), with_optimizer=True
                     )
                 logs.update(st.metrics)
                 logs.update(critic_metrics)
 
-            with tel.stage("train_step", cluster="actor_train", offload=True) as st:
+            d.before_actor_update(rollout.input_ids.shape[0])
+            with d.stage(tel.stage("train_step", cluster="actor_train", offload=True)) as st:
                 actor_metrics = self._offloaded(
                     st, self.actor_host,
                     lambda: self._train_actor(rollout, old_logp, ref_logp, advantages, spike),
@@ -339,20 +516,25 @@ class DemoTrainer:
                 )
             logs.update(st.metrics)
             logs.update(actor_metrics)
+            trained = {"old_log_probs": old_logp, "ref_log_probs": ref_logp, "advantages": advantages}
+            d.after_actor_update(st, rollout, trained, self.last_update_seconds)
 
-            with tel.stage("model_update", cluster="actor_infer") as st:
+            with d.stage(tel.stage("model_update", cluster="actor_infer")) as st:
                 # weight sync: the rollout policy takes the freshly trained weights
-                self.infer.load_state_dict(self.actor_host.host_state_dict())
+                with d.op("model_update", "communication"):
+                    staged = self.actor_host.host_state_dict()
+                    self.infer.load_state_dict(staged)
             logs.update(st.metrics)
+            d.after_model_update(staged)
 
             if step % cfg.checkpoint_every == 0 or step == cfg.last_step:
-                with tel.stage("do_checkpoint", cluster="actor_train", offload=True) as st:
+                with d.stage(tel.stage("do_checkpoint", cluster="actor_train", offload=True)) as st:
                     path = self._offloaded(st, self.actor_host, lambda: self._save_checkpoint(step), with_optimizer=True)
                 logs.update(st.metrics)
                 self.state.checkpoints.append(path)
 
             if step % cfg.val_every == 0 or step == cfg.last_step:
-                with tel.stage("validation", cluster="actor_infer") as st:
+                with d.stage(tel.stage("validation", cluster="actor_infer")) as st:
                     val = self._validate()
                 logs.update(st.metrics)
                 logs.update(_stats("val/score", val))
@@ -385,6 +567,8 @@ class DemoTrainer:
             tel.record(M.RL_SAMPLE_PROMPT_LENGTH, prompt_len.numpy())
             tel.record(M.RL_SAMPLE_REWARD, rewards.numpy())
             tel.record(M.RL_SAMPLE_ADVANTAGE, alg.masked_mean(advantages, mask, dim=-1).numpy())
+            checked = {**trained, "scores": scores, "rewards": rewards, **({"values": values} if values is not None else {})}
+            d.end_step(seconds=seconds, rollout=rollout, tensors=checked)
             tel.log(logs, step=step)
 
         self.state.rewards.append(logs["critic/score/mean"])
