@@ -304,3 +304,15 @@ def test_every_stage_phase_and_span_is_exported_once(make_telemetry):
     names = Counter(s.name for s in read_spans(tel.run_dir))
     assert names["rl.step"] == 3 and names["rl.execute"] == 3
     assert all(names[f"rl.{stage}"] == 3 for stage in STAGES)
+
+
+def test_no_metric_attribute_repeats_a_resource_attribute(make_telemetry):
+    """Prometheus-compatible stores turn resource attributes into labels and reject a sample whose
+    label repeats (remote write answers "label name ... is not unique"), so a data-point attribute
+    must never share a name with a resource attribute otel-rl sets."""
+    from otel_rl.semconv import METRICS
+
+    tel = make_telemetry(run_id="r", experiment="e", framework="roll", rank=1, world_size=2, local_rank=1)
+    resource_keys = set(tel.resource.attributes)
+    for mdef in METRICS.values():
+        assert not set(mdef.attributes) & resource_keys, mdef.name

@@ -53,10 +53,10 @@ def rank_balance(
 ) -> None:
     """Record per-rank load and the straggler (at ``stats.flush()``).
 
-    tokens -> ``rl.rank.tokens{rl.rank}`` and, across ranks, ``rl.rank.tokens{rl.statistic}``
+    tokens -> ``rl.rank.tokens{rl.measured_rank}`` and, across ranks, ``rl.rank.tokens{rl.statistic}``
     (min, max, mean, minmax_diff, as verl's global_seqlen/*); active_time ->
-    ``rl.rank.active_time{rl.rank}``; idle_time (default step_time - active_time) ->
-    ``rl.rank.idle_time{rl.rank}``; communication_time -> ``rl.rank.communication_time{rl.rank}``;
+    ``rl.rank.active_time{rl.measured_rank}``; idle_time (default step_time - active_time) ->
+    ``rl.rank.idle_time{rl.measured_rank}``; communication_time -> ``rl.rank.communication_time{rl.measured_rank}``;
     the rank with the longest active time -> ``rl.straggler.rank`` and its margin
     (active / median active - 1) -> ``rl.straggler.margin``. Seconds and token counts, as host
     numbers or tensors (e.g. the output of ``all_gather``).
@@ -105,7 +105,7 @@ def find_straggler(active_time: Sequence[float] | Any, ranks: Sequence[int] | No
 
 def _per_rank(stats: StepStats, metric: str, values: np.ndarray, ranks: Sequence[int] | None) -> None:
     for i, value in enumerate(values):
-        stats.record(metric, float(value), {A.RL_RANK: int(ranks[i]) if ranks is not None else i})
+        stats.record(metric, float(value), {A.RL_MEASURED_RANK: int(ranks[i]) if ranks is not None else i})
 
 
 def _vector(values: Any) -> Any:

@@ -89,7 +89,7 @@ class ComputeTimer:
 
     Each op's time is summed over the step and recorded at flush as one
     ``rl.compute.duration{rl.compute.op, rl.stage}`` measurement; ``communication`` also sets
-    ``rl.rank.communication_time{rl.rank}`` for this process's rank. On a CUDA device (default:
+    ``rl.rank.communication_time{rl.measured_rank}`` for this process's rank. On a CUDA device (default:
     when the program initialized CUDA) each op is a pair of CUDA events recorded on the current
     stream; flush reads the ones that completed (``Event.query()``, no wait) and carries the rest
     to the next flush, so a step's totals are recorded once all its events completed. On CPU the
@@ -156,7 +156,7 @@ class ComputeTimer:
             self.stats.record(M.RL_COMPUTE_DURATION, [seconds], {A.RL_COMPUTE_OP: name, A.RL_STAGE: self.stage})
         if _COMMUNICATION in totals:
             self.stats.record(M.RL_RANK_COMMUNICATION_TIME, totals[_COMMUNICATION],
-                              {A.RL_RANK: int(getattr(self.stats.tel, "rank", 0) or 0)})
+                              {A.RL_MEASURED_RANK: int(getattr(self.stats.tel, "rank", 0) or 0)})
 
 
 def _wants_cuda_events(device: Any) -> bool:

@@ -93,6 +93,17 @@ RL_LOSS_TYPE: Final = "rl.loss.type"
 
 Type: enum. Values: policy, weighted_policy, kl, entropy, total, value, sft, sft_positive, sft_negative. Examples: policy, kl, total."""
 
+RL_MEASURED_RANK: Final = "rl.measured_rank"
+"""The rank a per-rank load-balance value describes.
+
+Type: int. Examples: 0, 7.
+
+Load-balance values (tokens, active, idle and communication time per rank) are usually
+gathered on one rank for all ranks, so the rank a value is about differs from the rank
+that emitted it. The emitter is the resource attribute `rl.rank`; a data point cannot
+carry `rl.rank` too, because a Prometheus-compatible store turns resource attributes
+into labels and rejects a series with the same label twice."""
+
 RL_MEMORY_ALLOCATED: Final = "rl.memory.allocated"
 """GPU memory allocated by tensors at the snapshot, in bytes (By).
 
@@ -636,6 +647,7 @@ __all__ = [
     "RL_KL_ESTIMATOR",
     "RL_LOCAL_RANK",
     "RL_LOSS_TYPE",
+    "RL_MEASURED_RANK",
     "RL_MEMORY_ALLOCATED",
     "RL_MEMORY_KIND",
     "RL_MEMORY_MAX_ALLOCATED",

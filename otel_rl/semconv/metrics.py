@@ -949,7 +949,7 @@ RL_RANK_ACTIVE_TIME: Final = "rl.rank.active_time"
 
 Instrument: gauge
 Unit: s
-Attributes: rl.rank (required)
+Attributes: rl.measured_rank (required)
 
 Per-rank active time (seed 002 section 2.5); a large deviation across ranks is the
 "multi-card imbalance" alert (section 4)."""
@@ -966,7 +966,7 @@ RL_RANK_COMMUNICATION_TIME: Final = "rl.rank.communication_time"
 
 Instrument: gauge
 Unit: s
-Attributes: rl.rank (required)
+Attributes: rl.measured_rank (required)
 
 Per-rank communication time (seed 002 section 5.2 heatmap).
 Lower is better."""
@@ -983,7 +983,7 @@ RL_RANK_IDLE_TIME: Final = "rl.rank.idle_time"
 
 Instrument: gauge
 Unit: s
-Attributes: rl.rank (required)
+Attributes: rl.measured_rank (required)
 
 Per-rank idle time (seed 002 section 2.5): step time minus active time.
 Lower is better."""
@@ -1000,7 +1000,7 @@ RL_RANK_TOKENS: Final = "rl.rank.tokens"
 
 Instrument: gauge
 Unit: {token}
-Attributes: rl.rank (conditionally_required), rl.statistic (conditionally_required)
+Attributes: rl.measured_rank (conditionally_required), rl.statistic (conditionally_required)
 
 Per-rank token count (seed 002 section 2.5). A large spread across ranks is the
 "multi-card imbalance" alert (section 4).

@@ -22,10 +22,10 @@ def test_straggler_of_known_per_rank_times(stats, tel):
     assert latest(tel, M.RL_STRAGGLER_RANK) == 2.0
     assert latest(tel, M.RL_STRAGGLER_MARGIN) == pytest.approx(12.0 / 10.25 - 1)
     for rank, (a, tokens) in enumerate(zip(active, [4000, 4100, 6000, 3900])):
-        assert latest(tel, M.RL_RANK_ACTIVE_TIME, {A.RL_RANK: rank}) == a
-        assert latest(tel, M.RL_RANK_IDLE_TIME, {A.RL_RANK: rank}) == 13.0 - a
-        assert latest(tel, M.RL_RANK_TOKENS, {A.RL_RANK: rank}) == tokens
-    assert latest(tel, M.RL_RANK_COMMUNICATION_TIME, {A.RL_RANK: 2}) == 0.5
+        assert latest(tel, M.RL_RANK_ACTIVE_TIME, {A.RL_MEASURED_RANK: rank}) == a
+        assert latest(tel, M.RL_RANK_IDLE_TIME, {A.RL_MEASURED_RANK: rank}) == 13.0 - a
+        assert latest(tel, M.RL_RANK_TOKENS, {A.RL_MEASURED_RANK: rank}) == tokens
+    assert latest(tel, M.RL_RANK_COMMUNICATION_TIME, {A.RL_MEASURED_RANK: 2}) == 0.5
     stat = {s: latest(tel, M.RL_RANK_TOKENS, {A.RL_STATISTIC: s}) for s in ("min", "max", "mean", "minmax_diff")}
     assert stat == {"min": 3900.0, "max": 6000.0, "mean": 4500.0, "minmax_diff": 2100.0}
 
@@ -36,8 +36,8 @@ def test_explicit_ranks_idle_time_and_gathered_device_scalars(stats, tel):
     dfx.rank_balance(stats, tokens=tokens, active_time=torch.tensor([2.0, 2.0, 2.0]), idle_time=[0.5, 0.0, 0.25],
                      ranks=[8, 9, 10])
     stats.flush()
-    assert latest(tel, M.RL_RANK_TOKENS, {A.RL_RANK: 9}) == 300.0
-    assert latest(tel, M.RL_RANK_IDLE_TIME, {A.RL_RANK: 10}) == 0.25
+    assert latest(tel, M.RL_RANK_TOKENS, {A.RL_MEASURED_RANK: 9}) == 300.0
+    assert latest(tel, M.RL_RANK_IDLE_TIME, {A.RL_MEASURED_RANK: 10}) == 0.25
     assert latest(tel, M.RL_STRAGGLER_RANK) == 8.0  # a tie: the lowest rank
     assert latest(tel, M.RL_STRAGGLER_MARGIN) == 0.0
 

@@ -59,7 +59,7 @@ def test_compute_timer_on_cpu_sums_each_op_over_the_step(stats, tel):
     assert totals["forward"] == pytest.approx(0.04, abs=0.02) and totals["backward"] == pytest.approx(0.06, abs=0.02)
     count, seconds = histogram(tel, M.RL_COMPUTE_DURATION, {A.RL_COMPUTE_OP: "backward", A.RL_STAGE: "train_step"})
     assert count == 1 and seconds == totals["backward"]  # one measurement per op per step
-    assert latest(tel, M.RL_RANK_COMMUNICATION_TIME, {A.RL_RANK: 0}) == totals["communication"]
+    assert latest(tel, M.RL_RANK_COMMUNICATION_TIME, {A.RL_MEASURED_RANK: 0}) == totals["communication"]
     with pytest.raises(ValueError):
         timer.op("sleep").__enter__()
 
