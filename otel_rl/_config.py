@@ -187,15 +187,21 @@ def _warn_once(name: str, raw: str, reason: str) -> None:
         logger.warning("otel-rl: ignoring %s=%r (%s); falling back to the config file or the default", name, raw, reason)
 
 
+def read_yaml_file(path: str | os.PathLike[str], what: str, hint: str = "") -> Any:
+    """A YAML file's document (None when empty); errors say which file (``what``) and why."""
+    p = Path(path)
+    try:
+        return yaml.safe_load(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{what} {p} does not exist{hint}") from None
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{what} {p} is not valid YAML: {exc}") from None
+
+
 def load_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read a YAML config file of TelemetryConfig fields; errors name the file and the bad key."""
     p = Path(path)
-    try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise FileNotFoundError(f"otel-rl config file {p} does not exist (set by config_file= or OTEL_RL_CONFIG)") from None
-    except yaml.YAMLError as exc:
-        raise ValueError(f"otel-rl config file {p} is not valid YAML: {exc}") from None
+    data = read_yaml_file(p, "otel-rl config file", " (set by config_file= or OTEL_RL_CONFIG)")
     if data is None:  # an empty file
         return {}
     if not isinstance(data, dict):

@@ -49,7 +49,7 @@ def event_value(raw: Any) -> Any:
     if kind is float or kind is int or kind is str or kind is bool or raw is None:
         return raw
     item = getattr(raw, "item", None)
-    if item is not None and getattr(raw, "ndim", None) == 0 or (item is not None and _numel(raw) == 1):
+    if item is not None and (getattr(raw, "ndim", None) == 0 or _numel(raw) == 1):
         try:
             return item()
         except Exception:

@@ -26,6 +26,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, NamedTuple, TypeVar
 
+from .semconv import attributes as A
+from .semconv import names as N
+
 __all__ = [
     "LOGS_FILE",
     "METRICS_FILE",
@@ -50,9 +53,9 @@ TRACES_FILE = "traces.jsonl"
 METRICS_FILE = "metrics.jsonl"
 LOGS_FILE = "logs.jsonl"
 
-STEP_SPAN_NAME = "rl.step"
-STEP_ATTRIBUTE = "rl.step"
-MEMORY_SNAPSHOT_EVENT = "rl.memory.snapshot"
+STEP_SPAN_NAME = N.RL_STEP_SPAN
+STEP_ATTRIBUTE = A.RL_STEP
+MEMORY_SNAPSHOT_EVENT = N.RL_MEMORY_SNAPSHOT_EVENT
 
 T = TypeVar("T")
 
@@ -566,11 +569,11 @@ def format_duration(ns: float) -> str:
 
 def _details(span: SpanRecord, parent: SpanRecord | None) -> str:
     parts: list[str] = []
-    cluster = span.attributes.get("rl.cluster")
+    cluster = span.attributes.get(A.RL_CLUSTER)
     # The cluster is shown where it changes (a stage), not again on each of its phases.
-    if cluster not in (None, "") and (parent is None or parent.attributes.get("rl.cluster") != cluster):
+    if cluster not in (None, "") and (parent is None or parent.attributes.get(A.RL_CLUSTER) != cluster):
         parts.append(str(cluster))
-    phase = span.attributes.get("rl.stage.phase")
+    phase = span.attributes.get(A.RL_STAGE_PHASE)
     if phase not in (None, "") and span.name != f"rl.{phase}":
         parts.append(f"phase={phase}")
     snapshots = sum(1 for event in span.events if event.name == MEMORY_SNAPSHOT_EVENT)

@@ -62,8 +62,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Mapping, Sequence, TextIO
 
-import yaml
 
+from .._config import read_yaml_file
 from ..semconv import attributes as A
 from ..semconv import metrics as M
 from ..semconv import names as N
@@ -211,12 +211,7 @@ def parse_listen(listen: str, source: str = "listen") -> tuple[str, int]:
 def load_bridge_config(path: str | Path) -> BridgeConfig:
     """Read the bridge's YAML file; errors name the file and the setting."""
     p = Path(path)
-    try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise FileNotFoundError(f"bridge config {p} does not exist") from None
-    except yaml.YAMLError as exc:
-        raise ValueError(f"bridge config {p} is not valid YAML: {exc}") from None
+    data = read_yaml_file(p, "bridge config")
     return BridgeConfig.from_mapping(data if data is not None else {}, f"bridge config {p}")
 
 
