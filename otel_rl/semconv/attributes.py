@@ -57,6 +57,20 @@ RL_COMPUTE_OP: Final = "rl.compute.op"
 
 Type: enum. Values: forward, backward, optimizer_step, communication. Examples: forward, backward."""
 
+RL_DATA_SOURCE: Final = "rl.data_source"
+"""Data source of the samples a value summarizes (verl's per-sample `data_source`).
+
+Type: string. Examples: gsm8k, MATH-lighteval.
+
+Bounded by the datasets of the run. For an `owner/name` id (Hugging Face style, e.g.
+verl's `openai/gsm8k`) this is the name and `rl.data_source.namespace` the owner: a
+framework key segment cannot hold a `/`."""
+
+RL_DATA_SOURCE_NAMESPACE: Final = "rl.data_source.namespace"
+"""Owner part of an `owner/name` data source id (`openai` of `openai/gsm8k`).
+
+Type: string. Examples: openai, DigitalLearningGmbH."""
+
 RL_EXPERIMENT_NAME: Final = "rl.experiment.name"
 """Experiment name the run belongs to (resource attribute; ROLL `exp_name`).
 
@@ -82,6 +96,11 @@ RL_KL_ESTIMATOR: Final = "rl.kl.estimator"
 """Estimator used to compute a KL divergence.
 
 Type: enum. Values: approx, exact, k1, k2, k3, low_var_kl. Examples: k3, low_var_kl."""
+
+RL_KL_PLACEMENT: Final = "rl.kl.placement"
+"""Where a KL regularizer against the reference policy acts: in the loss or in the reward.
+
+Type: enum. Values: loss, reward. Examples: loss, reward."""
 
 RL_LOCAL_RANK: Final = "rl.local_rank"
 """Rank of the process on its node (resource attribute).
@@ -172,6 +191,13 @@ Type: enum. Values: actor, critic, reference, reward. Examples: actor, critic.
 Taken from the key prefix (`actor/lr`, `critic/lr`, `perf/mfu/actor`); keys with
 no prefix (TRL/ms-swift `learning_rate`, `loss`, `grad_norm`) are the actor's."""
 
+RL_NODE_RANK: Final = "rl.node.rank"
+"""Index of the node (machine) the process runs on within the job (resource attribute).
+
+Type: int. Examples: 0, 3.
+
+From torch.distributed launchers' `NODE_RANK` / `GROUP_RANK` or Ray Train's node rank; the node's name is `host.name`."""
+
 RL_NONFINITE_KIND: Final = "rl.nonfinite.kind"
 """Kind of non-finite value counted.
 
@@ -211,7 +237,7 @@ Type: string. Examples: grpo-20251126-022444."""
 RL_STAGE: Final = "rl.stage"
 """The training stage a measurement belongs to.
 
-Type: enum. Values: rollout, generate, compute_rewards, compute_log_probs, compute_ref_log_probs, compute_values, ref_log_probs_values_reward, old_log_probs_values, advantage, train_step, model_update, do_checkpoint, validation. Examples: generate, compute_log_probs.
+Type: enum. Values: rollout, generate, compute_rewards, tool_calls, compute_log_probs, compute_ref_log_probs, compute_values, ref_log_probs_values_reward, old_log_probs_values, advantage, train_step, model_update, do_checkpoint, validation. Examples: generate, compute_log_probs.
 
 A step runs rollout -> reward -> old/ref log-prob -> values/advantage -> actor
 update -> weight sync -> checkpoint. The values are ROLL's `metric_infix` stage
@@ -229,7 +255,7 @@ phase breakdown reports `total`."""
 RL_STATISTIC: Final = "rl.statistic"
 """The statistic a per-step value summarizes (mean, max, min, std, percentile, ...).
 
-Type: enum. Values: mean, max, min, std, sum, p50, p90, p95, p99, minmax_diff, balanced_min, balanced_max. Examples: mean, max, p99.
+Type: enum. Values: mean, max, min, std, sum, p50, p90, p95, p99, minmax_diff, balanced_min, balanced_max, best, best_std, worst, worst_std, maj, maj_std, slowest. Examples: mean, max, p99.
 
 Framework keys carry the statistic as a suffix (`/mean`, `_max`, `@p99`); the
 mappings turn the suffix into this attribute so one metric holds all statistics.
@@ -260,6 +286,22 @@ RL_TENSOR_NAME: Final = "rl.tensor.name"
 """Name of the checked tensor (a DataProto / batch field).
 
 Type: string. Examples: old_log_probs, advantages, response_mask."""
+
+RL_VALIDATION_N: Final = "rl.validation.n"
+"""Number of responses per prompt a validation statistic is computed over (verl `@N`).
+
+Type: string. Examples: 4, 16.
+
+For `mean@N` / `std@N` all N responses of a prompt; for `best@N`, `worst@N`, `maj@N`
+the bootstrap subset size (2, 4, 8, ... and the full N). A handful of values per run."""
+
+RL_VALIDATION_VARIABLE: Final = "rl.validation.variable"
+"""The per-sample score a validation statistic is computed over.
+
+Type: string. Examples: reward, acc.
+
+verl's reward info key (`reward`, `acc`, or any numeric `reward_extra_info` key of the
+reward function); bounded by the reward function's outputs."""
 
 RL_WORLD_SIZE: Final = "rl.world_size"
 """Number of processes in the job (resource attribute).
@@ -399,6 +441,16 @@ class RlKlEstimatorValues(str, Enum):
     """verl `low_var_kl` (clamped k3)."""
 
 
+class RlKlPlacementValues(str, Enum):
+    """Values of `rl.kl.placement`: Where a KL regularizer against the reference policy acts: in the loss or in the reward."""
+
+    LOSS = 'loss'
+    """A KL term added to the actor loss (verl `actor/kl_coef`, `actor_rollout_ref.actor.use_kl_loss`)."""
+
+    REWARD = 'reward'
+    """A KL penalty subtracted from the reward (verl `actor/reward_kl_penalty_coeff`, `algorithm.use_kl_in_reward`)."""
+
+
 class RlLossTypeValues(str, Enum):
     """Values of `rl.loss.type`: Which term of the loss decomposition a loss value is."""
 
@@ -517,6 +569,9 @@ class RlStageValues(str, Enum):
     COMPUTE_REWARDS = 'compute_rewards'
     """Reward computation: rule rewards or reward model (ROLL `compute_rewards`, verl `reward`)."""
 
+    TOOL_CALLS = 'tool_calls'
+    """Tool execution inside a multi-turn agent rollout (verl agent loop `tool_calls`)."""
+
     COMPUTE_LOG_PROBS = 'compute_log_probs'
     """Old-policy log-probability forward pass (ROLL `compute_log_probs`, verl `old_log_prob`)."""
 
@@ -603,6 +658,27 @@ class RlStatisticValues(str, Enum):
     BALANCED_MAX = 'balanced_max'
     """Maximum across ranks after sequence balancing (verl `global_seqlen/balanced_max`)."""
 
+    BEST = 'best'
+    """Expected best of N samples, bootstrap mean (verl validation `best@N/mean`)."""
+
+    BEST_STD = 'best_std'
+    """Bootstrap standard deviation of the best of N samples (verl validation `best@N/std`)."""
+
+    WORST = 'worst'
+    """Expected worst of N samples, bootstrap mean (verl validation `worst@N/mean`)."""
+
+    WORST_STD = 'worst_std'
+    """Bootstrap standard deviation of the worst of N samples (verl validation `worst@N/std`)."""
+
+    MAJ = 'maj'
+    """Majority vote over N samples, bootstrap mean (verl validation `maj@N/mean`)."""
+
+    MAJ_STD = 'maj_std'
+    """Bootstrap standard deviation of the majority vote over N samples (verl validation `maj@N/std`)."""
+
+    SLOWEST = 'slowest'
+    """Value of the slowest sample of the batch (verl `timing_s/agent_loop/slowest/*`)."""
+
 
 class RlTelemetryReasonValues(str, Enum):
     """Values of `rl.telemetry.reason`: Why otel-rl rejected a value."""
@@ -641,10 +717,13 @@ __all__ = [
     "RL_CLIP_KIND",
     "RL_CLUSTER",
     "RL_COMPUTE_OP",
+    "RL_DATA_SOURCE",
+    "RL_DATA_SOURCE_NAMESPACE",
     "RL_EXPERIMENT_NAME",
     "RL_FRAMEWORK",
     "RL_KEY",
     "RL_KL_ESTIMATOR",
+    "RL_KL_PLACEMENT",
     "RL_LOCAL_RANK",
     "RL_LOSS_TYPE",
     "RL_MEASURED_RANK",
@@ -658,6 +737,7 @@ __all__ = [
     "RL_MEMORY_VMS",
     "RL_MEMORY_WHEN",
     "RL_MODEL_ROLE",
+    "RL_NODE_RANK",
     "RL_NONFINITE_KIND",
     "RL_POLICY",
     "RL_QUEUE_NAME",
@@ -671,11 +751,14 @@ __all__ = [
     "RL_TELEMETRY_REASON",
     "RL_TENSOR_DIM",
     "RL_TENSOR_NAME",
+    "RL_VALIDATION_N",
+    "RL_VALIDATION_VARIABLE",
     "RL_WORLD_SIZE",
     "RlClipKindValues",
     "RlComputeOpValues",
     "RlFrameworkValues",
     "RlKlEstimatorValues",
+    "RlKlPlacementValues",
     "RlLossTypeValues",
     "RlMemoryKindValues",
     "RlMemoryStateValues",

@@ -602,6 +602,24 @@ def create_rl_grad_norm(meter: Meter, callbacks: Sequence[CallbackT] | None = No
         name=RL_GRAD_NORM, callbacks=callbacks, description='L2 norm of all parameter gradients of a step.', unit="1"
     )
 
+RL_KL_COEFFICIENT: Final = "rl.kl.coefficient"
+"""Weight of the KL regularizer against the reference policy.
+
+Instrument: gauge
+Unit: 1
+Attributes: rl.kl.placement (required)
+
+The coefficient the KL term is multiplied by, in the actor loss or in the reward penalty;
+an adaptive KL controller moves it. Read it next to rl.policy.kl (reference).
+Keys: verl `actor/kl_coef` (loss), `actor/reward_kl_penalty_coeff` (reward)."""
+
+
+def create_rl_kl_coefficient(meter: Meter, callbacks: Sequence[CallbackT] | None = None) -> ObservableGauge:
+    """Create the `rl.kl.coefficient` observable gauge (1)."""
+    return meter.create_observable_gauge(
+        name=RL_KL_COEFFICIENT, callbacks=callbacks, description='Weight of the KL regularizer against the reference policy.', unit="1"
+    )
+
 RL_LEARNING_RATE: Final = "rl.learning_rate"
 """Current optimizer learning rate.
 
@@ -908,6 +926,24 @@ def create_rl_progress_tokens(meter: Meter) -> Counter:
     """Create the `rl.progress.tokens` counter ({token})."""
     return meter.create_counter(name=RL_PROGRESS_TOKENS, description='Total number of tokens processed so far.', unit="{token}")
 
+RL_PROMPT_CLIPPED_RATIO: Final = "rl.prompt.clipped_ratio"
+"""Fraction of prompts as long as the maximum prompt length (likely truncated).
+
+Instrument: gauge
+Unit: 1
+Attributes: none
+
+Share of prompts that fill the whole prompt window: their beginning may have been cut
+off by the data loader's truncation, so the task the policy sees is incomplete.
+Keys: verl `prompt_length/clip_ratio`. Lower is better."""
+
+
+def create_rl_prompt_clipped_ratio(meter: Meter, callbacks: Sequence[CallbackT] | None = None) -> ObservableGauge:
+    """Create the `rl.prompt.clipped_ratio` observable gauge (1)."""
+    return meter.create_observable_gauge(
+        name=RL_PROMPT_CLIPPED_RATIO, callbacks=callbacks, description='Fraction of prompts as long as the maximum prompt length (likely truncated).', unit="1"
+    )
+
 RL_PROMPT_LENGTH: Final = "rl.prompt.length"
 """Length of the step's prompts, by statistic.
 
@@ -1073,6 +1109,41 @@ def create_rl_response_mask_ratio(meter: Meter, callbacks: Sequence[CallbackT] |
     """Create the `rl.response.mask_ratio` observable gauge (1)."""
     return meter.create_observable_gauge(
         name=RL_RESPONSE_MASK_RATIO, callbacks=callbacks, description='Fraction of response token positions that the response mask keeps.', unit="1"
+    )
+
+RL_RESPONSE_NON_ABORTED_CLIPPED_RATIO: Final = "rl.response.non_aborted_clipped_ratio"
+"""Fraction of the non-aborted responses truncated at the maximum generation length.
+
+Instrument: gauge
+Unit: 1
+Attributes: none
+
+rl.response.clipped_ratio over the responses that were not aborted.
+Keys: verl `response_length_non_aborted/clip_ratio`. Lower is better."""
+
+
+def create_rl_response_non_aborted_clipped_ratio(meter: Meter, callbacks: Sequence[CallbackT] | None = None) -> ObservableGauge:
+    """Create the `rl.response.non_aborted_clipped_ratio` observable gauge (1)."""
+    return meter.create_observable_gauge(
+        name=RL_RESPONSE_NON_ABORTED_CLIPPED_RATIO, callbacks=callbacks, description='Fraction of the non-aborted responses truncated at the maximum generation length.', unit="1"
+    )
+
+RL_RESPONSE_NON_ABORTED_LENGTH: Final = "rl.response.non_aborted_length"
+"""Length of the step's responses that were not aborted, by statistic.
+
+Instrument: gauge
+Unit: {token}
+Attributes: rl.statistic (required)
+
+Same as rl.response.length over the responses whose generation was not aborted (an
+aborted response is empty and would drag min / mean to 0).
+Keys: verl `response_length_non_aborted/{mean,max,min}`."""
+
+
+def create_rl_response_non_aborted_length(meter: Meter, callbacks: Sequence[CallbackT] | None = None) -> ObservableGauge:
+    """Create the `rl.response.non_aborted_length` observable gauge ({token})."""
+    return meter.create_observable_gauge(
+        name=RL_RESPONSE_NON_ABORTED_LENGTH, callbacks=callbacks, description="Length of the step's responses that were not aborted, by statistic.", unit="{token}"
     )
 
 RL_RESPONSE_TERMINATED_LENGTH: Final = "rl.response.terminated_length"
@@ -1276,6 +1347,46 @@ def create_rl_rollout_kv_cache_utilization(meter: Meter, callbacks: Sequence[Cal
         name=RL_ROLLOUT_KV_CACHE_UTILIZATION, callbacks=callbacks, description="Fraction of the rollout engine's KV cache blocks in use.", unit="1"
     )
 
+RL_ROLLOUT_PREEMPTIONS: Final = "rl.rollout.preemptions"
+"""Times a sample's generation request was preempted by the inference engine, by statistic over the batch.
+
+Instrument: gauge
+Unit: {preemption}
+Attributes: rl.statistic (required)
+
+Preemption (the engine evicting a running request's KV cache and re-queuing it) is a sign
+of KV-cache pressure; it stretches the slowest sample and so the rollout.
+Keys: verl `timing_s/agent_loop/num_preempted/{mean,max,min}`,
+`timing_s/agent_loop/slowest/num_preempted` (statistic `slowest`). Lower is better."""
+
+
+def create_rl_rollout_preemptions(meter: Meter, callbacks: Sequence[CallbackT] | None = None) -> ObservableGauge:
+    """Create the `rl.rollout.preemptions` observable gauge ({preemption})."""
+    return meter.create_observable_gauge(
+        name=RL_ROLLOUT_PREEMPTIONS, callbacks=callbacks, description="Times a sample's generation request was preempted by the inference engine, by statistic over the batch.", unit="{preemption}"
+    )
+
+RL_ROLLOUT_SAMPLE_DURATION: Final = "rl.rollout.sample.duration"
+"""Per-sample time of a rollout phase (generation, tool calls, scoring), by statistic over the batch.
+
+Instrument: gauge
+Unit: s
+Attributes: rl.stage (required), rl.statistic (required)
+
+Time one sample of the batch spent in each phase of its agent loop, summarized over
+the batch (mean / max / min) or taken from the slowest sample (statistic `slowest`):
+the batch's generation is bounded by its slowest sample.
+Keys: verl `timing_s/agent_loop/{generate_sequences,tool_calls,compute_score}/{mean,max,min}`
+and `timing_s/agent_loop/slowest/{generate_sequences,tool_calls,compute_score}` (rl.stage
+generate, tool_calls, compute_rewards). Lower is better."""
+
+
+def create_rl_rollout_sample_duration(meter: Meter, callbacks: Sequence[CallbackT] | None = None) -> ObservableGauge:
+    """Create the `rl.rollout.sample.duration` observable gauge (s)."""
+    return meter.create_observable_gauge(
+        name=RL_ROLLOUT_SAMPLE_DURATION, callbacks=callbacks, description='Per-sample time of a rollout phase (generation, tool calls, scoring), by statistic over the batch.', unit="s"
+    )
+
 RL_ROLLOUT_TIMEOUT_RATIO: Final = "rl.rollout.timeout_ratio"
 """Fraction of rollout requests that timed out.
 
@@ -1323,6 +1434,41 @@ def create_rl_run_elapsed_time(meter: Meter, callbacks: Sequence[CallbackT] | No
     """Create the `rl.run.elapsed_time` observable gauge (s)."""
     return meter.create_observable_gauge(
         name=RL_RUN_ELAPSED_TIME, callbacks=callbacks, description='Wall time since the run started.', unit="s"
+    )
+
+RL_RUN_FLOPS: Final = "rl.run.flops"
+"""Floating-point operations the training has done so far (an estimate).
+
+Instrument: counter
+Unit: {flop}
+Attributes: none
+
+transformers' estimate (about 6 x parameters x tokens for a decoder), summed over the
+ranks; TRL / ms-swift log it once, when training ends.
+Keys: TRL / ms-swift `total_flos`."""
+
+
+def create_rl_run_flops(meter: Meter) -> Counter:
+    """Create the `rl.run.flops` counter ({flop})."""
+    return meter.create_counter(name=RL_RUN_FLOPS, description='Floating-point operations the training has done so far (an estimate).', unit="{flop}")
+
+RL_RUN_LOSS: Final = "rl.run.loss"
+"""Mean training loss over a whole training run.
+
+Instrument: gauge
+Unit: 1
+Attributes: none
+
+The average of the back-propagated total loss over the steps of one training run, logged
+once when training ends; the per-step loss is rl.loss.
+Keys: TRL / ms-swift `train_loss`.
+Lower is better."""
+
+
+def create_rl_run_loss(meter: Meter, callbacks: Sequence[CallbackT] | None = None) -> ObservableGauge:
+    """Create the `rl.run.loss` observable gauge (1)."""
+    return meter.create_observable_gauge(
+        name=RL_RUN_LOSS, callbacks=callbacks, description='Mean training loss over a whole training run.', unit="1"
     )
 
 RL_RUN_REMAINING_TIME: Final = "rl.run.remaining_time"
@@ -1761,12 +1907,16 @@ RL_VALIDATION_SCORE: Final = "rl.validation.score"
 
 Instrument: gauge
 Unit: 1
-Attributes: rl.statistic (required)
+Attributes: rl.statistic (required), rl.data_source (conditionally_required), rl.data_source.namespace (conditionally_required), rl.validation.variable (conditionally_required), rl.validation.n (conditionally_required)
 
 Score of each validation episode, summarized by rl.statistic: the mean reflects how the
 model performs on environments it has not trained on; max / min are the best and worst
 episodes (seed 000).
-Keys: ROLL `val/score/{mean,max,min}`; verl `val-core/*/reward/mean@N` style keys map here.
+Keys: ROLL `val/score/{mean,max,min}`; verl
+`val-{core,aux}/{data_source}/{variable}/{mean,std}@N` and
+`val-{core,aux}/{data_source}/{variable}/{best,worst,maj}@N/{mean,std}` (rl.statistic
+mean, std, best, best_std, worst, worst_std, maj, maj_std; `val-core` and `val-aux` are
+verl's display grouping of the same quantity, so they share the metric).
 Higher is better."""
 
 
@@ -1825,6 +1975,7 @@ __all__ = [
     "RL_GPU_MEMORY_USAGE",
     "RL_GPU_MEMORY_UTILIZATION",
     "RL_GRAD_NORM",
+    "RL_KL_COEFFICIENT",
     "RL_LEARNING_RATE",
     "RL_LOGPROB",
     "RL_LOGPROB_MICRO_BATCH_TOKENS",
@@ -1841,6 +1992,7 @@ __all__ = [
     "RL_PROGRESS_SAMPLES",
     "RL_PROGRESS_STEP",
     "RL_PROGRESS_TOKENS",
+    "RL_PROMPT_CLIPPED_RATIO",
     "RL_PROMPT_LENGTH",
     "RL_QUEUE_DEPTH",
     "RL_RANK_ACTIVE_TIME",
@@ -1850,6 +2002,8 @@ __all__ = [
     "RL_RESPONSE_CLIPPED_RATIO",
     "RL_RESPONSE_LENGTH",
     "RL_RESPONSE_MASK_RATIO",
+    "RL_RESPONSE_NON_ABORTED_CLIPPED_RATIO",
+    "RL_RESPONSE_NON_ABORTED_LENGTH",
     "RL_RESPONSE_TERMINATED_LENGTH",
     "RL_RETURN",
     "RL_REWARD",
@@ -1861,9 +2015,13 @@ __all__ = [
     "RL_REWARD_ZERO_STD_RATIO",
     "RL_ROLLOUT_ABORT_RATIO",
     "RL_ROLLOUT_KV_CACHE_UTILIZATION",
+    "RL_ROLLOUT_PREEMPTIONS",
+    "RL_ROLLOUT_SAMPLE_DURATION",
     "RL_ROLLOUT_TIMEOUT_RATIO",
     "RL_ROLLOUT_TOKENS",
     "RL_RUN_ELAPSED_TIME",
+    "RL_RUN_FLOPS",
+    "RL_RUN_LOSS",
     "RL_RUN_REMAINING_TIME",
     "RL_SAMPLE_ADVANTAGE",
     "RL_SAMPLE_POLICY_LAG",
@@ -1920,6 +2078,7 @@ __all__ = [
     "create_rl_gpu_memory_usage",
     "create_rl_gpu_memory_utilization",
     "create_rl_grad_norm",
+    "create_rl_kl_coefficient",
     "create_rl_learning_rate",
     "create_rl_logprob",
     "create_rl_logprob_micro_batch_tokens",
@@ -1936,6 +2095,7 @@ __all__ = [
     "create_rl_progress_samples",
     "create_rl_progress_step",
     "create_rl_progress_tokens",
+    "create_rl_prompt_clipped_ratio",
     "create_rl_prompt_length",
     "create_rl_queue_depth",
     "create_rl_rank_active_time",
@@ -1945,6 +2105,8 @@ __all__ = [
     "create_rl_response_clipped_ratio",
     "create_rl_response_length",
     "create_rl_response_mask_ratio",
+    "create_rl_response_non_aborted_clipped_ratio",
+    "create_rl_response_non_aborted_length",
     "create_rl_response_terminated_length",
     "create_rl_return",
     "create_rl_reward",
@@ -1956,9 +2118,13 @@ __all__ = [
     "create_rl_reward_zero_std_ratio",
     "create_rl_rollout_abort_ratio",
     "create_rl_rollout_kv_cache_utilization",
+    "create_rl_rollout_preemptions",
+    "create_rl_rollout_sample_duration",
     "create_rl_rollout_timeout_ratio",
     "create_rl_rollout_tokens",
     "create_rl_run_elapsed_time",
+    "create_rl_run_flops",
+    "create_rl_run_loss",
     "create_rl_run_remaining_time",
     "create_rl_sample_advantage",
     "create_rl_sample_policy_lag",

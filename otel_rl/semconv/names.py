@@ -14,6 +14,9 @@ RL_LOG_EVENT: Final = "rl.log"
 RL_MEMORY_SNAPSHOT_EVENT: Final = "rl.memory.snapshot"
 """Memory snapshot at a stage boundary (span event on the stage span)."""
 
+RL_STRAGGLER_EVENT: Final = "rl.straggler"
+"""One rank was markedly slower than the others in a step (a log record)."""
+
 RL_PHASE_SPAN_TEMPLATE: Final = "rl.<phase>"
 """Onload, execute or offload phase of a stage (span name `rl.<phase>`, e.g. `rl.onload`)."""
 
@@ -27,6 +30,7 @@ __all__ = [
     "RL_HPARAMS_EVENT",
     "RL_LOG_EVENT",
     "RL_MEMORY_SNAPSHOT_EVENT",
+    "RL_STRAGGLER_EVENT",
     "RL_PHASE_SPAN_TEMPLATE",
     "RL_STAGE_SPAN_TEMPLATE",
     "RL_STEP_SPAN",
