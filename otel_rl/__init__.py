@@ -26,7 +26,7 @@ from typing import Any
 
 from . import semconv
 from ._config import TelemetryConfig, resolve_config
-from ._telemetry import Phase, Stage, StepScope, Telemetry
+from ._telemetry import JoinScope, Phase, Stage, StepScope, Telemetry
 from ._version import __version__
 from .exporters._tracker import Tracker, known_trackers, register_tracker
 
@@ -55,6 +55,8 @@ def init(
     tracker_keys: str | None = None,
     tracker_all_ranks: bool | None = None,
     config_file: str | None = None,
+    node_rank: int | None = None,
+    tracer_provider: Any = None,
 ) -> Telemetry:
     """Start telemetry for this process and return it.
 
@@ -68,16 +70,21 @@ def init(
     (``tensorboard``, ``wandb``, ``swanlab``, ``stdout``, ``jsonl``, ``mlflow``, or a name given to
     ``register_tracker``); every step's values arrive with the keys as logged (``tracker_keys=
     "registry"`` for registry names), from rank 0 only unless ``tracker_all_ranks``.
+
+    Rank, local rank, world size and node rank left open are read from torch.distributed (once
+    its process group is up), Ray Train's worker context, or the launcher's environment.
+    ``tracer_provider``: an SDK TracerProvider the program already installed (a framework's own
+    tracing); otel-rl adds its span processors to it instead of creating a second one.
     """
     global _current
-    options: dict[str, Any] = {k: v for k, v in locals().items() if v is not None}
-    _current = Telemetry(resolve_config(options))
+    options: dict[str, Any] = {k: v for k, v in locals().items() if v is not None and k != "tracer_provider"}
+    _current = Telemetry(resolve_config(options), tracer_provider=tracer_provider)
     return _current
 
 
 def get_telemetry() -> Telemetry | None:
-    """The telemetry started by the latest ``init()`` in this process, if any."""
-    return _current
+    """The telemetry started by the latest ``init()`` in this process, unless it was shut down."""
+    return _current if _current is not None and not _current.closed else None
 
 
 def shutdown(timeout_s: float = 5.0) -> None:
@@ -87,6 +94,7 @@ def shutdown(timeout_s: float = 5.0) -> None:
 
 
 __all__ = [
+    "JoinScope",
     "Phase",
     "Stage",
     "StepScope",

@@ -152,6 +152,7 @@ class TelemetryConfig:
     rank: int | None = field(default=None, metadata={"env": "RANK", "parse": _parse_optional_int})
     local_rank: int | None = field(default=None, metadata={"env": "LOCAL_RANK", "parse": _parse_optional_int})
     world_size: int | None = field(default=None, metadata={"env": "WORLD_SIZE", "parse": _parse_optional_int})
+    node_rank: int | None = field(default=None, metadata={"env": "NODE_RANK", "parse": _parse_optional_int})
     track_with: str | tuple[str, ...] | None = field(default=None, metadata={"env": "OTEL_RL_TRACK_WITH", "parse": _parse_names})
     # Tracker settings hold credentials: never in repr(), public_dict() or the environment.
     tracker_kwargs: dict[str, Any] | None = field(default=None, repr=False, metadata={"env": None, "parse": _parse_mapping})

@@ -19,9 +19,11 @@ This module only needs the standard library (no protobuf), so the CLI can use it
 from __future__ import annotations
 
 import base64
+import glob
 import json
 import math
 import os
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, NamedTuple, TypeVar
@@ -45,6 +47,7 @@ __all__ = [
     "format_problems",
     "read_log_records",
     "read_metrics",
+    "rank_file_name",
     "read_spans",
     "render_waterfall",
 ]
@@ -263,13 +266,29 @@ def _list(obj: Mapping[str, Any], key: str) -> list[Any]:
 # --------------------------------------------------------------------------------------------
 
 
-def _resolve(run_dir: str | os.PathLike[str], file_name: str) -> str:
-    """The signal file inside ``run_dir`` (``run_dir`` may also be the file itself)."""
+def rank_file_name(file_name: str, rank: int | None) -> str:
+    """The file a rank writes in a shared run folder: ``traces.jsonl`` for rank 0 (and a
+    single process), ``traces.rank3.jsonl`` for rank 3, so processes never share a file."""
+    if not rank:
+        return file_name
+    stem, dot, ext = file_name.rpartition(".")
+    return f"{stem}.rank{rank}{dot}{ext}"
+
+
+def _rank_of(file_name: str) -> int:
+    match = re.search(r"\.rank(\d+)\.[^.]+$", file_name)
+    return int(match.group(1)) if match else 0
+
+
+def _resolve(run_dir: str | os.PathLike[str], file_name: str) -> list[str]:
+    """The signal files inside ``run_dir``, every rank's, rank 0 first (``run_dir`` may also be one file)."""
     path = os.fspath(run_dir)
     if os.path.isdir(path):
-        return os.path.join(path, file_name)
+        stem, _, ext = file_name.rpartition(".")
+        ranks = glob.glob(os.path.join(glob.escape(path), f"{stem}.rank*.{ext}"))
+        return [os.path.join(path, file_name), *sorted(ranks, key=lambda p: _rank_of(os.path.basename(p)))]
     if os.path.isfile(path):
-        return path
+        return [path]
     raise FileNotFoundError(f"run folder not found: {path}")
 
 
@@ -287,9 +306,15 @@ def _read(
     top_key: str,
     decode_request: Callable[[Mapping[str, Any]], list[T]],
 ) -> ReadResult[T]:
-    path = _resolve(run_dir, file_name)
-    base = os.path.basename(path)
     result: ReadResult[T] = ReadResult()
+    for path in _resolve(run_dir, file_name):
+        _read_file(path, top_key, decode_request, result)
+    return result
+
+
+def _read_file(path: str, top_key: str, decode_request: Callable[[Mapping[str, Any]], list[T]],
+               result: ReadResult[T]) -> None:
+    base = os.path.basename(path)
     for number, raw in _iter_lines(path):
         if not raw.strip():
             continue
@@ -313,7 +338,6 @@ def _read(
             result.problems.append(Problem(base, number, f"invalid OTLP/JSON: {error}"))
             continue
         result.extend(records)
-    return result
 
 
 # ---- traces
@@ -573,6 +597,10 @@ def _details(span: SpanRecord, parent: SpanRecord | None) -> str:
     # The cluster is shown where it changes (a stage), not again on each of its phases.
     if cluster not in (None, "") and (parent is None or parent.attributes.get(A.RL_CLUSTER) != cluster):
         parts.append(str(cluster))
+    rank = span.attributes.get(A.RL_RANK)
+    # A rank is shown where the work moves to another process (a joined worker's stage).
+    if rank not in (None, 0) and (parent is None or parent.attributes.get(A.RL_RANK) != rank):
+        parts.append(f"rank {rank}")
     phase = span.attributes.get(A.RL_STAGE_PHASE)
     if phase not in (None, "") and span.name != f"rl.{phase}":
         parts.append(f"phase={phase}")

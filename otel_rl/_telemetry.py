@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import json
 import logging
 import socket
@@ -22,10 +23,13 @@ from opentelemetry.trace import Status, StatusCode
 
 from ._aggregation import Attrs, BulkHistograms, LatestValues
 from ._config import TelemetryConfig
+from ._distributed import detect_placement
 from ._keys import KeyResolver
 from ._pipeline import ADD, CALL, LOG, RECORD, STAGE, STEP_END, Pipeline, Rejected, event_value, print_summary, to_number
 from ._probes import CudaMemoryProbe, GpuMemorySnapshot, NvmlProbe, ProcessProbe
+from ._propagation import extract_context, inject_context
 from ._providers import SCOPE_NAME, build_providers
+from ._runfolder import rank_file_name
 from ._version import __version__
 from .exporters.trackers import TrackerLogExporter, build_fanout
 from .semconv import BUCKETS, METRICS
@@ -43,6 +47,7 @@ _PHASE_EXECUTE = A.RlStagePhaseValues.EXECUTE.value
 _PHASES = tuple(m.value for m in A.RlStagePhaseValues if m is not A.RlStagePhaseValues.TOTAL)
 _FRACTION_KINDS = (A.RlMemoryKindValues.MAX_ALLOCATED.value, A.RlMemoryKindValues.MAX_RESERVED.value)
 RUN_INFO_FILE = "run.json"
+_EVENT_NAMES = frozenset(value for key, value in vars(N).items() if key.endswith("_EVENT"))
 _GIB = float(2**30)  # ROLL logs memory in GiB
 
 
@@ -70,11 +75,23 @@ def build_resource(config: TelemetryConfig) -> Resource:
         A.TELEMETRY_DISTRO_NAME: "otel-rl",
         A.TELEMETRY_DISTRO_VERSION: __version__,
     }
+    if config.node_rank is not None:
+        attributes[A.RL_NODE_RANK] = config.node_rank
     if config.experiment:
         attributes[A.RL_EXPERIMENT_NAME] = config.experiment
     if config.framework:
         attributes[A.RL_FRAMEWORK] = config.framework
     return Resource.create(attributes)
+
+
+def with_placement(config: TelemetryConfig) -> TelemetryConfig:
+    """Fill rank, local rank, world size and node rank the caller left open from the job itself."""
+    if None not in (config.rank, config.local_rank, config.world_size, config.node_rank):
+        return config
+    found = detect_placement()
+    fill = {name: getattr(found, name) for name in ("rank", "local_rank", "world_size", "node_rank")
+            if getattr(config, name) is None and getattr(found, name) is not None}
+    return dataclasses.replace(config, **fill) if fill else config
 
 
 def _end_span(span: Any, token: object, exc: BaseException | None) -> None:
@@ -252,10 +269,41 @@ class StepScope:
         return format(self._span.get_span_context().trace_id, "032x")
 
 
+class JoinScope:
+    """A worker's part of a step that started in another process (see ``Telemetry.join``)."""
+
+    __slots__ = ("_tel", "_context", "step", "_token", "_previous")
+
+    def __init__(self, tel: Telemetry, context: Context, step: int | None) -> None:
+        self._tel = tel
+        self._context = context
+        self.step = step
+
+    @property
+    def joined(self) -> bool:
+        """Whether the carrier held a valid trace context (else spans start traces of their own)."""
+        return trace_api.get_current_span(self._context).get_span_context().is_valid
+
+    def __enter__(self) -> JoinScope:
+        tel = self._tel
+        self._previous = (tel._current_step, tel._step_span_context)
+        self._token = context_api.attach(self._context)
+        if self.step is not None:
+            tel._current_step = self.step
+        if self.joined:
+            tel._step_span_context = trace_api.get_current_span(self._context).get_span_context()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        context_api.detach(self._token)
+        self._tel._current_step, self._tel._step_span_context = self._previous
+
+
 class Telemetry:
     """A training run's telemetry: create with ``otel_rl.init()``; see the package docstring."""
 
-    def __init__(self, config: TelemetryConfig) -> None:
+    def __init__(self, config: TelemetryConfig, *, tracer_provider: Any = None) -> None:
+        config = with_placement(config)
         self.config = config
         self.rank = config.rank or 0
         self._closed = False
@@ -274,7 +322,8 @@ class Telemetry:
         self._trackers = build_fanout(config, str(config.experiment or config.run_id), Path(str(config.run_dir)),
                                       lambda key: self._resolver.resolve(key, config.framework))
         tracker_exporters = [TrackerLogExporter(self._trackers)] if self._trackers is not None else []
-        self._providers = build_providers(config, self.resource, self._histograms, tracker_exporters)
+        self._providers = build_providers(config, self.resource, self._histograms, tracker_exporters,
+                                          tracer_provider=tracer_provider)
         self._tracer = self._providers.tracer_provider.get_tracer(SCOPE_NAME, __version__)
         self._meter = self._providers.meter_provider.get_meter(SCOPE_NAME, __version__)
 
@@ -324,7 +373,7 @@ class Telemetry:
             "destinations": self._providers.destinations, "endpoint": redact_url(self.config.endpoint),
             "probes": {"torch.cuda": self._cuda_probe.status, "nvml": self._nvml_probe.status},
         }
-        path = Path(str(self.config.run_dir)) / RUN_INFO_FILE
+        path = Path(str(self.config.run_dir)) / rank_file_name(RUN_INFO_FILE, self.rank)
         try:
             path.write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
         except OSError as exc:
@@ -348,6 +397,11 @@ class Telemetry:
         return Path(str(self.config.run_dir)) if self.config.file_enabled else None
 
     @property
+    def closed(self) -> bool:
+        """Whether ``shutdown()`` ran: nothing is recorded any more."""
+        return self._closed
+
+    @property
     def current_step(self) -> int | None:
         return self._current_step
 
@@ -364,6 +418,25 @@ class Telemetry:
         ``memory`` forces snapshots on or off for any stage.
         """
         return Stage(self, name, cluster, offload if memory is None else memory)
+
+    def inject(self, carrier: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Put the current span's trace context and step into ``carrier`` (a new dict if None).
+
+        Send it with the work (ROLL's / verl's ``DataProto.meta_info``, a Ray call's arguments,
+        a request header) and call ``join(carrier)`` on the other side.
+        """
+        return inject_context(carrier, step=self._current_step)  # type: ignore[return-value]
+
+    def join(self, carrier: Any) -> JoinScope:
+        """Context manager for a worker: stages opened inside are children of the span that
+        called ``inject`` in another process, and ``log()`` defaults to that step. A carrier
+        without a valid context is reported once; stages then start traces of their own."""
+        context, step = extract_context(carrier)
+        scope = JoinScope(self, context, step)
+        if not scope.joined:
+            self._pipeline.report_once("<join>", "no-context", "otel-rl: join() got a carrier without a trace context "
+                                       "(expected the dict from Telemetry.inject()); spans start their own traces")
+        return scope
 
     def log(self, values: Mapping[str, Any], step: int | None = None) -> None:
         """Log one step's values: framework keys (``actor/pg_loss``) or registry metric names.
@@ -424,6 +497,25 @@ class Telemetry:
         emit = self._pipeline.emit_event
         self._submit((CALL, lambda: emit(N.RL_HPARAMS_EVENT, flat, {})))
 
+    def event(self, name: str, body: Mapping[str, Any], attributes: Mapping[str, Any] | None = None,
+              *, step: int | None = None) -> None:
+        """Emit a registry event (``otel_rl.semconv.names.*_EVENT``) as a log record in the current
+        step's trace; ``rl.step`` is added from ``step`` or the current step."""
+        if self._closed:
+            return
+        if name not in _EVENT_NAMES:
+            self._pipeline.report_once(str(name), "unknown-event", f"otel-rl: event({name!r}) is not a registry event "
+                                       f"(one of {sorted(_EVENT_NAMES)}); ignored")
+            return
+        attrs = dict(attributes or {})
+        step = self._current_step if step is None else step
+        if step is not None:
+            attrs[A.RL_STEP] = step
+        flat = {str(k): event_value(v) for k, v in body.items()}
+        emit, span_context = self._pipeline.emit_event, self._step_span_context
+        when = time.time_ns()
+        self._submit((CALL, lambda: emit(name, flat, attrs, when, span_context)))
+
     def add(self, metric: str, amount: float = 1.0, attributes: Mapping[str, Any] | None = None) -> None:
         """Add to a registry counter (e.g. ``rl.tensor.nonfinite``)."""
         self._submit((ADD, metric, _sorted_attrs(attributes) if attributes else (), float(amount)))
@@ -470,7 +562,9 @@ class Telemetry:
         atexit.unregister(_shutdown_at_exit)
         self._pipeline.stop(timeout_s)
         ms = int(timeout_s * 1000)
-        for provider in (self._providers.tracer_provider, self._providers.logger_provider):
+        # a tracer provider that was handed in belongs to the caller: stop only our processors
+        owned = self._providers.span_processors if self._providers.shared_tracer_provider else [self._providers.tracer_provider]
+        for provider in (*owned, self._providers.logger_provider):
             try:
                 provider.shutdown()
             except Exception as exc:

@@ -62,3 +62,4 @@ def _e2e_deadline(request: pytest.FixtureRequest) -> Iterator[None]:
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
+

@@ -15,6 +15,7 @@ import numpy as np
 
 from ..semconv import attributes as A
 from ..semconv import metrics as M
+from ..semconv import names as N
 from ._collector import StepStats
 
 _STAT = A.RlStatisticValues
@@ -50,6 +51,7 @@ def rank_balance(
     communication_time: Sequence[float] | Any = None,
     step_time: float | None = None,
     ranks: Sequence[int] | None = None,
+    straggler_margin: float = 0.2,
 ) -> None:
     """Record per-rank load and the straggler (at ``stats.flush()``).
 
@@ -58,18 +60,19 @@ def rank_balance(
     ``rl.rank.active_time{rl.measured_rank}``; idle_time (default step_time - active_time) ->
     ``rl.rank.idle_time{rl.measured_rank}``; communication_time -> ``rl.rank.communication_time{rl.measured_rank}``;
     the rank with the longest active time -> ``rl.straggler.rank`` and its margin
-    (active / median active - 1) -> ``rl.straggler.margin``. Seconds and token counts, as host
-    numbers or tensors (e.g. the output of ``all_gather``).
+    (active / median active - 1) -> ``rl.straggler.margin``, and an ``rl.straggler`` event when
+    the margin exceeds ``straggler_margin``. Seconds and token counts, as host numbers or tensors
+    (e.g. the output of ``all_gather``).
     """
     given = {k: v for k, v in (("tokens", tokens), ("active", active_time), ("idle", idle_time),
                                ("comm", communication_time)) if v is not None}
     names = list(given)
     stats.defer([_vector(v) for v in given.values()],
-                lambda v: _record_balance(stats, dict(zip(names, v)), step_time, ranks))
+                lambda v: _record_balance(stats, dict(zip(names, v)), step_time, ranks, straggler_margin))
 
 
 def _record_balance(stats: StepStats, values: dict[str, Any], step_time: float | None,
-                    ranks: Sequence[int] | None) -> None:
+                    ranks: Sequence[int] | None, straggler_margin: float) -> None:
     values = {k: np.atleast_1d(np.asarray(v, dtype=np.float64)) for k, v in values.items()}
     tokens = values.get("tokens")
     if tokens is not None and tokens.size:
@@ -91,6 +94,10 @@ def _record_balance(stats: StepStats, values: dict[str, Any], step_time: float |
     straggler = find_straggler(active, ranks)
     stats.record(M.RL_STRAGGLER_RANK, straggler.rank)
     stats.record(M.RL_STRAGGLER_MARGIN, straggler.margin)
+    emit = getattr(stats.tel, "event", None)
+    if active.size > 1 and straggler.margin > straggler_margin and callable(emit):
+        emit(N.RL_STRAGGLER_EVENT, {"active_time_s": straggler.active_time, "median_active_time_s": float(np.median(active)),
+                                    "margin": straggler.margin}, {A.RL_MEASURED_RANK: straggler.rank})
 
 
 def find_straggler(active_time: Sequence[float] | Any, ranks: Sequence[int] | None = None) -> Straggler:

@@ -53,3 +53,30 @@ def test_queue_depth(stats, tel):
     dfx.queue_depth(stats, "replay_buffer", 2048)
     assert latest(tel, M.RL_QUEUE_DEPTH, {A.RL_QUEUE_NAME: "rollout"}) == 96.0
     assert latest(tel, M.RL_QUEUE_DEPTH, {A.RL_QUEUE_NAME: "replay_buffer"}) == 2048.0
+
+
+def test_a_straggler_past_the_margin_is_an_event_in_the_step_trace(stats, tel):
+    from otel_rl._runfolder import read_log_records
+    from otel_rl.semconv import names as N
+
+    with tel.step(5) as scope:  # balanced first: no event
+        dfx.rank_balance(stats, active_time=[1.0, 1.05, 0.98], step_time=1.2)
+        stats.flush()
+    with tel.step(6) as slow:  # rank 1 takes 1.5x the median
+        dfx.rank_balance(stats, active_time=[1.0, 1.5, 0.98], step_time=1.6)
+        stats.flush()
+    tel.shutdown()
+    events = [r for r in read_log_records(tel.run_dir) if r["event_name"] == N.RL_STRAGGLER_EVENT]
+    assert len(events) == 1
+    (event,) = events
+    assert event["attributes"] == {A.RL_STEP: 6, A.RL_MEASURED_RANK: 1}
+    assert event["body"]["margin"] == pytest.approx(0.5)
+    assert event["body"]["active_time_s"] == 1.5
+    assert event["trace_id"] == slow.trace_id != scope.trace_id
+
+
+def test_unknown_event_names_are_reported_once_not_raised(tel, caplog):
+    tel.event("rl.not_an_event", {"x": 1})
+    tel.event("rl.not_an_event", {"x": 1})
+    tel.flush()
+    assert len([r for r in caplog.records if "rl.not_an_event" in r.getMessage()]) == 1
