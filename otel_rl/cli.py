@@ -5,11 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 EPILOG = """\
 examples:
   otel-rl demo --steps 20                    a real GRPO run on CPU, telemetry into otel-rl-runs/
+  otel-rl demo --ranks 2 --slow-rank 1       the same on 2 processes (gloo); rank 1 is the straggler
+  otel-rl demo --async                       async RL: rollout overlaps training, policy lag and stale samples
   otel-rl show otel-rl-runs/<run> --step 3   that step's trace as a waterfall
   otel-rl trace --step 3 --out step3.json    find a step's trace (latest run or --phoenix URL), export it for Jaeger
   otel-rl semconv check                      validate the registry and the framework mappings
@@ -106,22 +108,47 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         raise
     import otel_rl
 
+    if args.ranks < 1:
+        print(f"otel-rl demo: --ranks must be >= 1, not {args.ranks}", file=sys.stderr)
+        return 2
+    if args.slow_rank is not None and not 0 <= args.slow_rank < args.ranks:
+        print(f"otel-rl demo: --slow-rank {args.slow_rank} is not one of the {args.ranks} rank(s) 0..{args.ranks - 1}", file=sys.stderr)
+        return 2
     # The telemetry's one-line summary per step is the demo's progress display.
-    tel = otel_rl.init(service_name=f"otel-rl-demo-{args.algo}", run_dir=args.out, framework="roll", console=not args.quiet)
+    options = {"service_name": f"otel-rl-demo-{args.algo}", "framework": "roll", "console": not args.quiet}
+    if args.out:
+        options["run_dir"] = args.out
+    demo_args = dict(steps=args.steps, algo=args.algo, out=args.out, seed=args.seed, inject_spike_at=args.inject_spike_at,
+                     progress=False, async_rollout=args.async_rollout, slow_rank=args.slow_rank)
+    if args.max_staleness is not None:
+        from .demo import DemoConfig
+
+        demo_args["config"] = DemoConfig(max_staleness=args.max_staleness)
+    if args.ranks > 1:
+        result = run_demo(ranks=args.ranks, telemetry_options=options, **demo_args)
+        print(_demo_summary(result))
+        print(f"  telemetry: {result.out}  ({args.ranks} ranks: traces.jsonl, traces.rank1.jsonl, ...)")
+        print(f"  one step's trace, every rank:  otel-rl show {result.out} --step {result.steps}")
+        return 0
+    tel = otel_rl.init(**options)
     try:
-        result = run_demo(steps=args.steps, algo=args.algo, out=args.out, seed=args.seed, telemetry=tel,
-                          inject_spike_at=args.inject_spike_at, progress=False)
+        result = run_demo(telemetry=tel, **demo_args)
     finally:
         tel.shutdown()
-    first, last = result.rewards[:5], result.rewards[-5:]
-    print(f"otel-rl demo: {result.steps} {result.algo} steps; mean score {sum(first) / len(first):.3f} (first 5 steps) -> "
-          f"{sum(last) / len(last):.3f} (last 5)" + (f"; validation {result.final_val_score:.3f}" if result.final_val_score is not None else ""))
+    print(_demo_summary(result))
     if tel.run_dir is not None:
         print(f"  telemetry: {tel.run_dir}  (traces.jsonl, metrics.jsonl, logs.jsonl)")
         print(f"  one step's trace:  otel-rl show {tel.run_dir} --step {result.steps}")
     else:
         print(f"  telemetry: {', '.join(tel._providers.destinations)}")
     return 0
+
+
+def _demo_summary(result: Any) -> str:
+    first, last = result.rewards[:5], result.rewards[-5:]
+    return (f"otel-rl demo: {result.steps} {result.algo} steps; mean score {sum(first) / len(first):.3f} (first 5 steps) -> "
+            f"{sum(last) / len(last):.3f} (last 5)"
+            + (f"; validation {result.final_val_score:.3f}" if result.final_val_score is not None else ""))
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
@@ -250,6 +277,16 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--out", metavar="DIR", help="run folder (default otel-rl-runs/<run id>; ignored for files when OTEL_EXPORTER_OTLP_ENDPOINT exports elsewhere)")
     demo.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     demo.add_argument("--inject-spike-at", type=int, metavar="STEP", help="destabilize training at this step (a real learning-rate blow-up) to exercise alerts")
+    demo.add_argument("--ranks", type=int, default=1, metavar="N",
+                      help="train on N processes (torch.distributed, gloo on CPU): one trace per step across ranks, "
+                           "per-rank load and the straggler (default 1)")
+    demo.add_argument("--slow-rank", type=int, metavar="R", help="make rank R slower on purpose (extra rollout time each step), "
+                      "to see it named as the straggler")
+    demo.add_argument("--async", dest="async_rollout", action="store_true",
+                      help="async RL: train on the batch generated during the previous step while the next rollout runs "
+                           "(queue depth, policy lag, stale samples)")
+    demo.add_argument("--max-staleness", type=int, metavar="K",
+                      help="with --async: samples more than K policy versions old count as stale (default 0)")
     demo.add_argument("--quiet", action="store_true", help="no per-step progress lines")
     demo.set_defaults(func=_cmd_demo)
 

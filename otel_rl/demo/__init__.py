@@ -58,6 +58,10 @@ def run_demo(
     progress: bool = True,
     config: DemoConfig | None = None,
     first_step: int = 1,
+    ranks: int = 1,
+    telemetry_options: dict[str, Any] | None = None,
+    async_rollout: bool | None = None,
+    slow_rank: int | None = None,
 ) -> DemoResult:
     """Train the tiny policy for ``steps`` steps (numbered first_step.., default 1..steps) and record it.
 
@@ -72,32 +76,75 @@ def run_demo(
     fractions jump at that step, and the next rollouts meet a collapsed policy (entropy
     falls, responses run to the token limit, reward drops). Nothing logged is faked.
     config: every other knob (batch size, learning rates, clip ranges, ...).
+    ranks: processes to train on (torch.distributed with gloo on this machine's CPU); each rank
+    starts its own telemetry from ``telemetry_options`` (``otel_rl.init`` keywords; a shared
+    run id is added), so ``telemetry`` must be None then. The step's prompts are split over
+    the ranks. slow_rank: that rank sleeps ``config.slow_rank_seconds`` in every rollout.
+    async_rollout: train each step on the batch generated during the previous one (one-step
+    off-policy) while the next rollout runs concurrently: queue depth, policy lag and stale
+    samples get real values.
     """
     if algo not in ALGOS:
         raise ValueError(f"algo must be one of {ALGOS}, not {algo!r}")
     base = config if config is not None else DemoConfig()
-    cfg = DemoConfig(**{**vars(base), "algo": algo, "steps": steps, "seed": seed, "inject_spike_at": inject_spike_at,
-                           "first_step": first_step})
+    overrides: dict[str, Any] = {"algo": algo, "steps": steps, "seed": seed, "inject_spike_at": inject_spike_at,
+                                 "first_step": first_step}
+    if async_rollout is not None:
+        overrides["async_rollout"] = async_rollout
+    if slow_rank is not None:
+        overrides["slow_rank"] = slow_rank
+    cfg = DemoConfig(**{**vars(base), **overrides})
+    if ranks > 1:
+        return _run_ranks(cfg, ranks, telemetry, telemetry_options, out, progress)
+    if ranks < 1:
+        raise ValueError(f"ranks must be >= 1, not {ranks}")
+    if slow_rank not in (None, 0):
+        raise ValueError(f"slow_rank {slow_rank} needs ranks > {slow_rank}")
 
     own_telemetry = telemetry is None
     if own_telemetry:
         import otel_rl
 
-        telemetry = otel_rl.init(service_name=f"otel-rl-demo-{algo}", run_dir=out, framework="roll")
+        options = {"service_name": f"otel-rl-demo-{algo}", "run_dir": out, "framework": "roll", **(telemetry_options or {})}
+        telemetry = otel_rl.init(**options)
     out_path = Path(out) if out is not None else _default_out(telemetry, algo)
     try:
         state = DemoTrainer(cfg, telemetry, out_path, progress=progress).run()
     finally:
         if own_telemetry:
             telemetry.shutdown()
-    final_val = state.val_scores.get(cfg.last_step)
+    return _result(cfg, out_path, state.rewards, state.checkpoints, state.val_scores, state.step_seconds)
+
+
+def _run_ranks(cfg: DemoConfig, ranks: int, telemetry: Any, telemetry_options: dict[str, Any] | None,
+               out: str | Path | None, progress: bool) -> DemoResult:
+    if telemetry is not None:
+        raise ValueError("run_demo(ranks > 1) starts telemetry in each rank's process: pass telemetry_options "
+                         "(otel_rl.init keywords) instead of a Telemetry object")
+    from otel_rl._config import resolve_config
+
+    from ._ranks import run_ranks
+
+    options = {"service_name": f"otel-rl-demo-{cfg.algo}", "framework": "roll", **(telemetry_options or {})}
+    if out is not None:
+        options.setdefault("run_dir", str(out))
+    resolved = resolve_config(options)  # one run id and run folder for every rank
+    options.update(run_id=resolved.run_id, run_dir=resolved.run_dir)
+    out_path = Path(out) if out is not None else Path(str(resolved.run_dir))
+    got = run_ranks(cfg, ranks, options, out_path, progress=progress)
+    return _result(cfg, out_path, got["rewards"], [Path(p) for p in got["checkpoints"]],
+                   {int(k): v for k, v in got["val_scores"].items()}, got["step_seconds"])
+
+
+def _result(cfg: DemoConfig, out: Path, rewards: list[float], checkpoints: list[Path], val_scores: dict[int, float],
+            step_seconds: list[float]) -> DemoResult:
     return DemoResult(
         steps=cfg.steps,
-        algo=algo,
-        out=out_path,
-        rewards=list(state.rewards),
-        checkpoints=list(state.checkpoints),
-        final_val_score=final_val,
-        val_scores=dict(state.val_scores),
-        step_seconds=list(state.step_seconds),
+        algo=cfg.algo,
+        out=out,
+        rewards=list(rewards),
+        checkpoints=list(checkpoints),
+        final_val_score=val_scores.get(cfg.last_step),
+        val_scores=dict(val_scores),
+        step_seconds=list(step_seconds),
     )

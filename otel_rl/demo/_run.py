@@ -9,7 +9,9 @@ quality, per-stage and async) computed by ``otel_rl.dfx`` from the same tensors 
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
+import contextvars
 import copy
 import sys
 import time
@@ -25,6 +27,7 @@ from otel_rl.semconv import metrics as M
 
 from . import _algorithms as alg
 from ._policy import HostOffload, Rollout, TinyCausalLM, generate, response_log_probs, response_values
+from ._ranks import RankContext
 from ._task import EOS, ReverseDigitsTask, RewardParts, score_response
 
 ALGOS = ("grpo", "ppo")
@@ -72,6 +75,14 @@ class DemoConfig:
     inject_spike_at: int | None = None
     spike_lr_factor: float = 500.0
     spike_loss_scale: float = 100.0
+    # async RL: each step trains on the batch generated during the previous step (one-step
+    # off-policy, the rollout runs concurrently with training); samples older than
+    # max_staleness policy versions count as stale
+    async_rollout: bool = False
+    max_staleness: int = 0
+    # multi-rank runs: a rank made slower on purpose (extra seconds of rollout each step)
+    slow_rank: int | None = None
+    slow_rank_seconds: float = 0.3
 
     @property
     def last_step(self) -> int:
@@ -84,6 +95,8 @@ class DemoConfig:
             raise ValueError("steps must be >= 1")
         if self.first_step < 0:
             raise ValueError("first_step must be >= 0")
+        if self.max_staleness < 0:
+            raise ValueError("max_staleness must be >= 0")
 
 
 @dataclass
@@ -125,11 +138,13 @@ class DemoDfx:
 
     TIMED_STAGES = ("compute_log_probs", "compute_ref_log_probs", "train_step", "model_update")
 
-    def __init__(self, telemetry: Any, cfg: DemoConfig, actor: TinyCausalLM) -> None:
+    def __init__(self, telemetry: Any, cfg: DemoConfig, actor: TinyCausalLM, ranks: RankContext = RankContext()) -> None:
         self.enabled = callable(getattr(telemetry, "add", None))
         if not self.enabled:
             return
         self.cfg = cfg
+        self.ranks = ranks
+        self.comm_seconds = 0.0  # this step's gradient all_reduce time (waiting for peers included)
         self.stats = dfx.StepStats(telemetry)
         self.ledger = dfx.ShapeLedger(self.stats)
         self.timeline = dfx.StepTimeline()
@@ -162,9 +177,21 @@ class DemoDfx:
             self.batch = dfx.batch_id(step)  # one micro-batch: the whole step's batch
             self.timeline.begin()
             self.sma.begin()
+            self.comm_seconds = 0.0
+
+    @contextlib.contextmanager
+    def communication(self) -> Any:
+        """Time a collective (gradient all_reduce): it is waiting for peers, not this rank's work."""
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            if self.enabled:
+                self.comm_seconds += time.perf_counter() - t0
 
     # -- per stage ------------------------------------------------------------------------------
-    def after_generate(self, rollout: Rollout, token_times: list[float]) -> None:
+    def after_generate(self, rollout: Rollout, token_times: list[float], version: int | None = None) -> None:
+        """``version``: the policy version that generated the batch (async: an older one)."""
         if not self.enabled:
             return
         requests = self._requests(rollout, token_times)
@@ -174,7 +201,7 @@ class DemoDfx:
         self.ledger.record(self.batch, "generate", {"input_ids": rollout.input_ids,
                            "attention_mask": rollout.attention_mask, "response_mask": rollout.response_mask},
                            sample_ids=rollout.sample_ids)
-        self.sample_versions = torch.full((rollout.input_ids.shape[0],), self.policy_version)
+        self.sample_versions = torch.full((rollout.input_ids.shape[0],), self.policy_version if version is None else version)
 
     def _requests(self, rollout: Rollout, token_times: list[float]) -> list[dfx.RequestStats]:
         """The decoding loop as an inference engine's request outputs: every sample arrives at
@@ -217,9 +244,11 @@ class DemoDfx:
             self.ledger.record(self.batch, "advantage", {"response_mask": rollout.response_mask,
                                "advantages": advantages}, sample_ids=rollout.sample_ids)
 
-    def before_actor_update(self, batch_size: int) -> None:
-        if self.enabled:  # synchronous: the rollout buffer holds exactly the batch handed over
-            dfx.queue_depth(self.stats, "rollout", batch_size)
+    def before_actor_update(self, waiting_samples: int) -> None:
+        """Samples generated and not yet trained on (sync: the batch handed over; async: that
+        batch plus the next one if its rollout already finished)."""
+        if self.enabled:
+            dfx.queue_depth(self.stats, "rollout", waiting_samples)
 
     def after_actor_update(self, st: Any, rollout: Rollout, tensors: dict[str, torch.Tensor], seconds: float) -> None:
         if not self.enabled:
@@ -230,7 +259,7 @@ class DemoDfx:
                             response_lengths=self.engine_lengths)
         self.ledger.record(self.batch, "train_step", {"input_ids": rollout.input_ids, "response_mask": mask, **tensors},
                            sample_ids=rollout.sample_ids)
-        dfx.policy_lag(self.stats, self.sample_versions, self.policy_version)
+        dfx.policy_lag(self.stats, self.sample_versions, self.policy_version, max_lag=self.cfg.max_staleness)
         # every PPO epoch runs every sample at the full padded width through forward + backward
         passes = rollout.input_ids.shape[0] * self.cfg.ppo_epochs
         seq_lens = np.full(passes, rollout.input_ids.shape[1])
@@ -253,9 +282,18 @@ class DemoDfx:
         dfx.reward_distribution(stats, tensors["rewards"], histogram=False)
         tokens = rollout.attention_mask.sum()
         dfx.throughput(stats, seconds=seconds, tokens=tokens, samples=rollout.input_ids.shape[0])
-        busy = self.timeline.busy_seconds()
-        dfx.rank_balance(stats, tokens=[tokens], active_time=[busy], step_time=seconds,
-                         ranks=[int(getattr(stats.tel, "rank", 0) or 0)])
+        # active = busy in stages minus waiting for peers in all_reduce; every rank's, on rank 0
+        ranks = self.ranks
+        active = max(self.timeline.busy_seconds() - self.comm_seconds, 0.0)
+        if ranks.distributed:
+            per_rank = {name: dfx.gather_per_rank(value) for name, value in
+                        (("tokens", float(tokens)), ("active", active), ("comm", self.comm_seconds))}
+            if ranks.rank == 0:
+                dfx.rank_balance(stats, tokens=per_rank["tokens"], active_time=per_rank["active"],
+                                 communication_time=per_rank["comm"], step_time=seconds, ranks=list(range(ranks.world)))
+        else:
+            dfx.rank_balance(stats, tokens=[tokens], active_time=[active], step_time=seconds,
+                             ranks=[int(getattr(stats.tel, "rank", 0) or 0)])
         dfx.pipeline_bubble(stats, self.timeline)
         dfx.fragmentation(stats)
         self.sma.record(stats)
@@ -265,15 +303,27 @@ class DemoDfx:
 class DemoTrainer:
     """Owns the models (actor_infer, actor_train, reference, critic) and runs the steps."""
 
-    def __init__(self, cfg: DemoConfig, telemetry: Any, out: Path, *, progress: bool = True) -> None:
+    def __init__(self, cfg: DemoConfig, telemetry: Any, out: Path, *, progress: bool = True,
+                 ranks: RankContext = RankContext()) -> None:
+        if cfg.prompts_per_step % ranks.world:
+            raise ValueError(f"prompts_per_step ({cfg.prompts_per_step}) must divide evenly over {ranks.world} ranks")
+        if cfg.slow_rank is not None and not 0 <= cfg.slow_rank < ranks.world:
+            raise ValueError(f"slow_rank {cfg.slow_rank} is not a rank of this run (0..{ranks.world - 1})")
         self.cfg = cfg
         self.tel = telemetry
         self.out = out
         self.progress = progress
+        self.ranks = ranks
         self.task = ReverseDigitsTask()
         self.state = TrainState()
+        self.local_prompts = cfg.prompts_per_step // ranks.world  # data parallel: each rank its share
 
-        self.gen = torch.Generator().manual_seed(cfg.seed)  # sampling, prompts, shuffles
+        # sampling, prompts, shuffles: each rank its own stream (rank 0 keeps the 1-rank stream)
+        self.gen = torch.Generator().manual_seed(cfg.seed + 7919 * ranks.rank)
+        # async: the rollout thread samples with a generator of its own (never shared across threads)
+        self.rollout_gen = torch.Generator().manual_seed(cfg.seed + 7919 * ranks.rank + 1)
+        self.pending: Any = None  # async: the next batch's rollout, running during this step
+        self.executor: Any = None
         self.model_kwargs = dict(d_model=cfg.d_model, n_layers=cfg.n_layers, n_heads=cfg.n_heads, d_ff=2 * cfg.d_model)
         # seeded initialisation without touching the caller's global RNG state
         with torch.random.fork_rng(devices=[]):
@@ -282,7 +332,7 @@ class DemoTrainer:
             self.critic = TinyCausalLM(**self.model_kwargs, out_dim=1) if cfg.algo == "ppo" else None
         self.actor_optim = torch.optim.Adam(self.actor.parameters(), lr=cfg.actor_lr)
         self.actor_host = HostOffload(self.actor, self.actor_optim)
-        self.dfx = DemoDfx(telemetry, cfg, self.actor)  # before offloading: it counts the actor's weights
+        self.dfx = DemoDfx(telemetry, cfg, self.actor, ranks)  # before offloading: it counts the actor's weights
         self.last_update_seconds = 0.0
         # rollout policy (actor_infer) and reference are separate modules; the reference
         # is the frozen initial policy, the rollout policy gets the weights every step
@@ -305,17 +355,50 @@ class DemoTrainer:
 
     # ---- stages ------------------------------------------------------------------------
 
-    def _generate(self) -> tuple[list[list[int]], Rollout, list[float]]:
-        prompts = self.task.sample_prompts(self.cfg.prompts_per_step, self.gen)
+    def _generate(self, gen: torch.Generator | None = None) -> tuple[list[list[int]], Rollout, list[float]]:
+        gen = self.gen if gen is None else gen
+        prompts = self.task.sample_prompts(self.local_prompts, gen)
         prompts = [p for p in prompts for _ in range(self.cfg.group_size)]  # groups adjacent
         ids, mask = self.task.encode(prompts)
         token_times: list[float] = []
+        if self.cfg.slow_rank == self.ranks.rank:
+            time.sleep(self.cfg.slow_rank_seconds)  # the straggler, on purpose
         rollout = generate(
             self.infer, ids, mask,
-            max_new_tokens=self.task.max_new_tokens, temperature=self.cfg.temperature, generator=self.gen,
+            max_new_tokens=self.task.max_new_tokens, temperature=self.cfg.temperature, generator=gen,
             token_times=token_times,
         )
         return prompts, rollout, token_times
+
+    def _generate_stage(self, gen: torch.Generator | None = None) -> tuple[Any, dict[str, float], int]:
+        """A rollout inside its stage span: (prompts, rollout, token_times), the stage's keys, and
+        the policy version that generated it."""
+        version = self.dfx.policy_version if self.dfx.enabled else 0
+        with self.dfx.stage(self.tel.stage("generate", cluster="actor_infer")) as st:
+            batch = self._generate(gen)
+        return batch, st.metrics, version
+
+    def _next_rollout(self) -> tuple[Any, dict[str, float], int]:
+        """This step's batch. Sync: generated now. Async: the one generated during the last step
+        (generated now on the first step), while the next one starts in a thread, as a child
+        of this step's span running concurrently with the training stages."""
+        if not self.cfg.async_rollout:
+            return self._generate_stage()
+        if self.pending is None:
+            current = self._generate_stage(self.rollout_gen)
+        else:  # its stage's keys were logged with the step it ran in
+            batch, _, version = self.pending.result()
+            current = (batch, {}, version)
+        if self.executor is None:
+            self.executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="otel-rl-demo-rollout")
+        context = contextvars.copy_context()  # the thread's spans join this step's trace
+        self.pending = self.executor.submit(context.run, self._generate_stage, self.rollout_gen)
+        return current
+
+    def _finish_rollout(self) -> None:
+        """Async: the rollout running for the next step must end before the weights change."""
+        if self.pending is not None:
+            concurrent.futures.wait([self.pending])
 
     def _offloaded(self, st: Any, host: HostOffload, fn, *, with_optimizer: bool):
         with st.phase("onload"):
@@ -371,6 +454,9 @@ class DemoTrainer:
                 self.actor_optim.zero_grad(set_to_none=True)
                 with op("train_step", "backward"):
                     loss.backward()
+                if self.ranks.distributed:
+                    with op("train_step", "communication"), self.dfx.communication():
+                        self.ranks.all_reduce_mean(self.actor.parameters())
                 with op("train_step", "optimizer_step"):
                     grad_norm = torch.nn.utils.clip_grad_norm_(self.actor.parameters(), cfg.max_grad_norm)
                     if torch.isfinite(grad_norm):
@@ -401,6 +487,9 @@ class DemoTrainer:
                 )
                 self.critic_optim.zero_grad(set_to_none=True)
                 loss.backward()
+                if self.ranks.distributed:
+                    with self.dfx.communication():
+                        self.ranks.all_reduce_mean(self.critic.parameters())
                 torch.nn.utils.clip_grad_norm_(self.critic.parameters(), cfg.max_grad_norm)
                 self.critic_optim.step()
                 per_mb.append(m)
@@ -445,12 +534,11 @@ class DemoTrainer:
         t0 = time.perf_counter()
         logs: dict[str, float] = {}
         spike = cfg.inject_spike_at is not None and step == cfg.inject_spike_at
-        with tel.step(step):
+        with self.ranks.step_scope(tel, step):
             d.begin_step(step)
-            with d.stage(tel.stage("generate", cluster="actor_infer")) as st:
-                prompts, rollout, token_times = self._generate()
-            logs.update(st.metrics)
-            d.after_generate(rollout, token_times)
+            (prompts, rollout, token_times), generate_keys, version = self._next_rollout()
+            logs.update(generate_keys)
+            d.after_generate(rollout, token_times, version)
             mask = rollout.response_mask
 
             with d.stage(tel.stage("compute_rewards", cluster="reward")) as st:
@@ -507,7 +595,10 @@ class DemoTrainer:
                 logs.update(st.metrics)
                 logs.update(critic_metrics)
 
-            d.before_actor_update(rollout.input_ids.shape[0])
+            waiting = rollout.input_ids.shape[0]
+            if self.pending is not None and self.pending.done():
+                waiting += self.pending.result()[0][1].input_ids.shape[0]
+            d.before_actor_update(waiting)
             with d.stage(tel.stage("train_step", cluster="actor_train", offload=True)) as st:
                 actor_metrics = self._offloaded(
                     st, self.actor_host,
@@ -519,6 +610,9 @@ class DemoTrainer:
             trained = {"old_log_probs": old_logp, "ref_log_probs": ref_logp, "advantages": advantages}
             d.after_actor_update(st, rollout, trained, self.last_update_seconds)
 
+            self._finish_rollout()
+            if self.pending is not None:  # the next batch's rollout ran inside this step
+                logs.update(self.pending.result()[1])
             with d.stage(tel.stage("model_update", cluster="actor_infer")) as st:
                 # weight sync: the rollout policy takes the freshly trained weights
                 with d.op("model_update", "communication"):
@@ -527,13 +621,14 @@ class DemoTrainer:
             logs.update(st.metrics)
             d.after_model_update(staged)
 
-            if step % cfg.checkpoint_every == 0 or step == cfg.last_step:
+            lead = self.ranks.rank == 0  # checkpoints and validation: rank 0 only
+            if lead and (step % cfg.checkpoint_every == 0 or step == cfg.last_step):
                 with d.stage(tel.stage("do_checkpoint", cluster="actor_train", offload=True)) as st:
                     path = self._offloaded(st, self.actor_host, lambda: self._save_checkpoint(step), with_optimizer=True)
                 logs.update(st.metrics)
                 self.state.checkpoints.append(path)
 
-            if step % cfg.val_every == 0 or step == cfg.last_step:
+            if lead and (step % cfg.val_every == 0 or step == cfg.last_step):
                 with d.stage(tel.stage("validation", cluster="actor_infer")) as st:
                     val = self._validate()
                 logs.update(st.metrics)
@@ -585,6 +680,10 @@ class DemoTrainer:
         return StepReport(step=step, metrics=logs, seconds=seconds)
 
     def run(self) -> TrainState:
-        for step in range(self.cfg.first_step, self.cfg.last_step + 1):
-            self.step(step)
+        try:
+            for step in range(self.cfg.first_step, self.cfg.last_step + 1):
+                self.step(step)
+        finally:
+            if self.executor is not None:
+                self.executor.shutdown(wait=True)
         return self.state
