@@ -29,6 +29,18 @@ pip_install --upgrade pip
 # torch first, so the [torch] extra is already satisfied by the CPU build.
 pip_install "$torch_spec"
 pip_install -e "$root[test,torch,tensorboard,wandb,swanlab,mlflow]"
+# The frameworks the integration tests run for real, at the versions they were tested with.
+# The constraint keeps the CPU build of torch; verl and ms-swift pin versions of transformers
+# and trl that conflict with TRL 1.x, so they go in without their (GPU-heavy) dependencies
+# plus the few light ones their tracking and callback modules import.
+constraints="$(mktemp)"
+printf 'torch==2.13.0\n' >"$constraints"
+if [ "$torch_spec" = "torch==2.13.0" ]; then cons=(-c "$constraints"); else cons=(); fi
+pip_install "${cons[@]}" "ray==2.60.0" "trl==1.16.0" "transformers==5.23.0" "accelerate==1.15.0" "datasets==5.2.0"
+pip_install --no-deps "verl==0.9.1" "ms-swift==4.6.0"
+pip_install "${cons[@]}" "tensordict==0.8.3" "omegaconf==2.4.0" "orjson" "codetiming==1.4.0" \
+  "modelscope==1.40.2" "modelscope-hub==0.5.1" "json_repair" "msgspec" "dacite" "aiohttp" "einops" "peft==0.21.2"
+rm -f "$constraints"
 rm -f "$log"
 "$venv/bin/python" -c "import otel_rl, torch, pytest" || { echo "otel-rl: set-up failed (see pip output above)" >&2; exit 1; }
 echo "$want" > "$stamp"

@@ -1,0 +1,176 @@
+"""verl: ``trainer.logger=['console','otel']`` sends every metric verl logs through otel-rl.
+
+verl's ``Tracking`` (verl/utils/tracking.py) builds its backends from a fixed list of names
+(``Tracking.supported_backend``) and has no registry for new ones, so :func:`install` adds
+``"otel"`` to that list and wraps ``Tracking.__init__`` (build an :class:`OtelBackend` when
+``"otel"`` is asked for) and ``Tracking.finish`` (flush it). Nothing else of verl changes.
+
+``install()`` must run in the process that builds the trainer's ``Tracking``: with
+``verl.trainer.main_ppo`` that is the TaskRunner Ray actor, not the driver. Importing this
+module runs it when verl is installed, and verl imports it in every process when told to:
+
+* otel-rl registers this module as a ``verl.plugins`` entry point, which verl loads on
+  ``import verl`` (verl >= 0.9): nothing to add but ``trainer.logger=['console','otel']``;
+* otherwise ``VERL_USE_EXTERNAL_MODULES=otel_rl.integrations.verl`` in the environment (verl
+  >= 0.6; on a multi-node Ray cluster pass it to the workers with
+  ``+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES=otel_rl.integrations.verl``);
+* or call ``install()`` yourself where your own trainer builds ``Tracking``.
+
+The backend reuses the telemetry of an earlier ``otel_rl.init()`` in the process (and leaves it
+running at ``finish``); otherwise it starts one with ``framework="verl"``, the experiment name as
+``rl.experiment.name`` and the project name as ``service.name`` (``OTEL_*`` / ``OTEL_RL_*``
+variables win), and shuts it down at ``finish``. verl logs a step's metrics once the step is
+over, so they arrive as metrics and an ``rl.log`` event; stage spans are not reconstructed.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import inspect
+import logging
+import os
+import weakref
+from collections.abc import Mapping
+from typing import Any
+
+import otel_rl
+from otel_rl.semconv import attributes as A
+
+logger = logging.getLogger("otel_rl")
+
+BACKEND = "otel"
+FRAMEWORK = A.RlFrameworkValues.VERL.value
+_INSTALLED = "_otel_rl_installed"  # marks a Tracking class already wrapped
+# Telemetry objects an OtelBackend shut down: a later Tracking must start a fresh one.
+_finished: weakref.WeakSet[otel_rl.Telemetry] = weakref.WeakSet()
+
+
+class OtelBackend:
+    """A verl ``Tracking`` backend (``log(data, step)``, ``finish()``) that forwards to otel-rl.
+
+    ``telemetry`` overrides the choice between the process's current telemetry and a new one.
+    Errors while logging are reported once through the ``otel_rl`` logger, never raised
+    (except ``ValueError`` in otel-rl's strict mode, which asks for exactly that).
+    """
+
+    def __init__(self, project_name: str | None = None, experiment_name: str | None = None,
+                 config: Mapping[str, Any] | None = None, *, telemetry: otel_rl.Telemetry | None = None) -> None:
+        self._reported: set[str] = set()
+        self._closed = False
+        current = otel_rl.get_telemetry()
+        if telemetry is None and current is not None and current not in _finished:
+            telemetry = current
+        self._owned = telemetry is None
+        if telemetry is None:
+            options: dict[str, Any] = {"framework": FRAMEWORK}
+            # Explicit init() arguments beat the environment: pass verl's names only as defaults.
+            if experiment_name and not os.environ.get("OTEL_RL_EXPERIMENT"):
+                options["experiment"] = str(experiment_name)
+            if project_name and not os.environ.get("OTEL_SERVICE_NAME"):
+                options["service_name"] = str(project_name)
+            telemetry = otel_rl.init(**options)
+        self.telemetry = telemetry
+        if isinstance(config, Mapping) and config:
+            self._guard("log_hparams", telemetry.log_hparams, config)
+
+    def log(self, data: Mapping[str, Any], step: int | None) -> None:
+        """One step's metrics as verl's trainer logs them (``Tracking.log`` calls this)."""
+        if not self._closed:
+            self._guard("log", self.telemetry.log, data, step)
+
+    def finish(self) -> None:
+        """Flush; shut the telemetry down if this backend started it. Safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._owned:
+            _finished.add(self.telemetry)
+            self._guard("shutdown", self.telemetry.shutdown)
+        else:
+            self._guard("flush", self.telemetry.flush)
+
+    def _guard(self, what: str, function: Any, *args: Any) -> None:
+        try:
+            function(*args)
+        except ValueError:
+            if self.telemetry.config.strict:
+                raise
+            self._report(what)
+        except Exception:
+            self._report(what)
+
+    def _report(self, what: str) -> None:
+        if what not in self._reported:
+            self._reported.add(what)
+            logger.warning("otel-rl: the verl %r backend failed in %s; later calls go on (reported once)",
+                           BACKEND, what, exc_info=True)
+
+
+def _finish_backend(tracking: Any) -> None:
+    backend = (getattr(tracking, "logger", None) or {}).get(BACKEND)
+    if isinstance(backend, OtelBackend):
+        backend.finish()
+
+
+def install() -> bool:
+    """Make ``"otel"`` a backend name of verl's ``Tracking``. Returns False when verl cannot be
+    imported (reported once); safe to call again."""
+    try:
+        from verl.utils import tracking
+    except Exception as exc:  # verl's import pulls torch, ray, tensordict: any of them may fail
+        logger.warning("otel-rl: verl could not be imported (%s: %s); trainer.logger=[..., %r] is not "
+                       "available. pip install 'otel-rl[verl]'", type(exc).__name__, exc, BACKEND)
+        return False
+    cls = tracking.Tracking
+    if getattr(cls, _INSTALLED, False):
+        return True
+    if BACKEND not in cls.supported_backend:
+        cls.supported_backend = [*cls.supported_backend, BACKEND]
+
+    original_init = cls.__init__
+    signature = inspect.signature(original_init)
+
+    @functools.wraps(original_init)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        original_init(self, *args, **kwargs)
+        bound = signature.bind(self, *args, **kwargs)
+        bound.apply_defaults()
+        given = bound.arguments
+        backends = given.get("default_backend")
+        names = [backends] if isinstance(backends, str) else list(backends or ())
+        if BACKEND in names:
+            self.logger[BACKEND] = OtelBackend(given.get("project_name"), given.get("experiment_name"), given.get("config"))
+
+    cls.__init__ = __init__
+
+    original_finish = cls.__dict__.get("finish")
+    if original_finish is not None:
+        @functools.wraps(original_finish)
+        def finish(self: Any, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return original_finish(self, *args, **kwargs)
+            finally:
+                _finish_backend(self)
+
+        cls.finish = finish
+    else:
+        # Older verl flushes its backends only in __del__.
+        original_del = cls.__dict__.get("__del__")
+
+        def __del__(self: Any) -> None:
+            try:
+                if original_del is not None:
+                    original_del(self)
+            finally:
+                _finish_backend(self)
+
+        cls.__del__ = __del__
+    setattr(cls, _INSTALLED, True)
+    return True
+
+
+# Loaded by verl's plugin / VERL_USE_EXTERNAL_MODULES hooks, or imported by the user: install now.
+# find_spec of a top-level name only looks verl up; install() imports it.
+if importlib.util.find_spec("verl") is not None:
+    install()
