@@ -22,7 +22,7 @@ Metric and attribute names come from the generated ``otel_rl.semconv`` package.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable, Sequence
 
 from . import semconv
 from ._config import TelemetryConfig, resolve_config
@@ -57,6 +57,13 @@ def init(
     config_file: str | None = None,
     node_rank: int | None = None,
     tracer_provider: Any = None,
+    alert_rules: str | None = None,
+    on_alert: Callable[[Any], Any] | Sequence[Callable[[Any], Any]] | None = None,
+    spool_dir: str | None = None,
+    spool_max_bytes: int | str | None = None,
+    series_limit: int | None = None,
+    attribute_value_limit: int | None = None,
+    export_text: bool | None = None,
 ) -> Telemetry:
     """Start telemetry for this process and return it.
 
@@ -75,10 +82,28 @@ def init(
     its process group is up), Ray Train's worker context, or the launcher's environment.
     ``tracer_provider``: an SDK TracerProvider the program already installed (a framework's own
     tracing); otel-rl adds its span processors to it instead of creating a second one.
+
+    ``alert_rules`` (``OTEL_RL_ALERT_RULES``): online alert rules run on every ``log()`` in the
+    telemetry worker, off the training thread: ``"default"`` (divergence, kl > 10, clipped_ratio >
+    0.3, memory risk, dynamic-batch runaway, rank imbalance, inference anomaly), ``"off"``, or a
+    YAML rules file. Each firing is an ``rl.alert`` event and counts in the ``rl.alert`` metric.
+    ``on_alert``: callable(s) ``(alert) -> None`` called for each alert (turns the default rules on
+    when none are configured); see ``Telemetry.on_alert``, ``should_stop`` and ``take_alerts``.
+
+    OTLP exports wait in a disk spool while the collector is unreachable: ``spool_dir``
+    (``OTEL_RL_SPOOL_DIR``, default ``<run_dir>/spool``), up to ``spool_max_bytes``
+    (``OTEL_RL_SPOOL_MAX_BYTES``, default 256 MiB; ``"1GB"`` works; 0 turns it off). Guards:
+    ``series_limit`` series per metric (``OTEL_RL_SERIES_LIMIT``, 2000), attribute values cut at
+    ``attribute_value_limit`` characters (``OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT``, 1024), and text
+    (prompts, completions, long strings) kept out of exported events unless ``export_text``.
     """
     global _current
-    options: dict[str, Any] = {k: v for k, v in locals().items() if v is not None and k != "tracer_provider"}
-    _current = Telemetry(resolve_config(options), tracer_provider=tracer_provider)
+    options: dict[str, Any] = {k: v for k, v in locals().items() if v is not None and k not in ("tracer_provider", "on_alert")}
+    tel = Telemetry(resolve_config(options), tracer_provider=tracer_provider)
+    hooks = [on_alert] if callable(on_alert) else list(on_alert or ())
+    for hook in hooks:
+        tel.on_alert(hook)
+    _current = tel
     return _current
 
 

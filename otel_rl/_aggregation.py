@@ -12,7 +12,7 @@ import bisect
 import math
 import threading
 import time
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 from opentelemetry.metrics import CallbackOptions, Observation
@@ -32,6 +32,40 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 Attrs = tuple[tuple[str, Any], ...]
 
+DEFAULT_SERIES_LIMIT = 2000
+DEFAULT_ATTRIBUTE_VALUE_LIMIT = 1024
+
+
+class SeriesGuard:
+    """Caps what one process can put into metric series: at most ``series_limit`` attribute sets
+    per metric (a templated key or record() attributes carrying a step, a sample id or a file name
+    would otherwise grow the series without bound), and string attribute values at
+    ``attribute_value_limit`` characters. Values of series past the cap are dropped and
+    ``on_overflow(metric, values)`` counts them; checks run only when a series is created."""
+
+    def __init__(self, series_limit: int = DEFAULT_SERIES_LIMIT, attribute_value_limit: int = DEFAULT_ATTRIBUTE_VALUE_LIMIT,
+                 on_overflow: Callable[[str, int], None] | None = None, exempt: Iterable[str] = ()) -> None:
+        self.series_limit = series_limit
+        self.attribute_value_limit = attribute_value_limit
+        self.on_overflow = on_overflow
+        self.exempt = frozenset(exempt)  # otel-rl's own counters, which must never be refused
+
+    def admits(self, metric: str, existing: int, values: int = 1) -> bool:
+        if self.series_limit and existing >= self.series_limit and metric not in self.exempt:
+            if self.on_overflow is not None:
+                self.on_overflow(metric, values)
+            return False
+        return True
+
+    def attributes(self, attrs: Attrs) -> dict[str, Any]:
+        limit = self.attribute_value_limit
+        if not limit:
+            return dict(attrs)
+        return {k: (v[:limit] if isinstance(v, str) and len(v) > limit else v) for k, v in attrs}
+
+
+_NO_GUARD = SeriesGuard(0, 0)
+
 
 class LatestValues:
     """Latest value per (metric, attribute set), read by observable instruments at collection time.
@@ -40,8 +74,9 @@ class LatestValues:
     per-metric dict is only ever assigned to (never resized while iterated: readers copy first).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, guard: SeriesGuard | None = None) -> None:
         self._series: dict[str, dict[Attrs, list[Any]]] = {}
+        self.guard = guard or _NO_GUARD
 
     def series(self, metric: str) -> dict[Attrs, list[Any]]:
         found = self._series.get(metric)
@@ -53,7 +88,8 @@ class LatestValues:
         series = self.series(metric)
         slot = series.get(attrs)
         if slot is None:
-            series[attrs] = [value, dict(attrs)]
+            if self.guard.admits(metric, len(series)):
+                series[attrs] = [value, self.guard.attributes(attrs)]
         else:
             slot[0] = value
 
@@ -61,7 +97,8 @@ class LatestValues:
         series = self.series(metric)
         slot = series.get(attrs)
         if slot is None:
-            series[attrs] = [amount, dict(attrs)]
+            if self.guard.admits(metric, len(series)):
+                series[attrs] = [amount, self.guard.attributes(attrs)]
         else:
             slot[0] += amount
 
@@ -98,7 +135,8 @@ class _HistogramState:
 class BulkHistograms:
     """Cumulative explicit-bucket histograms fed with whole arrays or single values."""
 
-    def __init__(self) -> None:
+    def __init__(self, guard: SeriesGuard | None = None) -> None:
+        self.guard = guard or _NO_GUARD
         self._lock = threading.Lock()
         self._states: dict[str, dict[Attrs, _HistogramState]] = {}
         self._meta: dict[str, tuple[str, str, tuple[float, ...]]] = {}
@@ -107,17 +145,21 @@ class BulkHistograms:
     def declare(self, name: str, description: str, unit: str, bounds: Sequence[float]) -> None:
         self._meta[name] = (description, unit, tuple(float(b) for b in bounds))
 
-    def _state(self, name: str, attrs: Attrs) -> _HistogramState:
+    def _state(self, name: str, attrs: Attrs, values: int = 1) -> _HistogramState | None:
         per_metric = self._states.setdefault(name, {})
         state = per_metric.get(attrs)
         if state is None:
-            state = per_metric[attrs] = _HistogramState(self._meta[name][2], dict(attrs))
+            if not self.guard.admits(name, len(per_metric), values):
+                return None
+            state = per_metric[attrs] = _HistogramState(self._meta[name][2], self.guard.attributes(attrs))
         return state
 
     def record(self, name: str, value: float, attrs: Attrs = ()) -> None:
         """Record one value (no numpy call: a single bisect is cheaper)."""
         with self._lock:
             state = self._state(name, attrs)
+            if state is None:
+                return
             state.counts[bisect.bisect_left(state.bounds, value)] += 1
             state.count += 1
             state.total += value
@@ -135,7 +177,9 @@ class BulkHistograms:
         binned = np.bincount(np.searchsorted(bounds, values, side="left"), minlength=len(bounds) + 1)
         vmin, vmax, vsum = float(values.min()), float(values.max()), float(values.sum())
         with self._lock:
-            state = self._state(name, attrs)
+            state = self._state(name, attrs, int(values.size))
+            if state is None:
+                return
             state.counts += binned
             state.count += int(values.size)
             state.total += vsum

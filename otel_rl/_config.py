@@ -10,11 +10,13 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import re
 import secrets
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
+from urllib.parse import urlsplit, urlunsplit
 
 import yaml
 
@@ -133,6 +135,42 @@ def _parse_str(raw: Any) -> str:
     return raw
 
 
+def redact_url(url: str | None) -> str | None:
+    """Drop user:password from a URL so it can be printed."""
+    if not url:
+        return url
+    parts = urlsplit(url)
+    if parts.username or parts.password:
+        host = parts.hostname or ""
+        if parts.port:
+            host += f":{parts.port}"
+        return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
+    return url
+
+
+_BYTE_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb": 10**6, "mib": 2**20,
+               "g": 10**9, "gb": 10**9, "gib": 2**30}
+
+
+def _parse_byte_size(raw: Any) -> int:
+    """A size in bytes: an integer, or a number with a unit (``512MiB``, ``1GB``, ``64k``)."""
+    if isinstance(raw, bool):
+        raise ValueError("expected a size in bytes such as 268435456, 256MiB or 1GB")
+    if isinstance(raw, (int, float)):
+        number, unit = float(raw), ""
+    elif isinstance(raw, str):
+        match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?)\s*([A-Za-z]*)\s*", raw)
+        if match is None or match.group(2).lower() not in _BYTE_UNITS:
+            raise ValueError("expected a size in bytes such as 268435456, 256MiB or 1GB")
+        number, unit = float(match.group(1)), match.group(2).lower()
+    else:
+        raise ValueError("expected a size in bytes such as 268435456, 256MiB or 1GB")
+    value = number * _BYTE_UNITS[unit]
+    if value < 0 or value != value or value == float("inf"):
+        raise ValueError("expected a non-negative size in bytes (0 turns the spool off)")
+    return int(value)
+
+
 @dataclass(frozen=True, kw_only=True)
 class TelemetryConfig:
     """Everything ``otel_rl.init`` accepts. Each field's metadata names its environment variable."""
@@ -159,6 +197,20 @@ class TelemetryConfig:
     tracker_keys: str = field(default="original", metadata={"env": "OTEL_RL_TRACKER_KEYS", "parse": _parse_key_style})
     tracker_all_ranks: bool = field(default=False, metadata={"env": "OTEL_RL_TRACKER_ALL_RANKS", "parse": _parse_bool})
     config_file: str | None = field(default=None, metadata={"env": "OTEL_RL_CONFIG", "parse": _parse_str})
+    # OTLP exports wait here while the collector is unreachable (default <run_dir>/spool), up to
+    # spool_max_bytes per process; 0 sends straight through the SDK exporters, with no spool.
+    spool_dir: str | None = field(default=None, metadata={"env": "OTEL_RL_SPOOL_DIR", "parse": _parse_str})
+    spool_max_bytes: int = field(default=256 * 2**20, metadata={"env": "OTEL_RL_SPOOL_MAX_BYTES", "parse": _parse_byte_size})
+    # Per process: at most series_limit attribute sets per metric (0: no cap), string attribute
+    # values cut at attribute_value_limit characters (spans, events, metrics; 0: no cap).
+    series_limit: int = field(default=2000, metadata={"env": "OTEL_RL_SERIES_LIMIT", "parse": _parse_non_negative_int})
+    attribute_value_limit: int = field(default=1024, metadata={"env": "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", "parse": _parse_non_negative_int})
+    # Text (prompts, completions: long strings, or strings under keys that name text) stays out of
+    # the exported events unless this is on.
+    export_text: bool = field(default=False, metadata={"env": "OTEL_RL_EXPORT_TEXT", "parse": _parse_bool})
+    # Online alert rules run on every log() in the telemetry worker: "default" (the built-in rules),
+    # "off", or a YAML rules file; unset: off until Telemetry.on_alert() is called.
+    alert_rules: str | None = field(default=None, metadata={"env": "OTEL_RL_ALERT_RULES", "parse": _parse_str})
 
     @property
     def otlp_enabled(self) -> bool:
@@ -197,6 +249,8 @@ def read_yaml_file(path: str | os.PathLike[str], what: str, hint: str = "") -> A
         raise FileNotFoundError(f"{what} {p} does not exist{hint}") from None
     except yaml.YAMLError as exc:
         raise ValueError(f"{what} {p} is not valid YAML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{what} {p} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
 
 
 def load_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:

@@ -578,11 +578,20 @@ _LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _con
 
 
 def load_mapping_files(directory: str | Path) -> list[dict[str, Any]]:
-    """Parse ``<directory>/*.yaml``; rules carry ``__line__`` and each file ``__file__``."""
+    """Parse ``<directory>/*.yaml``; rules carry ``__line__`` and each file ``__file__``.
+
+    Raises ValueError naming the file (and line) when one is not UTF-8 YAML."""
     out = []
     for path in sorted(Path(directory).glob("*.yaml")):
-        with open(path, encoding="utf-8") as fh:
-            data = yaml.load(fh, Loader=_LineLoader)  # noqa: S506 - a safe loader
+        try:
+            with open(path, encoding="utf-8") as fh:
+                data = yaml.load(fh, Loader=_LineLoader)  # noqa: S506 - a safe loader
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+            raise ValueError(f"{where}: not valid YAML: {getattr(exc, 'problem', None) or exc}") from None
         if isinstance(data, dict):
             data["__file__"] = str(path)
         out.append(data)

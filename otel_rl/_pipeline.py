@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import sys
 import threading
 import time
@@ -43,11 +44,38 @@ class Rejected(Exception):
         self.detail = detail
 
 
-def event_value(raw: Any) -> Any:
+def event_value(raw: Any, _depth: int = 0) -> Any:
     """The value as the step event carries it: a plain Python scalar, the exact number logged."""
     kind = type(raw)
-    if kind is float or kind is int or kind is str or kind is bool or raw is None:
+    if kind is float or kind is str or kind is bool or raw is None:
         return raw
+    if kind is int:
+        return raw if _INT64_MIN <= raw <= _INT64_MAX else _wide_int(raw)
+    try:
+        value = _event_value(raw, kind, _depth)
+    except Exception:  # an object whose attributes or repr raise: the event still goes out
+        return f"<unrepresentable {kind.__name__}>"
+    # What item() returned must still be something OTLP can carry (one bad value would fail the
+    # whole batch of events in the encoder).
+    if type(value) is int and not _INT64_MIN <= value <= _INT64_MAX:
+        return _wide_int(value)
+    if type(value) is complex:
+        return repr(value)
+    return value
+
+
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+def _wide_int(value: int) -> Any:
+    """An integer beyond OTLP's int64: a float when it is one, else its decimal text."""
+    try:
+        return float(value)
+    except OverflowError:
+        return str(value)
+
+
+def _event_value(raw: Any, kind: type, depth: int) -> Any:
     item = getattr(raw, "item", None)
     if item is not None and (getattr(raw, "ndim", None) == 0 or _numel(raw) == 1):
         try:
@@ -60,8 +88,20 @@ def event_value(raw: Any) -> Any:
     if shape is not None:
         return f"<{kind.__name__} shape={tuple(shape)}>"
     if isinstance(raw, (list, tuple)):
-        return [event_value(v) for v in raw]
+        if depth >= _MAX_NESTING:  # a list that contains itself, or absurdly deep
+            return "<nested too deep>"
+        return [event_value(v, depth + 1) for v in raw]
     return repr(raw)
+
+
+_MAX_NESTING = 64  # levels of nested dicts / lists a logged value may have
+
+
+def _key_text(key: Any) -> str:
+    try:
+        return repr(key)
+    except Exception:  # a key object whose repr raises
+        return f"<{type(key).__name__} key>"
 
 
 def _numel(raw: Any) -> int:
@@ -71,7 +111,10 @@ def _numel(raw: Any) -> int:
             return int(numel())
         except Exception:
             return -1
-    size = getattr(raw, "size", None)
+    try:
+        size = getattr(raw, "size", None)
+    except Exception:
+        return -1
     return size if isinstance(size, int) else -1
 
 
@@ -81,7 +124,10 @@ def to_number(raw: Any) -> float:
     if kind is float:
         value = raw
     elif kind is int or kind is bool:
-        return float(raw)
+        try:
+            return float(raw)
+        except OverflowError:
+            raise Rejected(_REASONS.INF.value, "an integer beyond the float range") from None
     elif raw is None:
         raise Rejected(_REASONS.NONE.value)
     elif kind is str:
@@ -92,7 +138,9 @@ def to_number(raw: Any) -> float:
             raise Rejected(_REASONS.MULTI_ELEMENT.value, f"{numel} elements")
         try:
             value = float(raw.item() if hasattr(raw, "item") else raw)
-        except (TypeError, ValueError):
+        except OverflowError:
+            raise Rejected(_REASONS.INF.value, f"a {kind.__name__} beyond the float range") from None
+        except Exception:  # whatever a foreign object's __float__ / item() raises
             raise Rejected(_REASONS.NON_NUMERIC.value, f"a {kind.__name__}") from None
     if value != value:
         raise Rejected(_REASONS.NAN.value)
@@ -124,6 +172,10 @@ class Plan:
 class Pipeline:
     """Drains the hot path's queue on a daemon thread; ``flush`` drains it on the caller's thread."""
 
+    # What happens to strings in an event body before export (see TextPolicy); Telemetry sets it
+    # from its config.
+    text_policy: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+
     def __init__(
         self,
         *,
@@ -151,6 +203,9 @@ class Pipeline:
         self._stopping = False
         self._poll = poll_interval_s
         self.processed = 0
+        # Called with (step, time_ns, [(metric, attrs, value), ...], span_context) after each log()'s
+        # values are resolved: the online alert detectors, on this worker thread.
+        self.observer: Callable[[int | None, int, list[tuple[str, Attrs, float]], Any], Any] | None = None
         self._thread = threading.Thread(target=self._run, name="otel-rl-pipeline", daemon=True)
         self._thread.start()
 
@@ -224,8 +279,9 @@ class Pipeline:
         elif kind == CALL:
             item[1]()
 
-    def apply_value(self, key: str, raw: Any, step: int | None) -> None:
-        """Resolve, coerce and store one value; raises Rejected (used directly in strict mode)."""
+    def apply_value(self, key: str, raw: Any, step: int | None) -> tuple[str, Attrs, float] | None:
+        """Resolve, coerce and store one value; raises Rejected (used directly in strict mode).
+        Returns the resolved ``(metric, attributes, value)``."""
         plan = self.plan(key)
         if plan.counter_overflow:
             self._latest.add(plan.metric, plan.attrs, 1)
@@ -248,30 +304,66 @@ class Pipeline:
             self._latest.set(plan.metric, plan.attrs, value)
         if plan.metric in _HEADLINE:
             self._headline.setdefault(step, {})[_HEADLINE[plan.metric](plan.attrs)] = value
+        return plan.metric, plan.attrs, value
 
     def _process_log(self, step: int | None, time_ns: int, span_context: Any, values: Mapping[Any, Any]) -> None:
+        if type(time_ns) is not int:  # log(time_ns=...) is checked here, off the caller's thread
+            time_ns = self._event_time(time_ns)
+        observer = self.observer
+        resolved: list[tuple[str, Attrs, float]] | None = [] if observer is not None else None
         body: dict[str, Any] = {}
         stack: list[tuple[str, Any]] = list(values.items())[::-1]
         while stack:
             key, raw = stack.pop()
             if type(key) is not str:
-                text = repr(key)
+                text = _key_text(key)
                 body[text] = event_value(raw)
                 self.reject(text, _REASONS.BAD_KEY.value, f"a {type(key).__name__} key")
                 continue
             if isinstance(raw, Mapping):  # nested dicts flatten into framework-style "a/b" keys
-                stack.extend((f"{key}/{k}" if isinstance(k, str) else key + "/" + repr(k), v) for k, v in reversed(list(raw.items())))
+                try:
+                    if key.count("/") > _MAX_NESTING:
+                        raise Rejected(_REASONS.BAD_KEY.value, f"nested more than {_MAX_NESTING} levels deep (or a mapping that contains itself)")
+                    stack.extend((f"{key}/{k}" if isinstance(k, str) else key + "/" + repr(k), v) for k, v in reversed(list(raw.items())))
+                except Rejected as rej:
+                    body[key] = "<nested too deep>"
+                    self.reject(key, rej.reason, rej.detail)
+                except Exception as exc:  # a mapping whose items() raises
+                    body[key] = event_value(raw)
+                    self.reject(key, _REASONS.NON_NUMERIC.value, f"its items could not be read: {type(exc).__name__}")
                 continue
             body[key] = event_value(raw)
             try:
-                self.apply_value(key, raw, step)
+                got = self.apply_value(key, raw, step)
+                if resolved is not None and got is not None:
+                    resolved.append(got)
             except Rejected as rej:
                 self.reject(key, rej.reason, rej.detail)
+            except Exception as exc:  # a transform or a foreign type failed: this value only
+                self.reject(key, _REASONS.NON_NUMERIC.value, f"{type(exc).__name__} while reading it")
         self.emit_event(N.RL_LOG_EVENT, body, {A.RL_STEP: step} if step is not None else {}, time_ns, span_context)
+        if resolved:
+            try:
+                observer(step, time_ns, resolved, span_context)  # type: ignore[misc]
+            except Exception as exc:  # detectors must never stop telemetry
+                self.report_once("<alerts>", type(exc).__name__, f"otel-rl: the alert detectors failed on step {step}: {exc!r}")
+
+    def _event_time(self, raw: Any) -> int:
+        try:
+            value = int(raw)
+            if value > 0:
+                return value
+        except (TypeError, ValueError, OverflowError):
+            pass
+        self.report_once("<log>", "time_ns", f"otel-rl: log(time_ns={raw!r}) is not a positive integer of Unix-epoch "
+                         "nanoseconds; the current time is used")
+        return now_ns()
 
     def emit_event(self, name: str, body: dict[str, Any], attributes: dict[str, Any], time_ns: int | None = None,
                    span_context: Any = None) -> None:
         """One otel-rl event as a log record, linked to a step's trace when given its span context."""
+        if self.text_policy is not None:
+            body = self.text_policy(body)
         time_ns = time_ns or now_ns()
         ctx = trace.set_span_in_context(trace.NonRecordingSpan(span_context)) if span_context is not None else Context()
         self._event_logger.emit(
@@ -329,6 +421,49 @@ class Pipeline:
             self._span_measured.pop(next(iter(self._span_measured)))
         while len(self._headline) > 8:
             self._headline.pop(next(iter(self._headline)))
+
+
+# Keys under which a string is text (a prompt, a completion, a message), whatever its length.
+_TEXT_KEY = re.compile(r"(?:^|[/._\-(])(prompts?|completions?|responses?_?texts?|generations?|texts?|messages?|contents?|"
+                       r"chats?|conversations?|questions?|answers?|outputs?_?texts?|inputs?_?texts?)(?:$|[/._\-)])", re.I)
+
+
+class TextPolicy:
+    """Keeps text out of exported events unless ``export_text``: a string longer than
+    ``max_chars`` (64: labels, ids and statuses pass) or under a key that names text (prompt,
+    completion, message, ...) is replaced by a marker saying how long it was. With
+    ``export_text``, strings are cut at ``value_limit`` characters instead (0: no cut)."""
+
+    def __init__(self, export_text: bool = False, value_limit: int = 1024, max_chars: int = 64) -> None:
+        self.export_text = export_text
+        self.value_limit = value_limit
+        self.max_chars = max_chars
+
+    def __call__(self, body: dict[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] | None = None
+        for key, value in body.items():
+            kind = type(value)
+            if kind is str:
+                new = self._text(key, value)
+            elif kind is list and any(type(v) is str for v in value):
+                new = [self._text(key, v) if type(v) is str else v for v in value]
+                if new == value:
+                    continue
+            else:
+                continue
+            if new is not value:
+                if out is None:
+                    out = dict(body)
+                out[key] = new
+        return body if out is None else out
+
+    def _text(self, key: str, value: str) -> str:
+        if self.export_text:
+            limit = self.value_limit
+            return value[:limit] if limit and len(value) > limit else value
+        if len(value) > self.max_chars or _TEXT_KEY.search(key):
+            return f"<text withheld: {len(value)} chars; export_text=true / OTEL_RL_EXPORT_TEXT=true exports it>"
+        return value
 
 
 def _statistic_label(name: str) -> Callable[[Attrs], str]:

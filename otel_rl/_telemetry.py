@@ -6,13 +6,13 @@ import atexit
 import dataclasses
 import json
 import logging
+import os
 import socket
 import time
 import weakref
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Mapping
-from urllib.parse import urlsplit, urlunsplit
+from typing import Any, Callable, Mapping
 
 import numpy as np
 from opentelemetry import context as context_api
@@ -22,13 +22,17 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.trace import Status, StatusCode
 
 from ._aggregation import Attrs, BulkHistograms, LatestValues
-from ._config import TelemetryConfig
+from ._config import TelemetryConfig, redact_url
+from ._detectors import build_alert_engine
 from ._distributed import detect_placement
+from ._lifecycle import track as track_process_events
 from ._keys import KeyResolver
-from ._pipeline import ADD, CALL, LOG, RECORD, STAGE, STEP_END, Pipeline, Rejected, event_value, print_summary, to_number
+from ._pipeline import (
+    ADD, CALL, LOG, RECORD, STAGE, STEP_END, Pipeline, Rejected, TextPolicy, _key_text, event_value, print_summary, to_number,
+)
 from ._probes import CudaMemoryProbe, GpuMemorySnapshot, NvmlProbe, ProcessProbe
 from ._propagation import extract_context, inject_context
-from ._providers import SCOPE_NAME, build_providers
+from ._providers import SCOPE_NAME, bind_series_guard, build_providers, series_guard
 from ._runfolder import rank_file_name
 from ._version import __version__
 from .exporters.trackers import TrackerLogExporter, build_fanout
@@ -49,19 +53,6 @@ _FRACTION_KINDS = (A.RlMemoryKindValues.MAX_ALLOCATED.value, A.RlMemoryKindValue
 RUN_INFO_FILE = "run.json"
 _EVENT_NAMES = frozenset(value for key, value in vars(N).items() if key.endswith("_EVENT"))
 _GIB = float(2**30)  # ROLL logs memory in GiB
-
-
-def redact_url(url: str | None) -> str | None:
-    """Drop user:password from a URL so it can be printed."""
-    if not url:
-        return url
-    parts = urlsplit(url)
-    if parts.username or parts.password:
-        host = parts.hostname or ""
-        if parts.port:
-            host += f":{parts.port}"
-        return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
-    return url
 
 
 def build_resource(config: TelemetryConfig) -> Resource:
@@ -307,13 +298,17 @@ class Telemetry:
         self.config = config
         self.rank = config.rank or 0
         self._closed = False
+        self._forked_from: int | None = None  # the parent's pid, in a forked child (see _lifecycle)
+        self._dropped_calls = 0
         self._current_step: int | None = None
         self._step_span_context: Any = None
         self._span_names: dict[str, str] = {}
         self.resource = build_resource(config)
 
-        self._latest = LatestValues()
-        self._histograms = BulkHistograms()
+        guard = series_guard(config)  # cardinality and attribute-length caps
+        self._latest = LatestValues(guard)
+        self._histograms = BulkHistograms(guard)
+        bind_series_guard(guard, self._latest)
         for mdef in METRICS.values():
             if mdef.instrument == "histogram":
                 self._histograms.declare(mdef.name, mdef.brief, mdef.unit, BUCKETS[mdef.buckets or "duration"])
@@ -323,7 +318,7 @@ class Telemetry:
                                       lambda key: self._resolver.resolve(key, config.framework))
         tracker_exporters = [TrackerLogExporter(self._trackers)] if self._trackers is not None else []
         self._providers = build_providers(config, self.resource, self._histograms, tracker_exporters,
-                                          tracer_provider=tracer_provider)
+                                          tracer_provider=tracer_provider, latest=self._latest)
         self._tracer = self._providers.tracer_provider.get_tracer(SCOPE_NAME, __version__)
         self._meter = self._providers.meter_provider.get_meter(SCOPE_NAME, __version__)
 
@@ -340,12 +335,18 @@ class Telemetry:
             event_logger=self._providers.logger_provider.get_logger(SCOPE_NAME, __version__),
             on_step_end=print_summary if console else None,
         )
+        self._pipeline.text_policy = TextPolicy(config.export_text, config.attribute_value_limit)
         # Bound once: log() is two attribute loads away from the queue.
         self._append = self._pipeline.queue.append
         self._wake = self._pipeline.wake
+        # Online alert rules: evaluated by the pipeline's worker after it resolves each log().
+        self._alerts = build_alert_engine(config.alert_rules, self._pipeline, self._latest) if config.alert_rules else None
+        if self._alerts is not None:
+            self._pipeline.observer = self._alerts.observe
         self._write_run_info()
         self._atexit_ref = weakref.WeakMethod(self.shutdown)
         atexit.register(_shutdown_at_exit, self._atexit_ref)
+        track_process_events(self)  # fork: off in the child; SIGTERM: flush, then exit as before
 
     # -- setup ----------------------------------------------------------------------------------
     def _register_instruments(self, extra: dict[str, Any]) -> None:
@@ -402,6 +403,25 @@ class Telemetry:
         return self._closed
 
     @property
+    def dropped_calls(self) -> int:
+        """``log()`` / ``record()`` calls ignored: after ``shutdown()``, or in a forked child."""
+        return self._dropped_calls
+
+    def _drop_call(self) -> None:
+        self._dropped_calls += 1
+        if self._forked_from is not None and self._dropped_calls == 1:
+            logger.warning("otel-rl: process %d was forked from %d after otel_rl.init(); the inherited telemetry is off "
+                           "here: log() calls are dropped and counted in Telemetry.dropped_calls (reported once). Call "
+                           "otel_rl.init() in the child to export from it.", os.getpid(), self._forked_from)
+
+    def _disable_in_forked_child(self, parent_pid: int) -> None:
+        """In a forked child: stop at once, touching no lock or thread the parent owned."""
+        if not self._closed:
+            self._forked_from = parent_pid
+        self._closed = True
+        self._dropped_calls = 0
+
+    @property
     def current_step(self) -> int | None:
         return self._current_step
 
@@ -438,32 +458,35 @@ class Telemetry:
                                        "(expected the dict from Telemetry.inject()); spans start their own traces")
         return scope
 
-    def log(self, values: Mapping[str, Any], step: int | None = None) -> None:
+    def log(self, values: Mapping[str, Any], step: int | None = None, *, time_ns: int | None = None) -> None:
         """Log one step's values: framework keys (``actor/pg_loss``) or registry metric names.
 
         The caller pays one dict copy; resolution, metrics and the step event happen off-thread.
         Bad values (NaN, inf, None, strings, multi-element tensors, non-string keys) are counted
         and reported once with the key named; with ``strict=True`` they raise ValueError here.
+        ``time_ns``: when the values were logged (Unix epoch ns), for replaying an old log; the
+        step's ``rl.log`` event carries it. Default: now.
         """
         if self._closed:
-            return
+            return self._drop_call()
         if self.config.strict:
             self._check_strict(values)
         try:
             snapshot = dict(values)
-        except (TypeError, ValueError) as exc:
+        except Exception as exc:  # not a mapping, or one whose iteration raises: never into the loop
             if self.config.strict:
                 raise ValueError(f"otel-rl: log() takes a mapping of key -> value, got {type(values).__name__}") from exc
             self._pipeline.report_once("<log>", type(values).__name__, f"otel-rl: log() takes a mapping of key -> value, got {type(values).__name__}; ignored")
             return
-        self._append((LOG, self._current_step if step is None else step, time.time_ns(), self._step_span_context, snapshot))
+        self._append((LOG, self._current_step if step is None else step, time.time_ns() if time_ns is None else time_ns,
+                      self._step_span_context, snapshot))
         if not self._wake.is_set():
             self._wake.set()
 
     def record(self, metric: str, values: Any, attributes: Mapping[str, Any] | None = None, *, step: int | None = None) -> None:
         """Record a registry metric: a whole array into a histogram, or a value into a gauge/counter."""
         if self._closed:
-            return
+            return self._drop_call()
         if metric not in METRICS:
             if self.config.strict:
                 raise ValueError(f"otel-rl: record() needs a registry metric name (from otel_rl.semconv.metrics), got {metric!r}")
@@ -520,6 +543,30 @@ class Telemetry:
         """Add to a registry counter (e.g. ``rl.tensor.nonfinite``)."""
         self._submit((ADD, metric, _sorted_attrs(attributes) if attributes else (), float(amount)))
 
+    def on_alert(self, callback: Callable[[Any], Any]) -> None:
+        """Call ``callback(alert)`` for every alert the online rules fire (``otel_rl._detectors.Alert``:
+        name, severity, step, message, conditions, actions). It runs on the telemetry worker thread,
+        so keep it short; exceptions are reported once and never reach training. For work that must
+        happen on the training thread (save a snapshot, roll back), poll :meth:`take_alerts` or
+        :attr:`should_stop` in the loop instead. With no rules configured, turns the default rules on."""
+        if self._alerts is None:
+            if self.config.alert_rules is not None:  # "off" was asked for explicitly
+                self._pipeline.report_once("<alerts>", "off", f"otel-rl: on_alert() ignored: alert_rules={self.config.alert_rules!r} "
+                                           "turns the rules off")
+                return
+            self._alerts = build_alert_engine("default", self._pipeline, self._latest)
+            self._pipeline.observer = self._alerts.observe  # type: ignore[union-attr]
+        self._alerts.add_hook(callback)  # type: ignore[union-attr]
+
+    @property
+    def should_stop(self) -> bool:
+        """True once a rule with the ``stop`` action fired: poll it in the training loop and stop there."""
+        return self._alerts is not None and self._alerts.should_stop
+
+    def take_alerts(self) -> list[Any]:
+        """Alerts fired since the last call, for a training loop that acts on them on its own thread."""
+        return self._alerts.take_alerts() if self._alerts is not None else []
+
     def latest(self, metric: str, attributes: Mapping[str, Any] | None = None) -> float | None:
         """The latest value of a gauge or counter series (after ``flush()``), for tests and tools."""
         return self._latest.get(metric, _sorted_attrs(attributes) if attributes else ())
@@ -528,25 +575,37 @@ class Telemetry:
         """Where a framework key goes: its registry metric and attributes."""
         return self._resolver.resolve(key, self.config.framework)
 
-    def _check_strict(self, values: Mapping[str, Any]) -> None:
+    def _check_strict(self, values: Mapping[str, Any], depth: int = 0) -> None:
         if not isinstance(values, Mapping):
             raise ValueError(f"otel-rl: log() takes a mapping of key -> value, got {type(values).__name__}")
-        for key, raw in values.items():
+        if depth > 64:
+            raise ValueError("otel-rl strict mode: values nested more than 64 levels deep (or a mapping that contains itself)")
+        try:
+            items = list(values.items())
+        except Exception as exc:
+            raise ValueError(f"otel-rl strict mode: the items of a {type(values).__name__} cannot be read: {exc!r}") from None
+        for key, raw in items:
             if type(key) is not str:
-                raise ValueError(f"otel-rl strict mode: key {key!r} is a {type(key).__name__}, not a string")
+                raise ValueError(f"otel-rl strict mode: key {_key_text(key)} is a {type(key).__name__}, not a string")
             if isinstance(raw, Mapping):
-                self._check_strict({f"{key}/{k}": v for k, v in raw.items()})
+                try:
+                    nested = {f"{key}/{k}": v for k, v in raw.items()}
+                except Exception as exc:
+                    raise ValueError(f"otel-rl strict mode: the items of {key!r} cannot be read: {exc!r}") from None
+                self._check_strict(nested, depth + 1)
                 continue
             plan = self._pipeline.plan(key)
             try:
                 to_number(plan.transform(raw) if plan.transform else raw)
             except Rejected as rej:
                 raise ValueError(f"otel-rl strict mode: value of {key!r} is {rej.reason}" + (f" ({rej.detail})" if rej.detail else "")) from None
-            except (TypeError, ValueError) as exc:
-                raise ValueError(f"otel-rl strict mode: value of {key!r} cannot be read: {exc}") from None
+            except Exception as exc:  # whatever a foreign object's conversion raises, as a ValueError
+                raise ValueError(f"otel-rl strict mode: value of {key!r} cannot be read: {type(exc).__name__}") from None
 
     def flush(self, timeout_s: float = 10.0) -> bool:
         """Process everything logged so far and export it now."""
+        if self._forked_from is not None:  # the parent's locks and threads are not ours to wait on
+            return False
         self._pipeline.drain()
         ms = int(timeout_s * 1000)
         ok = self._providers.tracer_provider.force_flush(ms)
@@ -560,6 +619,8 @@ class Telemetry:
             return
         self._closed = True
         atexit.unregister(_shutdown_at_exit)
+        # One clock for the whole shutdown: an unreachable collector cannot hold exit past timeout_s.
+        self._providers.begin_shutdown(timeout_s)
         self._pipeline.stop(timeout_s)
         ms = int(timeout_s * 1000)
         # a tracer provider that was handed in belongs to the caller: stop only our processors

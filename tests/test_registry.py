@@ -174,6 +174,8 @@ rl.async.policy_lag gauge {version}
 rl.async.stale_sample_ratio gauge 1
 rl.unmapped gauge 1
 rl.telemetry.rejected counter {value}
+rl.telemetry.dropped counter {item}
+rl.telemetry.spool.usage gauge By
 rl.kl.coefficient gauge 1
 rl.prompt.clipped_ratio gauge 1
 rl.response.non_aborted_length gauge {token}
@@ -182,6 +184,7 @@ rl.rollout.sample.duration gauge s
 rl.rollout.preemptions gauge {preemption}
 rl.run.flops counter {flop}
 rl.run.loss gauge 1
+rl.alert counter {alert}
 """
 
 

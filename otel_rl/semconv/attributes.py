@@ -39,6 +39,21 @@ Type: enum. Values: gpu. Examples: gpu.
 Upstream OpenTelemetry name (upstream lists more members: cpu, memory, fan,
 temperature, ...); otel-rl reports GPUs only, so it sets `gpu`."""
 
+RL_ALERT_NAME: Final = "rl.alert.name"
+"""Name of the alert rule that fired.
+
+Type: string. Examples: divergence, kl_above_threshold.
+
+A rule name from the alert rules in use (the defaults: divergence, kl_above_threshold,
+clipped_ratio_above_threshold, memory_risk, dynamic_batch_runaway, rank_imbalance,
+inference_anomaly; or the names of a user's rules file). Low cardinality: one value per
+configured rule."""
+
+RL_ALERT_SEVERITY: Final = "rl.alert.severity"
+"""Severity of the alert rule that fired.
+
+Type: enum. Values: critical, warning, info. Examples: critical."""
+
 RL_CLIP_KIND: Final = "rl.clip.kind"
 """Which clipping a clip fraction measures.
 
@@ -272,10 +287,20 @@ TRL/ms-swift `global_step` / `step`). Used on spans (`rl.step`, `rl.<stage>`,
 attribute: one series per step would defeat low-cardinality metrics. The step
 progress as a metric is `rl.progress.step`."""
 
+RL_TELEMETRY_DROP_REASON: Final = "rl.telemetry.drop_reason"
+"""Why otel-rl dropped telemetry it had accepted.
+
+Type: enum. Values: spool_full, backend_rejected, series_limit. Examples: spool_full."""
+
 RL_TELEMETRY_REASON: Final = "rl.telemetry.reason"
 """Why otel-rl rejected a value.
 
 Type: enum. Values: nan, inf, none, non_numeric, multi_element, bad_key, unmapped_overflow, exporter_error. Examples: nan, unmapped_overflow."""
+
+RL_TELEMETRY_SIGNAL: Final = "rl.telemetry.signal"
+"""The OpenTelemetry signal an item belongs to.
+
+Type: enum. Values: traces, metrics, logs. Examples: traces, logs."""
 
 RL_TENSOR_DIM: Final = "rl.tensor.dim"
 """Dimension index of a tensor shape.
@@ -354,6 +379,19 @@ class HwTypeValues(str, Enum):
 
     GPU = 'gpu'
     """Graphics Processing Unit."""
+
+
+class RlAlertSeverityValues(str, Enum):
+    """Values of `rl.alert.severity`: Severity of the alert rule that fired."""
+
+    CRITICAL = 'critical'
+    """Act now: the run is diverging or about to fail."""
+
+    WARNING = 'warning'
+    """Look soon: a metric left its normal range."""
+
+    INFO = 'info'
+    """For the record."""
 
 
 class RlClipKindValues(str, Enum):
@@ -680,6 +718,19 @@ class RlStatisticValues(str, Enum):
     """Value of the slowest sample of the batch (verl `timing_s/agent_loop/slowest/*`)."""
 
 
+class RlTelemetryDropReasonValues(str, Enum):
+    """Values of `rl.telemetry.drop_reason`: Why otel-rl dropped telemetry it had accepted."""
+
+    SPOOL_FULL = 'spool_full'
+    """The collector was unreachable for longer than the disk spool holds; the oldest data was dropped."""
+
+    BACKEND_REJECTED = 'backend_rejected'
+    """The collector refused the data with a permanent error (e.g. HTTP 400, gRPC INVALID_ARGUMENT)."""
+
+    SERIES_LIMIT = 'series_limit'
+    """A metric already had series_limit series in this process; values of new series are dropped."""
+
+
 class RlTelemetryReasonValues(str, Enum):
     """Values of `rl.telemetry.reason`: Why otel-rl rejected a value."""
 
@@ -707,6 +758,19 @@ class RlTelemetryReasonValues(str, Enum):
     EXPORTER_ERROR = 'exporter_error'
     """An exporter failed to export the value."""
 
+
+class RlTelemetrySignalValues(str, Enum):
+    """Values of `rl.telemetry.signal`: The OpenTelemetry signal an item belongs to."""
+
+    TRACES = 'traces'
+    """Spans."""
+
+    METRICS = 'metrics'
+    """Metric data points."""
+
+    LOGS = 'logs'
+    """Log records (the rl.log step events and other otel-rl events)."""
+
 __all__ = [
     "GEN_AI_TOKEN_TYPE",
     "GenAiTokenTypeValues",
@@ -714,6 +778,8 @@ __all__ = [
     "HW_ID",
     "HW_TYPE",
     "HwTypeValues",
+    "RL_ALERT_NAME",
+    "RL_ALERT_SEVERITY",
     "RL_CLIP_KIND",
     "RL_CLUSTER",
     "RL_COMPUTE_OP",
@@ -748,12 +814,15 @@ __all__ = [
     "RL_STAGE_PHASE",
     "RL_STATISTIC",
     "RL_STEP",
+    "RL_TELEMETRY_DROP_REASON",
     "RL_TELEMETRY_REASON",
+    "RL_TELEMETRY_SIGNAL",
     "RL_TENSOR_DIM",
     "RL_TENSOR_NAME",
     "RL_VALIDATION_N",
     "RL_VALIDATION_VARIABLE",
     "RL_WORLD_SIZE",
+    "RlAlertSeverityValues",
     "RlClipKindValues",
     "RlComputeOpValues",
     "RlFrameworkValues",
@@ -769,7 +838,9 @@ __all__ = [
     "RlStagePhaseValues",
     "RlStageValues",
     "RlStatisticValues",
+    "RlTelemetryDropReasonValues",
     "RlTelemetryReasonValues",
+    "RlTelemetrySignalValues",
     "SERVICE_NAME",
     "SERVICE_VERSION",
     "TELEMETRY_DISTRO_NAME",

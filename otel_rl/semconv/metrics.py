@@ -237,6 +237,22 @@ def create_rl_advantage(meter: Meter, callbacks: Sequence[CallbackT] | None = No
         name=RL_ADVANTAGE, callbacks=callbacks, description='Advantage estimates of the batch, by statistic.', unit="1"
     )
 
+RL_ALERT: Final = "rl.alert"
+"""Number of alerts the online detectors fired, by rule.
+
+Instrument: counter
+Unit: {alert}
+Attributes: rl.alert.name (required), rl.alert.severity (recommended)
+
+One increment per firing of an alert rule inside the training process (after the rule's
+cooldown, so a long anomaly counts once per cooldown). The matching `rl.alert` event holds
+the step, the values, their baselines and the rule's description. Lower is better."""
+
+
+def create_rl_alert(meter: Meter) -> Counter:
+    """Create the `rl.alert` counter ({alert})."""
+    return meter.create_counter(name=RL_ALERT, description='Number of alerts the online detectors fired, by rule.', unit="{alert}")
+
 RL_ASYNC_POLICY_LAG: Final = "rl.async.policy_lag"
 """Policy versions between the policy that generated the trained samples and the policy being updated, by statistic.
 
@@ -1780,6 +1796,23 @@ def create_rl_straggler_rank(meter: Meter, callbacks: Sequence[CallbackT] | None
         name=RL_STRAGGLER_RANK, callbacks=callbacks, description='Global rank with the longest active time in the step.', unit="{rank}"
     )
 
+RL_TELEMETRY_DROPPED: Final = "rl.telemetry.dropped"
+"""Number of telemetry items (spans, log records, metric data points) otel-rl accepted but could not deliver.
+
+Instrument: counter
+Unit: {item}
+Attributes: rl.telemetry.signal (required), rl.telemetry.drop_reason (required)
+
+OTLP exports go through a bounded disk spool (spool_dir, spool_max_bytes): during a
+collector outage they wait on disk and are delivered after recovery. Past the bound the
+oldest are dropped and counted here with reason spool_full; reported once. Zero in a
+healthy run. Lower is better."""
+
+
+def create_rl_telemetry_dropped(meter: Meter) -> Counter:
+    """Create the `rl.telemetry.dropped` counter ({item})."""
+    return meter.create_counter(name=RL_TELEMETRY_DROPPED, description='Number of telemetry items (spans, log records, metric data points) otel-rl accepted but could not deliver.', unit="{item}")
+
 RL_TELEMETRY_REJECTED: Final = "rl.telemetry.rejected"
 """Number of values otel-rl did not export, by reason.
 
@@ -1795,6 +1828,23 @@ here instead. Lower is better."""
 def create_rl_telemetry_rejected(meter: Meter) -> Counter:
     """Create the `rl.telemetry.rejected` counter ({value})."""
     return meter.create_counter(name=RL_TELEMETRY_REJECTED, description='Number of values otel-rl did not export, by reason.', unit="{value}")
+
+RL_TELEMETRY_SPOOL_USAGE: Final = "rl.telemetry.spool.usage"
+"""Bytes of OTLP data waiting in the disk spool for the collector.
+
+Instrument: gauge
+Unit: By
+Attributes: none
+
+Near zero while the collector keeps up; it grows during an outage up to spool_max_bytes
+and falls back to zero once the backlog is delivered."""
+
+
+def create_rl_telemetry_spool_usage(meter: Meter, callbacks: Sequence[CallbackT] | None = None) -> ObservableGauge:
+    """Create the `rl.telemetry.spool.usage` observable gauge (By)."""
+    return meter.create_observable_gauge(
+        name=RL_TELEMETRY_SPOOL_USAGE, callbacks=callbacks, description='Bytes of OTLP data waiting in the disk spool for the collector.', unit="By"
+    )
 
 RL_TENSOR_CHECKSUM: Final = "rl.tensor.checksum"
 """Checksum of a tensor at a stage boundary (shape checksum).
@@ -1956,6 +2006,7 @@ __all__ = [
     "PROCESS_MEMORY_USAGE",
     "PROCESS_MEMORY_VIRTUAL",
     "RL_ADVANTAGE",
+    "RL_ALERT",
     "RL_ASYNC_POLICY_LAG",
     "RL_ASYNC_STALE_SAMPLE_RATIO",
     "RL_BATCH_ID_MISALIGNED",
@@ -2038,7 +2089,9 @@ __all__ = [
     "RL_STEP_TOKENS",
     "RL_STRAGGLER_MARGIN",
     "RL_STRAGGLER_RANK",
+    "RL_TELEMETRY_DROPPED",
     "RL_TELEMETRY_REJECTED",
+    "RL_TELEMETRY_SPOOL_USAGE",
     "RL_TENSOR_CHECKSUM",
     "RL_TENSOR_NONFINITE",
     "RL_THROUGHPUT_SAMPLES",
@@ -2059,6 +2112,7 @@ __all__ = [
     "create_process_memory_usage",
     "create_process_memory_virtual",
     "create_rl_advantage",
+    "create_rl_alert",
     "create_rl_async_policy_lag",
     "create_rl_async_stale_sample_ratio",
     "create_rl_batch_id_misaligned",
@@ -2141,7 +2195,9 @@ __all__ = [
     "create_rl_step_tokens",
     "create_rl_straggler_margin",
     "create_rl_straggler_rank",
+    "create_rl_telemetry_dropped",
     "create_rl_telemetry_rejected",
+    "create_rl_telemetry_spool_usage",
     "create_rl_tensor_checksum",
     "create_rl_tensor_nonfinite",
     "create_rl_throughput_samples",

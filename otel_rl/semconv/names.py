@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from typing import Final
 
+RL_ALERT_EVENT: Final = "rl.alert"
+"""An alert rule fired inside the training process (a log record)."""
+
 RL_HPARAMS_EVENT: Final = "rl.hparams"
 """The run's hyperparameters and settings, once (a log record)."""
 
@@ -27,6 +30,7 @@ RL_STEP_SPAN: Final = "rl.step"
 """Root span of one training step (span name `rl.step`)."""
 
 __all__ = [
+    "RL_ALERT_EVENT",
     "RL_HPARAMS_EVENT",
     "RL_LOG_EVENT",
     "RL_MEMORY_SNAPSHOT_EVENT",

@@ -89,7 +89,8 @@ def send_steps(url: str, run_id: str, steps: range, *, rank: int = 0, service: s
                hparams: Mapping[str, Any] | None = None) -> None:
     """A training process with the real SDK: otel_rl.init(... otlp over http/protobuf) and tel.log per step."""
     tel = otel_rl.init(service_name=service, run_id=run_id, endpoint=url, protocol="http/protobuf", exporters="otlp",
-                       rank=rank, console=False, framework="roll", metric_export_interval_s=60)
+                       rank=rank, console=False, framework="roll", metric_export_interval_s=60,
+                       export_text=True)  # the steps carry a generation text the trackers must get
     try:
         if hparams:
             tel.log_hparams(hparams)

@@ -1,0 +1,212 @@
+"""Telemetry across fork and spawn: no deadlock, nothing exported twice, nothing lost.
+
+Each scenario runs as its own Python process (a forked pytest would go on running the test
+session in the child), under a timeout: a deadlock fails the test instead of hanging it. The
+parent exports over OTLP to a counting receiver on 127.0.0.1 (tests/otlp_sink.py) and to its
+run folder, so duplicates from a child would show in both.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from otlp_sink import OtlpSink
+
+from otel_rl.semconv import attributes as A
+from otel_rl.semconv import names as N
+
+TIMEOUT_S = 90
+PRELUDE = """
+import json, multiprocessing, os, sys, time
+import otel_rl
+from otel_rl.semconv import metrics as M
+
+def start(**extra):
+    options = dict(service_name="fork-test", endpoint=os.environ["SINK"], exporters="otlp,file",
+                   run_dir=os.environ["RUN_DIR"], console=False, metric_export_interval_s=0.2)
+    options.update(extra)
+    return otel_rl.init(**options)
+
+def train(tel, steps, first=0):
+    for step in range(first, first + steps):
+        with tel.step(step):
+            with tel.stage("generate"):
+                pass
+            tel.log({"actor/pg_loss": float(step)})
+
+def wait_child(pid, timeout_s=30):
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.01)
+    raise SystemExit(f"child {pid} still running after {timeout_s} s: deadlocked")
+"""
+
+
+def run_script(tmp_path: Path, sink: OtlpSink, body: str) -> dict:
+    script = PRELUDE + textwrap.dedent(body)
+    env = {**os.environ, "SINK": sink.endpoint, "RUN_DIR": str(tmp_path / "run"), "PYTHONUNBUFFERED": "1"}
+    path = tmp_path / "scenario.py"  # a file, not -c: spawned children import their target from it
+    path.write_text(script, encoding="utf-8")
+    done = subprocess.run([sys.executable, str(path)], env=env, cwd=tmp_path, capture_output=True, text=True,
+                          timeout=TIMEOUT_S)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    results = [json.loads(line[len("RESULT "):]) for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    return {"results": results, "stderr": done.stderr}
+
+
+def steps_received(sink: OtlpSink, service: str | None = None) -> list[int]:
+    return sorted(r[1][A.RL_STEP] for r in sink.received.events(N.RL_LOG_EVENT)
+                  if service is None or r[3].get("service.name") == service)
+
+
+def file_events(run_dir: Path) -> list[int]:
+    steps = []
+    for line in (run_dir / "logs.jsonl").read_text().splitlines():
+        for rl in json.loads(line)["resourceLogs"]:
+            for sl in rl["scopeLogs"]:
+                for record in sl["logRecords"]:
+                    if record.get("eventName") == N.RL_LOG_EVENT:
+                        attrs = {a["key"]: a["value"] for a in record.get("attributes", [])}
+                        steps.append(int(attrs[A.RL_STEP]["intValue"]))
+    return sorted(steps)
+
+
+def test_a_forked_child_gets_a_disabled_copy_that_drops_and_counts_and_never_deadlocks(tmp_path: Path) -> None:
+    with OtlpSink() as sink:
+        out = run_script(tmp_path, sink, """
+            tel = start()
+            train(tel, 10)
+            tel.flush()
+            # Fork while the pipeline and the spool hold their locks, as a worker thread might.
+            tel._pipeline._drain_lock.acquire()
+            tel._providers.spool._lock.acquire()
+            pid = os.fork()
+            if pid == 0:
+                t0 = time.perf_counter()
+                for i in range(100):
+                    tel.log({"actor/pg_loss": -1.0}, step=1000 + i)
+                with tel.step(2000):
+                    with tel.stage("generate"):
+                        pass
+                tel.record(M.RL_SAMPLE_REWARD, [1.0, 2.0])
+                flushed = tel.flush(timeout_s=1)
+                print("RESULT " + json.dumps({"closed": tel.closed, "dropped": tel.dropped_calls, "flushed": flushed,
+                      "seconds": time.perf_counter() - t0, "current": otel_rl.get_telemetry() is None}), flush=True)
+                time.sleep(0.5)  # the SDK's restarted threads get their chance to export (they must not)
+                sys.exit(0)  # a normal exit: atexit (telemetry shutdown, SDK providers) runs in the child
+            tel._providers.spool._lock.release()
+            tel._pipeline._drain_lock.release()
+            code = wait_child(pid)
+            train(tel, 10, first=10)
+            tel.shutdown()
+            print("RESULT " + json.dumps({"child_exit": code}), flush=True)
+        """)
+        child, parent = out["results"]
+        assert child == {"closed": True, "dropped": 101, "flushed": False, "seconds": child["seconds"], "current": True}
+        assert child["seconds"] < 2.0
+        assert parent == {"child_exit": 0}
+        assert "was forked from" in out["stderr"] and out["stderr"].count("was forked from") == 1  # reported once
+        # The parent's 20 steps, each once; nothing the child logged or re-exported.
+        assert steps_received(sink) == list(range(20))
+        spans = sink.received.spans
+        assert len(spans) == 40 and len({s[1] for s in spans}) == 40
+        assert not [s for s in spans if s[3].get(A.RL_STEP) == 2000]
+        points = sink.received.points
+        assert len(set(points)) == len(points)
+        assert file_events(tmp_path / "run") == list(range(20))
+
+
+def test_multiprocessing_fork_workers_log_dropped_and_one_that_inits_exports_its_own(tmp_path: Path) -> None:
+    with OtlpSink() as sink:
+        out = run_script(tmp_path, sink, """
+            tel = start()
+
+            def loader_worker(i):
+                # A DataLoader-style worker using the telemetry its parent created.
+                for k in range(20):
+                    tel.log({"actor/pg_loss": 0.0}, step=5000 + 100 * i + k)
+                return tel.dropped_calls
+
+            def own_worker(q):
+                mine = start(service_name="worker", rank=7)
+                train(mine, 5, first=900)
+                mine.shutdown()
+                q.put(mine.closed)
+
+            ctx = multiprocessing.get_context("fork")
+            train(tel, 5)
+            with ctx.Pool(2) as pool:
+                dropped = pool.map(loader_worker, range(4), chunksize=1)
+            q = ctx.Queue()
+            p = ctx.Process(target=own_worker, args=(q,))
+            p.start()
+            own_closed = q.get(timeout=30)
+            p.join(30)
+            train(tel, 5, first=5)
+            tel.shutdown()
+            print("RESULT " + json.dumps({"dropped": dropped, "own_exit": p.exitcode, "own_closed": own_closed}), flush=True)
+        """)
+        [result] = out["results"]
+        assert result["own_exit"] == 0 and result["own_closed"] is True
+        assert all(n >= 20 for n in result["dropped"])  # each task's 20 calls counted in its worker
+        assert steps_received(sink, "fork-test") == list(range(10))  # the parent's, once
+        assert steps_received(sink, "worker") == list(range(900, 905))  # the worker's own telemetry
+        assert not [s for s in steps_received(sink) if s >= 5000]
+        assert len({s[1] for s in sink.received.spans}) == len(sink.received.spans) == 2 * 10 + 2 * 5
+
+
+def test_spawned_children_start_clean_and_export_their_own(tmp_path: Path) -> None:
+    with OtlpSink() as sink:
+        out = run_script(tmp_path, sink, """
+            def child(rank):
+                tel = start(service_name="spawned", rank=rank)
+                train(tel, 6, first=100 * rank)
+                tel.shutdown()
+
+            if __name__ == "__main__":
+                tel = start()
+                ctx = multiprocessing.get_context("spawn")
+                procs = [ctx.Process(target=child, args=(r,)) for r in (1, 2)]
+                for p in procs:
+                    p.start()
+                train(tel, 8)
+                for p in procs:
+                    p.join(60)
+                tel.shutdown()
+                print("RESULT " + json.dumps([p.exitcode for p in procs]), flush=True)
+        """)
+        assert out["results"] == [[0, 0]]
+        assert steps_received(sink, "fork-test") == list(range(8))
+        assert steps_received(sink, "spawned") == [*range(100, 106), *range(200, 206)]
+        assert len({s[1] for s in sink.received.spans}) == len(sink.received.spans) == 2 * 8 + 2 * 12
+
+
+@pytest.mark.skipif(not hasattr(os, "register_at_fork"), reason="needs os.register_at_fork")
+def test_sigterm_in_a_forked_child_ends_it_without_touching_the_parents_telemetry(tmp_path: Path) -> None:
+    with OtlpSink() as sink:
+        out = run_script(tmp_path, sink, """
+            import signal
+            tel = start()
+            train(tel, 3)
+            pid = os.fork()
+            if pid == 0:
+                time.sleep(30)
+                os._exit(0)
+            time.sleep(0.2)
+            os.kill(pid, signal.SIGTERM)
+            code = wait_child(pid, 15)
+            train(tel, 3, first=3)
+            tel.shutdown()
+            print("RESULT " + json.dumps({"child_exit": code}), flush=True)
+        """)
+        assert out["results"] == [{"child_exit": -15}]
+        assert steps_received(sink) == list(range(6))

@@ -1,0 +1,413 @@
+"""The disk spool in front of the OTLP exporters: outage, bound, crash, restart, push, shutdown.
+
+Every collector here is a real OTLP/HTTP server on 127.0.0.1 (tests/otlp_sink.py) that decodes the
+protobuf requests; the versions through the rotel collector are in tests/e2e/test_faults_e2e.py.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
+from opentelemetry.proto.common.v1 import common_pb2
+from opentelemetry.proto.logs.v1 import logs_pb2
+from otlp_sink import OtlpSink, free_port
+
+import otel_rl
+from otel_rl import _push
+from otel_rl._config import resolve_config
+from otel_rl._providers import open_spool
+from otel_rl._spool import BACKEND_REJECTED, LOGS, SEGMENT_SUFFIX, SPOOL_FULL, TRACES, Spool, SpoolBusy, transport_for
+from otel_rl.semconv import attributes as A
+from otel_rl.semconv import metrics as M
+from otel_rl.semconv import names as N
+
+REPO = Path(__file__).resolve().parents[1]
+RL_LOG = N.RL_LOG_EVENT
+
+
+def log_request(start: int, n: int, pad: int = 0) -> bytes:
+    """A real ExportLogsServiceRequest of ``n`` records numbered from ``start`` (attribute i)."""
+    records = []
+    for i in range(start, start + n):
+        attrs = [common_pb2.KeyValue(key="i", value=common_pb2.AnyValue(int_value=i))]
+        records.append(logs_pb2.LogRecord(time_unix_nano=1, event_name="t", attributes=attrs,
+                                          body=common_pb2.AnyValue(string_value="x" * pad)))
+    request = logs_service_pb2.ExportLogsServiceRequest(
+        resource_logs=[logs_pb2.ResourceLogs(scope_logs=[logs_pb2.ScopeLogs(log_records=records)])])
+    return request.SerializeToString()
+
+
+def received_indices(sink: OtlpSink) -> list[int]:
+    return [r[1]["i"] for r in sink.received.logs]
+
+
+def log_transport(endpoint: str) -> Any:
+    return transport_for(OTLPLogExporter(endpoint=f"{endpoint}/v1/logs", timeout=2), LOGS)
+
+
+def segments(folder: Path) -> list[Path]:
+    return sorted(folder.rglob("*" + SEGMENT_SUFFIX))
+
+
+def wait_until(ok, timeout_s: float, what: str) -> None:
+    end = time.monotonic() + timeout_s
+    while not ok():
+        if time.monotonic() > end:
+            raise AssertionError(f"{what} not reached within {timeout_s} s")
+        time.sleep(0.02)
+
+
+# -- the spool itself --------------------------------------------------------------------------
+
+
+def test_outage_keeps_everything_on_disk_and_recovery_delivers_it_in_order(tmp_path: Path) -> None:
+    port = free_port()
+    spool = Spool(tmp_path / "spool", 2**20)
+    spool.attach(LOGS, log_transport(f"http://127.0.0.1:{port}"))  # nothing listens there yet
+    for k in range(20):
+        assert spool.append(LOGS, log_request(5 * k, 5), 5)
+    wait_until(lambda: spool.failing(LOGS), 5, "the outage noticed")
+    assert spool.pending_items()[LOGS] == 100 and segments(tmp_path / "spool")
+    with OtlpSink(port=port) as sink:  # the collector comes back on the same address
+        assert spool.drain(15)
+        assert received_indices(sink) == list(range(100))  # all, once, in order
+    stats = spool.stats()[LOGS]
+    assert (stats.appended, stats.delivered, stats.dropped_total) == (100, 100, 0)
+    spool.close()
+    assert not segments(tmp_path / "spool")  # delivered segments are deleted
+
+
+def test_past_the_bound_the_oldest_is_dropped_and_counted_exactly(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    port = free_port()
+    drops: list[tuple[str, str, int]] = []
+    spool = Spool(tmp_path / "spool", 64 * 1024, segment_bytes=8 * 1024, on_drop=lambda *a: drops.append(a))
+    spool.attach(LOGS, log_transport(f"http://127.0.0.1:{port}"))
+    per = 4
+    for k in range(200):  # ~1.1 KiB each: ~220 KiB into a 64 KiB spool
+        spool.append(LOGS, log_request(per * k, per, pad=256), per)
+    assert spool.pending_bytes <= 64 * 1024
+    with OtlpSink(port=port) as sink:
+        assert spool.drain(15)
+        got = received_indices(sink)
+    stats = spool.stats()[LOGS]
+    dropped = stats.dropped[SPOOL_FULL]
+    assert dropped > 0 and sum(n for _, _, n in drops) == dropped
+    assert stats.delivered + dropped == stats.appended == 200 * per
+    assert len(got) == stats.delivered
+    # The newest survive: what arrived is the contiguous tail ending with the last record logged.
+    assert got == list(range(200 * per - len(got), 200 * per))
+    assert sum("reached its bound" in r.getMessage() for r in caplog.records) == 1  # reported once
+    spool.close()
+
+
+def test_a_collector_refusing_data_drops_it_counted_but_unavailable_is_retried(tmp_path: Path) -> None:
+    answers = {"/v1/logs": [503, 503, 503]}
+
+    def status(path: str) -> int | None:
+        if path == "/v1/traces":
+            return 400
+        queue = answers.get(path)
+        return queue.pop(0) if queue else None
+
+    with OtlpSink(status=status) as sink:
+        spool = Spool(tmp_path / "spool", 2**20)
+        spool.attach(LOGS, log_transport(sink.endpoint))
+        spool.attach(TRACES, transport_for(OTLPSpanExporter(endpoint=f"{sink.endpoint}/v1/traces"), TRACES))
+        for k in range(5):
+            spool.append(LOGS, log_request(k, 1), 1)
+        spool.append(TRACES, log_request(0, 1), 7)  # refused with 400 whatever it holds
+        assert spool.drain(20)
+        assert received_indices(sink) == list(range(5))  # 503 three times, then delivered
+        stats = spool.stats()
+        assert stats[TRACES].dropped == {BACKEND_REJECTED: 7}
+        assert stats[LOGS].dropped_total == 0
+        spool.close()
+
+
+def test_a_live_spool_folder_is_never_shared(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    first = Spool(tmp_path / "spool" / "rank0", 2**20)
+    with pytest.raises(SpoolBusy):
+        Spool(tmp_path / "spool" / "rank0", 2**20)
+    config = resolve_config({"run_dir": str(tmp_path), "endpoint": "http://127.0.0.1:1"}, environ={})
+    second = open_spool(config, None)
+    assert second is not None and second.directory.name == f"rank0-pid{os.getpid()}"
+    second.close()
+    first.close()
+
+
+CRASHING_WRITER = """
+import os, sys
+sys.path.insert(0, {tests!r})
+from test_spool import log_request
+from otel_rl._spool import Spool, LOGS
+spool = Spool({folder!r}, 2**20)
+for k in range(10):
+    spool.append(LOGS, log_request(3 * k, 3), 3)
+os._exit(0)
+"""
+
+
+def test_a_crash_leaves_records_that_the_next_spool_recovers_and_a_torn_record_is_cut(tmp_path: Path) -> None:
+    folder = tmp_path / "spool"
+    code = CRASHING_WRITER.format(tests=str(REPO / "tests"), folder=str(folder))
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+    [segment] = segments(folder)
+    size = segment.stat().st_size
+    with open(segment, "ab") as f:  # what a crash in the middle of a write leaves
+        f.write(b"ORS1\xff\x00\x00\x00partial")
+    spool = Spool(folder, 2**20)
+    assert spool.pending_items()[LOGS] == 30 and spool.stats()[LOGS].recovered == 30
+    assert segment.stat().st_size == size  # the torn record is cut off
+    with OtlpSink() as sink:
+        spool.attach(LOGS, log_transport(sink.endpoint))
+        assert spool.drain(10)
+        assert received_indices(sink) == list(range(30))
+    spool.close()
+
+
+# -- through otel_rl.init() ----------------------------------------------------------------------
+
+
+def _stats(tel: otel_rl.Telemetry) -> dict:
+    return tel._providers.spool.stats()
+
+
+def test_log_and_stages_never_wait_during_an_outage_and_flush_returns_at_once(make_telemetry) -> None:
+    port = free_port()  # no collector
+    tel = make_telemetry(endpoint=f"http://127.0.0.1:{port}", exporters="otlp", metric_export_interval_s=0.2)
+    values = {f"actor/k{i}": float(i) for i in range(50)}
+    took = []
+    for step in range(300):
+        t0 = time.perf_counter()
+        with tel.step(step):
+            with tel.stage("generate"):
+                pass
+            tel.log(values)
+        took.append(time.perf_counter() - t0)
+        if step % 50 == 0:
+            time.sleep(0.05)  # let the exporters run into the outage meanwhile
+    t0 = time.monotonic()
+    assert tel.flush(timeout_s=10) is False  # not delivered: said at once, not after 10 s
+    assert time.monotonic() - t0 < 1.5
+    assert tel._providers.spool.pending_items()[LOGS] == 300
+    # Step + stage + log per step: the outage never reaches the caller (a blocked export would
+    # cost the exporter's 10 s timeout). Median within 1 ms; the max allows for GIL hand-overs to
+    # the exporter threads (up to one 5 ms switch interval, as with the SDK's own exporters) and
+    # a 2-core machine shared with other jobs. tests/e2e/test_faults_e2e.py compares with healthy steps.
+    took.sort()
+    assert took[len(took) // 2] < 0.001, f"median {took[len(took) // 2] * 1000:.2f} ms"
+    assert took[-1] < 0.05, f"slowest step's telemetry took {took[-1] * 1000:.1f} ms"
+    assert tel.latest(M.RL_TELEMETRY_SPOOL_USAGE) > 0
+
+
+def test_shutdown_with_a_refusing_collector_is_quick_and_keeps_the_data(make_telemetry, caplog) -> None:
+    tel = make_telemetry(endpoint=f"http://127.0.0.1:{free_port()}", exporters="otlp")
+    for step in range(20):
+        with tel.step(step):
+            tel.log({"actor/pg_loss": 1.0})
+    t0 = time.monotonic()
+    tel.shutdown()
+    elapsed = time.monotonic() - t0
+    assert elapsed < 5.0 + 1.0, elapsed
+    folder = tel._providers.spool.directory
+    assert segments(folder)
+    assert any("otel-rl push" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.slow
+def test_shutdown_with_a_collector_that_never_answers_ends_at_the_bound(make_telemetry) -> None:
+    # Accepts connections (the kernel completes the handshake) and never replies: each request
+    # would wait for the exporter's 10 s timeout.
+    hole = socket.socket()
+    hole.bind(("127.0.0.1", 0))
+    hole.listen(64)
+    try:
+        tel = make_telemetry(endpoint=f"http://127.0.0.1:{hole.getsockname()[1]}", exporters="otlp")
+        for step in range(20):
+            with tel.step(step):
+                tel.log({"actor/pg_loss": 1.0})
+        t0 = time.monotonic()
+        tel.shutdown()  # default bound: 5 s
+        elapsed = time.monotonic() - t0
+        assert 4.0 < elapsed < 5.0 + 1.5, elapsed
+        assert sum(tel._providers.spool.pending_items().values()) > 0
+    finally:
+        hole.close()
+
+
+def test_drops_past_the_bound_reach_the_collector_as_rl_telemetry_dropped(make_telemetry, monkeypatch) -> None:
+    port = free_port()
+    monkeypatch.setenv("OTEL_RL_SPOOL_MAX_BYTES", "96KiB")
+    tel = make_telemetry(endpoint=f"http://127.0.0.1:{port}", exporters="otlp", metric_export_interval_s=60)
+    steps = 400
+    big = {f"actor/k{i}": float(i) for i in range(40)}  # ~2 KiB of event body per step
+    for step in range(steps):
+        with tel.step(step):
+            with tel.stage("generate"):
+                pass
+            tel.log(big)
+        if step % 100 == 99:
+            tel.flush(timeout_s=1)
+    wait_until(lambda: _stats(tel)[LOGS].dropped_total > 0, 10, "drops")
+    with OtlpSink(port=port) as sink:
+        tel.shutdown(timeout_s=10)
+        stats = _stats(tel)
+        logs = sink.received.events(RL_LOG)
+        spans = sink.received.spans
+        assert len(logs) + stats[LOGS].dropped_total == steps  # every rl.log: delivered or counted
+        assert len(spans) + stats[TRACES].dropped_total == 2 * steps
+        assert len({s[1] for s in spans}) == len(spans)  # no duplicates
+        kept = sorted(r[1][A.RL_STEP] for r in logs)
+        assert kept == list(range(steps - len(kept), steps))  # the oldest went
+        counter = {dict(p[1])[A.RL_TELEMETRY_SIGNAL]: p[3] for p in sink.received.points
+                   if p[0] == M.RL_TELEMETRY_DROPPED}
+        assert counter[LOGS] == stats[LOGS].dropped_total
+        assert counter[TRACES] == stats[TRACES].dropped_total
+
+
+def test_spool_settings_from_environment_and_off_switch(make_telemetry, monkeypatch, caplog) -> None:
+    assert resolve_config({}, environ={"OTEL_RL_SPOOL_MAX_BYTES": "64MiB"}).spool_max_bytes == 64 * 2**20
+    assert resolve_config({}, environ={"OTEL_RL_SPOOL_DIR": "/x/y"}).spool_dir == "/x/y"
+    config = resolve_config({}, environ={"OTEL_RL_SPOOL_MAX_BYTES": "lots"})
+    assert config.spool_max_bytes == 256 * 2**20
+    assert any("OTEL_RL_SPOOL_MAX_BYTES" in r.getMessage() for r in caplog.records)
+    with pytest.raises(ValueError, match="spool_max_bytes"):
+        resolve_config({"spool_max_bytes": -5}, environ={})
+    with OtlpSink() as sink:
+        monkeypatch.setenv("OTEL_RL_SPOOL_MAX_BYTES", "0")  # off: straight through the SDK exporters
+        tel = make_telemetry(endpoint=sink.endpoint, exporters="otlp")
+        assert tel._providers.spool is None
+        with tel.step(0):
+            tel.log({"actor/pg_loss": 1.0})
+        tel.shutdown()
+        assert len(sink.received.events(RL_LOG)) == 1
+
+
+# -- crashes, push, next start, SIGTERM, exit (subprocesses) -------------------------------------
+
+CHILD = """
+import os, signal, sys, time
+import otel_rl
+tel = otel_rl.init(service_name="child", run_dir={run_dir!r}, endpoint={endpoint!r}, exporters="otlp",
+                   console=False, metric_export_interval_s=30)
+for step in range({steps}):
+    with tel.step(step):
+        with tel.stage("generate"):
+            pass
+        tel.log({{"actor/pg_loss": float(step)}})
+{after}
+"""
+
+
+def read_until(child: subprocess.Popen, word: str) -> None:
+    """Read the child's output until a line that is ``word`` (warnings may come first)."""
+    lines = []
+    for line in child.stdout:
+        lines.append(line)
+        if line.strip() == word:
+            return
+    raise AssertionError(f"the child never printed {word!r}:\n{''.join(lines)}")
+
+
+def run_child(tmp_path: Path, endpoint: str, after: str, steps: int = 25, wait: bool = True) -> subprocess.Popen:
+    code = CHILD.format(run_dir=str(tmp_path / "run"), endpoint=endpoint, steps=steps, after=textwrap.dedent(after))
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             env=env, cwd=tmp_path)
+    if wait:
+        child.wait(60)
+    return child
+
+
+@pytest.mark.parametrize("crash", ["os._exit", "SIGKILL"])
+def test_a_crashed_run_leaves_its_spool_and_push_delivers_it_once(tmp_path: Path, crash: str, capsys) -> None:
+    dead = f"http://127.0.0.1:{free_port()}"
+    if crash == "os._exit":
+        child = run_child(tmp_path, dead, "tel.flush(timeout_s=1)\nos._exit(3)")
+        assert child.returncode == 3
+    else:
+        child = run_child(tmp_path, dead, "tel.flush(timeout_s=1)\nprint('flushed', flush=True)\ntime.sleep(60)",
+                          wait=False)
+        read_until(child, "flushed")
+        child.send_signal(signal.SIGKILL)
+        assert child.wait(10) == -signal.SIGKILL
+    with OtlpSink() as sink:
+        parser = _cli_parser()
+        args = parser.parse_args(["push", str(tmp_path / "run"), "--endpoint", sink.endpoint])
+        assert args.func(args) == 0
+        assert len(sink.received.events(RL_LOG)) == 25
+        assert len(sink.received.spans) == 50 and len({s[1] for s in sink.received.spans}) == 50
+        assert sorted(r[1][A.RL_STEP] for r in sink.received.events(RL_LOG)) == list(range(25))
+        assert not (tmp_path / "run" / "spool").exists()  # delivered: no empty spool left behind
+        assert _push.push(tmp_path / "run", endpoint=sink.endpoint, say=lambda line: None) == []
+        assert len(sink.received.events(RL_LOG)) == 25  # nothing twice
+    out = capsys.readouterr().out
+    assert "delivered" in out and "spool empty" in out
+
+
+def test_the_next_start_with_the_same_run_folder_delivers_what_a_crash_left(tmp_path: Path, make_telemetry) -> None:
+    run_child(tmp_path, f"http://127.0.0.1:{free_port()}", "tel.flush(timeout_s=1)\nos._exit(3)")
+    with OtlpSink() as sink:
+        tel = make_telemetry(run_dir=str(tmp_path / "run"), endpoint=sink.endpoint, exporters="otlp")
+        assert tel._providers.spool.stats()[LOGS].recovered == 25
+        sink.wait_for(lambda r: len(r.events(RL_LOG)) == 25 and len(r.spans) == 50, 15, "the crashed run's events and spans")
+        time.sleep(0.3)  # anything sent twice would arrive now
+        assert len(sink.received.events(RL_LOG)) == 25 and len(sink.received.spans) == 50
+
+
+def test_push_without_a_spool_or_a_collector_says_what_to_do(tmp_path: Path, monkeypatch, capsys) -> None:
+    parser = _cli_parser()
+    missing = parser.parse_args(["push", str(tmp_path / "nope")])
+    assert missing.func(missing) == 1
+    assert "is not a folder" in capsys.readouterr().err
+    args = parser.parse_args(["push", str(tmp_path)])
+    assert args.func(args) == 0  # a run that delivered everything: nothing to do
+    assert "nothing to push" in capsys.readouterr().out
+    spool = Spool(tmp_path / "spool" / "rank0", 2**20)
+    spool.append(LOGS, log_request(0, 1), 1)
+    spool.close()  # left with one record
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT", raising=False)
+    assert args.func(args) == 1
+    assert "--endpoint" in capsys.readouterr().err
+
+
+def test_sigterm_flushes_everything_then_ends_the_process_as_sigterm_does(tmp_path: Path) -> None:
+    with OtlpSink() as sink:
+        child = run_child(tmp_path, sink.endpoint, "print('ready', flush=True)\ntime.sleep(60)", wait=False)
+        read_until(child, "ready")
+        t0 = time.monotonic()
+        child.send_signal(signal.SIGTERM)
+        assert child.wait(15) == -signal.SIGTERM
+        assert time.monotonic() - t0 < 6.5
+        # Spans were still in the batch processor (5 s schedule) and metrics in the reader (30 s).
+        assert len(sink.received.events(RL_LOG)) == 25
+        assert len(sink.received.spans) == 50
+        assert any(p[0] == M.RL_LOSS for p in sink.received.points)
+
+
+def test_a_normal_exit_without_shutdown_flushes(tmp_path: Path) -> None:
+    with OtlpSink() as sink:
+        child = run_child(tmp_path, sink.endpoint, "")
+        assert child.returncode == 0, child.stdout.read()
+        assert len(sink.received.events(RL_LOG)) == 25
+        assert len(sink.received.spans) == 50
+
+
+def _cli_parser():
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="otel-rl")
+    _push.add_cli(parser.add_subparsers())
+    return parser
