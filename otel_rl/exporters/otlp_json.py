@@ -47,6 +47,7 @@ __all__ = [
     "OtlpJsonLogExporter",
     "OtlpJsonMetricExporter",
     "OtlpJsonSpanExporter",
+    "logs_to_otlp_json",
     "to_otlp_json",
 ]
 
@@ -85,6 +86,113 @@ def to_otlp_json(message: Message) -> str:
     )
     _ids_to_hex(as_dict)
     return json.dumps(as_dict, separators=(",", ":"), ensure_ascii=False)
+
+
+class _NotPlain(Exception):
+    """A value the direct log encoder does not handle: use the protobuf path for the batch."""
+
+
+_NON_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+
+
+def _any_value(value: Any) -> dict[str, Any]:
+    """An AnyValue in OTLP/JSON, as MessageToDict writes it (int64 as a string, non-finite
+    doubles as "NaN" / "Infinity", empty containers as an empty message)."""
+    kind = type(value)
+    if kind is str:
+        return {"stringValue": value}
+    if kind is float:
+        return {"doubleValue": value if value - value == 0 else _NON_FINITE[repr(value)]}
+    if kind is bool:
+        return {"boolValue": value}
+    if kind is int:
+        return {"intValue": str(value)}
+    if kind is dict:
+        return {"kvlistValue": {"values": [_key_value(k, v) for k, v in value.items()]} if value else {}}
+    if kind is list or kind is tuple:
+        return {"arrayValue": {"values": [_any_value(v) for v in value]} if value else {}}
+    raise _NotPlain(kind.__name__)
+
+
+def _key_value(key: Any, value: Any) -> dict[str, Any]:
+    if type(key) is not str or not key:
+        raise _NotPlain("key")
+    return {"key": key, "value": _any_value(value) if value is not None else {}}
+
+
+def _attributes(attributes: Any) -> list[dict[str, Any]]:
+    return [_key_value(k, v) for k, v in attributes.items()] if attributes else []
+
+
+def _scope(scope: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if scope is None:
+        return out
+    if scope.name:
+        out["name"] = scope.name
+    if scope.version:
+        out["version"] = scope.version
+    if scope.attributes:
+        out["attributes"] = _attributes(scope.attributes)
+    return out
+
+
+def _log_record(readable: ReadableLogRecord) -> dict[str, Any]:
+    record = readable.log_record
+    out: dict[str, Any] = {}
+    if record.timestamp:
+        out["timeUnixNano"] = str(record.timestamp)
+    severity = getattr(record.severity_number, "value", None)
+    if severity:
+        out["severityNumber"] = severity
+    if record.severity_text:
+        out["severityText"] = record.severity_text
+    out["body"] = _any_value(record.body) if record.body is not None else {}
+    if record.attributes:
+        out["attributes"] = _attributes(record.attributes)
+    if readable.dropped_attributes:
+        out["droppedAttributesCount"] = readable.dropped_attributes
+    if int(record.trace_flags or 0):
+        out["flags"] = int(record.trace_flags)
+    if record.trace_id:
+        out["traceId"] = format(record.trace_id, "032x")
+    if record.span_id:
+        out["spanId"] = format(record.span_id, "016x")
+    if record.observed_timestamp:
+        out["observedTimeUnixNano"] = str(record.observed_timestamp)
+    if record.event_name:
+        out["eventName"] = record.event_name
+    return out
+
+
+def logs_to_otlp_json(batch: Sequence[ReadableLogRecord]) -> str:
+    """An ExportLogsServiceRequest for ``batch`` as OTLP/JSON, built straight from the records.
+
+    The same JSON as ``to_otlp_json(encode_logs(batch))`` (a test holds them equal) about 10x
+    faster: the protobuf round trip through MessageToDict dominated replaying logs into a run
+    folder. Anything unusual (other value types, empty keys) takes the protobuf path.
+    """
+    try:
+        grouped: dict[Any, dict[Any, list[dict[str, Any]]]] = {}
+        for readable in batch:
+            scope = readable.instrumentation_scope or None
+            grouped.setdefault(readable.resource, {}).setdefault(scope, []).append(_log_record(readable))
+        resource_logs = []
+        for resource, scopes in grouped.items():
+            scope_logs = []
+            for scope, records in scopes.items():
+                entry: dict[str, Any] = {"scope": _scope(scope), "logRecords": records}
+                if scope is not None and scope.schema_url:
+                    entry["schemaUrl"] = scope.schema_url
+                scope_logs.append(entry)
+            resource_entry: dict[str, Any] = {"resource": {"attributes": _attributes(resource.attributes)}
+                                              if resource.attributes else {}, "scopeLogs": scope_logs}
+            if resource.schema_url:
+                resource_entry["schemaUrl"] = resource.schema_url
+            resource_logs.append(resource_entry)
+        return json.dumps({"resourceLogs": resource_logs}, separators=(",", ":"), ensure_ascii=False)
+    except (_NotPlain, KeyError, AttributeError, TypeError, ValueError):
+        return to_otlp_json(encode_logs(batch))
 
 
 class _JsonLinesFile:
@@ -259,7 +367,7 @@ class OtlpJsonLogExporter(LogRecordExporter):
         def make_line() -> str | None:
             if not batch:
                 return None
-            return to_otlp_json(encode_logs(batch))
+            return logs_to_otlp_json(batch)
 
         ok = self._out.write_line(make_line)
         return LogRecordExportResult.SUCCESS if ok else LogRecordExportResult.FAILURE

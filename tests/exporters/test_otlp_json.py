@@ -445,3 +445,59 @@ def test_non_finite_doubles_use_proto3_json_strings(tmp_path, value):
     expected = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}[repr(value)]
     assert f'"doubleValue":"{expected}"' in line
     _parse_lines(path, ExportTraceServiceRequest)
+
+
+# ---- the direct log encoder equals the protobuf path -----------------------------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_scalars = st.one_of(st.text(max_size=8), st.booleans(), st.integers(-2**63, 2**63 - 1),
+                     st.floats(allow_nan=True, allow_infinity=True), st.none())
+_values = st.recursive(_scalars, lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                                         st.dictionaries(st.text(max_size=5), inner, max_size=3)),
+                       max_leaves=8)
+
+
+def _readable(body, attributes, trace_id, span_id, event_name, resource_attrs, scope_name):
+    from opentelemetry import trace
+    from opentelemetry._logs import LogRecord, SeverityNumber
+    from opentelemetry.sdk._logs import ReadableLogRecord
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+
+    span = NonRecordingSpan(SpanContext(trace_id, span_id, False, TraceFlags(1 if trace_id else 0)))
+    record = LogRecord(timestamp=1_700_000_000_123_456_789, observed_timestamp=1_700_000_000_223_456_789,
+                       context=trace.set_span_in_context(span), severity_number=SeverityNumber.INFO, body=body,
+                       attributes=attributes, event_name=event_name)
+    return ReadableLogRecord(record, resource=Resource(resource_attrs),
+                             instrumentation_scope=InstrumentationScope(scope_name, "1.0") if scope_name else None)
+
+
+@settings(max_examples=200, deadline=None)
+@given(body=_values, attributes=st.dictionaries(st.text(min_size=1, max_size=6), _scalars.filter(lambda v: v is not None), max_size=4),
+       trace_id=st.integers(0, 2**128 - 1), span_id=st.integers(0, 2**64 - 1),
+       event_name=st.sampled_from([None, "", "rl.log"]), scope_name=st.sampled_from([None, "otel_rl"]),
+       rank=st.integers(0, 7))
+def test_direct_log_encoding_is_the_protobuf_encoding(body, attributes, trace_id, span_id, event_name, scope_name, rank):
+    from opentelemetry.exporter.otlp.proto.common._log_encoder import encode_logs
+
+    from otel_rl.exporters.otlp_json import logs_to_otlp_json, to_otlp_json
+
+    batch = [_readable(body, attributes, trace_id, span_id, event_name, {"service.name": "s", "rl.rank": rank}, scope_name),
+             _readable({"k": 1.5}, {}, 0, 0, "rl.log", {"service.name": "s", "rl.rank": rank + 1}, "otel_rl")]
+    assert json.loads(logs_to_otlp_json(batch)) == json.loads(to_otlp_json(encode_logs(batch)))
+
+
+def test_plain_event_batches_take_the_direct_path(monkeypatch):
+    import otel_rl.exporters.otlp_json as module
+
+    def no_protobuf(batch):
+        raise AssertionError("took the protobuf path")
+
+    batch = [_readable({"actor/pg_loss": 0.5, "tag": "x", "n": 3, "nested": {"a": [1, 2.5]}}, {"rl.step": 7},
+                       0x1234, 0x99, "rl.log", {"service.name": "s"}, "otel_rl")]
+    expected = json.loads(module.to_otlp_json(module.encode_logs(batch)))
+    monkeypatch.setattr(module, "encode_logs", no_protobuf)
+    assert json.loads(module.logs_to_otlp_json(batch)) == expected

@@ -1,0 +1,140 @@
+"""Analyze a training log: what each metric means, what went wrong, in which order, and what to change.
+
+```python
+from otel_rl.analyze import analyze
+
+runs = analyze(["logging.jsonl"], out="report/")     # report.md, report.html, report.json, plots/*.png
+for f in runs[0].findings: print(f.detail)
+```
+
+Reads everything ``otel-rl replay`` reads (ms-swift, TRL / HF, verl, ROLL logs) and otel-rl run
+folders. ``otel-rl analyze FILE... --out DIR`` is the command (``--help`` explains it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from .._detectors import DetectorConfig, default_rules_yaml, load_rules
+from ..replay._formats import FORMATS, FormatError, parse_file
+from ..replay._progress import Progress
+from ._run import RunAnalysis, analyze_parsed, key_series
+from ._report import write_reports
+
+__all__ = ["RunAnalysis", "add_cli", "analyze"]
+
+
+def analyze(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str] | None = None, *, format: str = "auto",
+            plots: bool = True, rules: str | None = "default", cfg: DetectorConfig = DetectorConfig(),
+            progress: bool | None = False) -> list[RunAnalysis]:
+    """Analyze each log (one run per file); with ``out``, write the reports (and PNG plots) there."""
+    rule_set = load_rules(rules)
+    runs: list[RunAnalysis] = []
+    bar = Progress(len(paths), "analyze", unit="files", enabled=progress)
+    for path in paths:
+        parsed = parse_file(path, format)
+        runs.append(analyze_parsed(parsed, cfg=cfg, rules=rule_set))
+        bar.update(1, parsed.points)
+    bar.close()
+    if out is not None:
+        out_dir = Path(out)
+        if plots:
+            _plots(runs, out_dir)
+        write_reports(runs, out_dir)
+    return runs
+
+
+def _plots(runs: list[RunAnalysis], out_dir: Path) -> None:
+    from ._plots import plot_series, slug
+
+    for index, run in enumerate(runs, start=1):
+        prefix = f"{index}-" if len(runs) > 1 else ""
+        chosen = key_series(run.series)
+        flagged = {(f.metric, tuple(sorted(f.attributes.items()))) for f in run.findings if f.severity in ("critical", "warning")}
+        chosen += [s for s in run.series.values() if s.key in flagged and s not in chosen][:4]
+        for series in chosen:
+            mine = [f for f in run.findings if f.metric == series.metric and f.attributes == series.attributes]
+            rel = Path("plots") / f"{prefix}{slug(series.label)}.png"
+            plot_series(series, mine, out_dir / rel, title=f"{series.label}  ({series.metric})")
+            run.plots.append(rel.as_posix())
+
+
+CLI_DESCRIPTION = """\
+Analyze RL training logs the way an engineer reads them, and write report.md, report.html and
+report.json (plus PNG plots) into --out:
+
+- the metrics present, what each means and which direction is good (from the registry);
+- events found by robust statistics (each value against the rolling median and MAD of the values
+  before it, and large in the metric's own terms): spike, level shift, collapse, explosion,
+  pinned-at-limit, and periodic patterns (a slow step every N steps: checkpointing, validation),
+  which are told apart from anomalies;
+- chains of co-occurring events in lead/lag order (e.g. KL spike -> length and clipped ratio ->
+  reward collapse -> grad-norm explosion) and when each series recovered;
+- the online alert rules replayed over the log (what would have fired during training);
+- recommendations tied to that evidence (KL coefficient, gradient clipping, LR and warm-up, max
+  completion length), using the settings the log shows.
+
+Inputs: everything otel-rl replay reads (ms-swift logging.jsonl, trainer_state.json, HF console
+output, verl JSONL / console, ROLL stdout) and otel-rl run folders. Each FILE is one run.
+Plots need matplotlib (pip install 'otel-rl[analyze]'); --no-plots skips them.
+"""
+
+
+def add_cli(subparsers: Any) -> argparse.ArgumentParser:
+    """Add ``analyze`` to the ``otel-rl`` command's subparsers."""
+    parser = subparsers.add_parser(
+        "analyze", help="find spikes, collapses, chains and their causes in a training log; write a report",
+        description=CLI_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="examples:\n  otel-rl analyze output/v1/logging.jsonl --out report/\n"
+               "  otel-rl analyze otel-rl-runs/<run> --out report/ --no-plots\n"
+               "  otel-rl analyze --print-rules > rules.yaml      # the default alert rules, to edit")
+    parser.add_argument("files", nargs="*", metavar="FILE", help="log files or otel-rl run folders (each is one run)")
+    parser.add_argument("--out", metavar="DIR", help="folder for report.md, report.html, report.json and plots/ (required with FILEs)")
+    parser.add_argument("--format", default="auto", choices=["auto", *FORMATS], help="the logs' format (default: auto)")
+    parser.add_argument("--rules", default="default", metavar="FILE",
+                        help="alert rules to replay: default, off, or a YAML file (see --print-rules)")
+    parser.add_argument("--no-plots", action="store_true", help="write no PNG plots (no matplotlib needed)")
+    parser.add_argument("--z", type=float, default=DetectorConfig.z, help=f"robust z-score of an anomalous value (default {DetectorConfig.z:g})")
+    parser.add_argument("--window", type=int, default=DetectorConfig.window,
+                        help=f"values in the rolling baseline (default {DetectorConfig.window})")
+    parser.add_argument("--print-rules", action="store_true", help="print the default alert rules as YAML and exit")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    parser.set_defaults(func=run_cli)
+    return parser
+
+
+def run_cli(args: argparse.Namespace) -> int:
+    """``otel-rl analyze``."""
+    if args.print_rules:
+        sys.stdout.write(default_rules_yaml())
+        return 0
+    if not args.files:
+        print("otel-rl analyze: give one or more FILEs (logs or otel-rl run folders) and --out DIR", file=sys.stderr)
+        return 2
+    if not args.out:
+        print("otel-rl analyze: --out DIR is required: the folder for report.md, report.html, report.json and plots/",
+              file=sys.stderr)
+        return 2
+    if args.window < 5 or args.z <= 0:
+        print("otel-rl analyze: --window must be >= 5 and --z positive", file=sys.stderr)
+        return 2
+    cfg = DetectorConfig(z=args.z, window=args.window)
+    try:
+        runs = analyze(args.files, args.out, format=args.format, plots=not args.no_plots, rules=args.rules, cfg=cfg,
+                       progress=False if args.quiet else None)
+    except (FileNotFoundError, FormatError, ValueError, ImportError) as exc:
+        print(f"otel-rl analyze: {exc}", file=sys.stderr)
+        return 1
+    for run in runs:
+        events = run.events
+        critical = sum(1 for f in events if f.severity == "critical")
+        print(f"otel-rl analyze: {run.parsed.path}: {len(run.parsed.records)} steps, {len(run.series)} series, "
+              f"{len(events)} event(s) ({critical} critical), {len(run.chains)} chain(s), {len(run.alerts)} alert(s) replayed")
+        if run.parsed.problems:
+            print(f"  {len(run.parsed.problems)} malformed line(s) skipped, first at line {run.parsed.problems[0].line}")
+    print(f"  report: {Path(args.out) / 'report.md'} (also report.html, report.json)")
+    return 0

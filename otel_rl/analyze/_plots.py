@@ -1,0 +1,72 @@
+"""PNG plots of a run's key metrics with its findings marked (matplotlib, imported at first use)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .._detectors import Finding
+from ._series import Series
+
+_KIND_COLOURS = {"spike": "#e6862e", "explosion": "#d62728", "collapse": "#9467bd", "level shift": "#1f77b4",
+                 "pinned-at-limit": "#7f7f7f", "periodic": "#2ca02c"}
+
+
+def _pyplot() -> Any:
+    try:
+        import matplotlib
+    except ImportError:
+        raise ImportError("otel-rl analyze draws its plots with matplotlib: pip install 'otel-rl[analyze]' "
+                          "(or pip install matplotlib), or pass --no-plots") from None
+    matplotlib.use("Agg", force=False)  # files only: never open a window
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "_", text).strip("_").lower() or "series"
+
+
+def plot_series(series: Series, findings: list[Finding], path: Path, *, title: str | None = None) -> Path:
+    """One metric over the steps, with each finding's span shaded and its peak marked."""
+    plt = _pyplot()
+    steps, x = series.arrays()
+    fig, ax = plt.subplots(figsize=(7.0, 2.4), dpi=90)
+    try:
+        finite = np.isfinite(x)
+        ax.plot(steps[finite], x[finite], color="#333333", linewidth=1.0)
+        positive = x[finite][x[finite] > 0]
+        if positive.size == finite.sum() and positive.size > 2 and positive.max() / positive.min() > 1e3:
+            ax.set_yscale("log")  # an explosion of several orders of magnitude would flatten the rest
+        seen: set[str] = set()
+        for f in findings:
+            colour = _KIND_COLOURS.get(f.kind, "#000000")
+            label = f.kind if f.kind not in seen else None
+            seen.add(f.kind)
+            if f.kind == "periodic" and f.period:
+                marks = steps[(steps >= f.first_step) & (steps <= f.last_step)]
+                ax.vlines([m for m in marks if (m - f.first_step) % max(1, int(round(f.period))) == 0],
+                          *ax.get_ylim(), colors=colour, alpha=0.25, linewidth=1, label=label)
+                continue
+            if f.kind == "pinned-at-limit":
+                ax.axhline(f.limit or 0.0, color=colour, linestyle="--", linewidth=1, label=label)
+                continue
+            lo, hi = f.first_step, max(f.last_step, f.first_step)
+            ax.axvspan(lo - 0.5, hi + 0.5, color=colour, alpha=0.25, label=label)
+            if np.isfinite(f.peak_value):
+                ax.plot([f.peak_step], [f.peak_value], marker="o", markersize=4, color=colour)
+        ax.set_title(title or series.label, fontsize=9, loc="left")
+        ax.set_xlabel("step", fontsize=8)
+        ax.tick_params(labelsize=7)
+        if seen:
+            ax.legend(fontsize=7, loc="best", frameon=False)
+        fig.tight_layout()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path)
+    finally:
+        plt.close(fig)
+    return path

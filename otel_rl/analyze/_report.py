@@ -1,0 +1,265 @@
+"""report.md, report.html and report.json from the analyses of one or more runs."""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from collections import Counter
+from pathlib import Path
+from typing import Any, Sequence
+
+from .._detectors import Finding
+from .._runfolder import format_problems
+from .._version import __version__
+from ..semconv import METRICS
+from ._run import RunAnalysis, fmt
+
+_DIRECTION = {"higher": "higher", "lower": "lower", "range": "in range", None: "-"}
+
+
+def _attrs(attributes: dict[str, str]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(attributes.items()))
+
+
+def _finding_row(f: Finding) -> list[str]:
+    steps = str(f.first_step) if f.first_step == f.last_step else f"{f.first_step}-{f.last_step}"
+    if f.kind == "periodic":
+        size = f"every {f.period:g} steps, x{f.magnitude:.3g}, {f.count} times"
+    elif f.kind == "pinned-at-limit":
+        size = f"at {fmt(f.limit or 0.0)} on {f.count} steps ({f.magnitude:.0%})"
+    elif math.isfinite(f.magnitude) and f.baseline > 0 and f.peak_value >= 0:
+        size = f"{fmt(f.peak_value)} vs {fmt(f.baseline)} (x{f.magnitude:.3g}, z {f.z:+.1f})"
+    else:
+        size = f"{fmt(f.peak_value)} vs {fmt(f.baseline)} (z {f.z:+.1f})"
+    if f.kind in ("periodic", "pinned-at-limit"):
+        back = "-"
+    elif f.recovered_step is None:
+        back = "not by the end"
+    else:
+        back = f"step {f.recovered_step} (+{f.recovered_step - f.last_step})"
+    return [f.severity, f.kind, f.direction, f.series, steps, size, back]
+
+
+class _Doc:
+    """A tiny document model rendered to Markdown and to HTML, so both say the same."""
+
+    def __init__(self) -> None:
+        self.blocks: list[tuple[str, Any]] = []
+
+    def h(self, level: int, text: str) -> None:
+        self.blocks.append(("h", (level, text)))
+
+    def p(self, text: str) -> None:
+        self.blocks.append(("p", text))
+
+    def ul(self, items: Sequence[str]) -> None:
+        if items:
+            self.blocks.append(("ul", list(items)))
+
+    def ol(self, items: Sequence[str]) -> None:
+        if items:
+            self.blocks.append(("ol", list(items)))
+
+    def table(self, head: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+        if rows:
+            self.blocks.append(("table", (list(head), [list(r) for r in rows])))
+
+    def img(self, path: str, alt: str) -> None:
+        self.blocks.append(("img", (path, alt)))
+
+    def markdown(self) -> str:
+        out: list[str] = []
+        for kind, body in self.blocks:
+            if kind == "h":
+                out.append(f"{'#' * body[0]} {body[1]}\n")
+            elif kind == "p":
+                out.append(body + "\n")
+            elif kind in ("ul", "ol"):
+                out.extend((f"{i}. " if kind == "ol" else "- ") + item for i, item in enumerate(body, start=1))
+                out.append("")
+            elif kind == "table":
+                head, rows = body
+                out.append("| " + " | ".join(head) + " |")
+                out.append("|" + "---|" * len(head))
+                out.extend("| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in row) + " |" for row in rows)
+                out.append("")
+            elif kind == "img":
+                out.append(f"![{body[1]}]({body[0]})\n")
+        return "\n".join(out).rstrip() + "\n"
+
+    def html(self, title: str) -> str:
+        e = html.escape
+        out = [f"<!doctype html><html><head><meta charset='utf-8'><title>{e(title)}</title><style>"
+               "body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}"
+               "table{border-collapse:collapse;font-size:13px;margin:0.5em 0 1.2em}td,th{border:1px solid #ccc;"
+               "padding:3px 6px;text-align:left;vertical-align:top}th{background:#f3f3f3}img{max-width:100%}"
+               "code{background:#f3f3f3;padding:0 3px}</style></head><body>"]
+        for kind, body in self.blocks:
+            if kind == "h":
+                out.append(f"<h{body[0]}>{e(body[1])}</h{body[0]}>")
+            elif kind == "p":
+                out.append(f"<p>{e(body)}</p>")
+            elif kind in ("ul", "ol"):
+                out.append(f"<{kind}>" + "".join(f"<li>{e(i)}</li>" for i in body) + f"</{kind}>")
+            elif kind == "table":
+                head, rows = body
+                out.append("<table><tr>" + "".join(f"<th>{e(h)}</th>" for h in head) + "</tr>"
+                           + "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in r) + "</tr>" for r in rows) + "</table>")
+            elif kind == "img":
+                out.append(f"<p><img src='{e(body[0])}' alt='{e(body[1])}'></p>")
+        out.append("</body></html>")
+        return "\n".join(out) + "\n"
+
+
+def _run_section(doc: _Doc, run: RunAnalysis, heading: int) -> None:
+    parsed = run.parsed
+    doc.h(heading, f"Run: {parsed.path.name}")
+    steps = f"steps {run.first_step}-{run.last_step}" if run.first_step is not None else "no steps"
+    doc.p(f"Source {parsed.path} ({parsed.format}, keys mapped as {parsed.framework or 'any framework'}): "
+          f"{len(parsed.records)} logged steps ({steps}, every {run.step_interval} step(s)), {len(run.series)} numeric series.")
+    if parsed.notes:
+        doc.ul([f"note: {n}" for n in parsed.notes[:5]])
+
+    events = run.events
+    kinds = Counter(f.kind for f in run.findings)
+    doc.h(heading + 1, "Summary")
+    summary = []
+    if events:
+        worst = Counter(f.severity for f in events)
+        summary.append(f"{len(events)} event(s): " + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()) if k != "periodic")
+                       + f" ({', '.join(f'{n} {s}' for s, n in sorted(worst.items()))})")
+    else:
+        summary.append("No anomalies found.")
+    if kinds.get("periodic"):
+        summary.append(f"{kinds['periodic']} periodic pattern(s) (a schedule, not an anomaly)")
+    for chain in run.chains[:3]:
+        summary.append(("divergence chain: " if chain.divergence else "chain: ") + chain.text())
+    if run.alerts:
+        by_rule = Counter(a.name for a in run.alerts)
+        summary.append("online rules would have fired: " + ", ".join(f"{name} x{n}" for name, n in by_rule.items()))
+    summary.extend(f"{r.topic}: {r.action}" for r in run.recommendations[:3])
+    doc.ul(summary)
+
+    if run.settings:
+        doc.h(heading + 1, "Settings the log shows")
+        doc.table(["setting", "value"], [[k, fmt(v) if isinstance(v, float) else str(v)] for k, v in run.settings.items()])
+
+    doc.h(heading + 1, "Metrics")
+    doc.p("Each key maps to a registry metric (docs/semconv/); meaning and good direction come from the registry.")
+    doc.table(
+        ["key", "registry metric", "meaning", "unit", "good", "points", "first -> last (trend)", "range", "notes"],
+        [[m.label, m.metric + (f" {{{_attrs(m.attributes)}}}" if m.attributes else ""), m.brief, m.unit,
+          _DIRECTION.get(m.direction, "-"), str(m.points), m.trend or f"{fmt(m.first)} -> {fmt(m.last)}",
+          f"{fmt(m.minimum)} .. {fmt(m.maximum)}", "; ".join(m.notes)] for m in run.metrics])
+    if run.unmapped:
+        doc.p(f"Keys no mapping knows (analyzed under rl.unmapped): {', '.join(run.unmapped[:20])}"
+              + (" ..." if len(run.unmapped) > 20 else ""))
+
+    doc.h(heading + 1, "Events")
+    if run.findings:
+        doc.p("Robust statistics: each value against the median and spread of the previous values of its series "
+              "(rolling median / MAD), large in the metric's own terms; see report.json for every number.")
+        doc.table(["severity", "kind", "dir", "series", "steps", "peak vs baseline", "recovered"],
+                  [_finding_row(f) for f in run.findings])
+    else:
+        doc.p("None.")
+
+    doc.h(heading + 1, "Chains (co-occurring events, in lead/lag order)")
+    if run.chains:
+        doc.ol([("[divergence] " if c.divergence else "") + c.text() for c in run.chains])
+    else:
+        doc.p("No events of different metrics happened together.")
+
+    recovered = [f for f in events if f.kind not in ("pinned-at-limit",) and f.recovered_step is not None]
+    lasting = [f for f in events if f.kind not in ("pinned-at-limit",) and f.recovered_step is None]
+    doc.h(heading + 1, "Recoveries")
+    items = [f"{f.series}: {f.kind} at step {f.first_step}, back near its baseline at step {f.recovered_step} "
+             f"({f.recovered_step - f.first_step} steps later)" for f in recovered[:20]]
+    items += [f"{f.series}: {f.kind} at step {f.first_step}, not back by the end of the log" for f in lasting[:20]]
+    doc.ul(items) if items else doc.p("Nothing to recover from.")
+
+    periodic = [f for f in run.findings if f.kind == "periodic"]
+    if periodic:
+        doc.h(heading + 1, "Periodic patterns")
+        doc.ul([f"{f.series}: {f.detail}" for f in periodic])
+
+    doc.h(heading + 1, "Online alert rules, replayed")
+    if run.alerts:
+        by_rule: dict[str, list[Any]] = {}
+        for a in run.alerts:
+            by_rule.setdefault(a.name, []).append(a)
+        doc.table(["rule", "severity", "fired", "first", "last", "first message"],
+                  [[name, items[0].severity, str(len(items)), str(items[0].step), str(items[-1].step), items[0].message]
+                   for name, items in by_rule.items()])
+    else:
+        doc.p("The default rules (divergence, kl > 10, clipped_ratio > 0.3, memory, batch, ranks, inference) fire on nothing here.")
+
+    doc.h(heading + 1, "Recommendations")
+    doc.ol([f"{r.topic}: {r.action}" + (f" [setting: {r.setting}]" if r.setting else "") + " Evidence: " + "; ".join(r.evidence)
+            for r in run.recommendations])
+
+    if run.plots:
+        doc.h(heading + 1, "Plots")
+        for path in run.plots:
+            doc.img(path, Path(path).stem)
+
+    if parsed.problems:
+        doc.h(heading + 1, "Lines skipped while reading")
+        doc.p(format_problems(parsed.problems, limit=10))
+        doc.ul([str(p) for p in parsed.problems[:10]])
+
+
+def _run_json(run: RunAnalysis) -> dict[str, Any]:
+    parsed = run.parsed
+    return {
+        "source": str(parsed.path), "format": parsed.format, "framework": parsed.framework,
+        "records": len(parsed.records), "first_step": run.first_step, "last_step": run.last_step,
+        "step_interval": run.step_interval, "clock": parsed.clock,
+        "settings": {k: (v if isinstance(v, (int, str, bool, list)) or v is None else float(f"{v:.6g}") if isinstance(v, float) else str(v))
+                     for k, v in run.settings.items()},
+        "metrics": [m.as_dict() for m in run.metrics],
+        "unmapped_keys": run.unmapped,
+        "findings": [_finding_json(f, run) for f in run.findings],
+        "chains": [c.as_dict() for c in run.chains],
+        "alerts": [{"rule": a.name, "severity": a.severity, "step": a.step, "message": a.message} for a in run.alerts],
+        "recommendations": [r.as_dict() for r in run.recommendations],
+        "plots": run.plots,
+        "problems": [{"file": p.file, "line": p.line, "reason": p.reason} for p in parsed.problems],
+        "notes": parsed.notes,
+    }
+
+
+def _finding_json(f: Finding, run: RunAnalysis) -> dict[str, Any]:
+    out = f.as_dict()
+    together = []
+    for c in run.chains:
+        if f in c.findings:
+            start = c.first_step
+            together = [{"series": o.series, "kind": o.kind, "first_step": o.first_step, "order": i,
+                         "lag_steps": o.first_step - f.first_step}
+                        for i, o in enumerate(c.findings) if o is not f]
+            out["chain_order"] = c.findings.index(f)
+            out["chain_first_step"] = start
+    out["co_occurring"] = together
+    mdef = METRICS.get(f.metric)
+    out["good_direction"] = mdef.direction if mdef is not None else None
+    return out
+
+
+def write_reports(runs: Sequence[RunAnalysis], out_dir: Path) -> dict[str, Path]:
+    """Write report.md, report.html and report.json into ``out_dir``; returns their paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    doc = _Doc()
+    title = "Training log analysis" + (f": {runs[0].parsed.path.name}" if len(runs) == 1 else f" ({len(runs)} runs)")
+    doc.h(1, title)
+    doc.p(f"otel-rl analyze {__version__}. Findings: spike, level shift, collapse, explosion, pinned-at-limit, periodic; "
+          "severity critical / warning / info (info: the good direction, or a schedule).")
+    for run in runs:
+        _run_section(doc, run, 2)
+    paths = {"md": out_dir / "report.md", "html": out_dir / "report.html", "json": out_dir / "report.json"}
+    paths["md"].write_text(doc.markdown(), encoding="utf-8")
+    paths["html"].write_text(doc.html(title), encoding="utf-8")
+    data = {"otel_rl_version": __version__, "runs": [_run_json(r) for r in runs]}
+    paths["json"].write_text(json.dumps(data, indent=2, allow_nan=False, default=str) + "\n", encoding="utf-8")
+    return paths

@@ -1,0 +1,433 @@
+"""Analysis of one run: series, findings, chains, replayed alert rules, settings and recommendations."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from .._detectors import (Alert, AlertEngine, Chain, DetectorConfig, Finding, Rule, build_chains, default_rules, detect_series,
+                          direction_of)
+from .._keys import KeyResolver
+from ..replay._formats import ParsedLog
+from ..semconv import METRICS
+from ..semconv import attributes as A
+from ..semconv import metrics as M
+from ._series import Series, SeriesKey, build_series, resolved_records
+
+# Schedules, counters and clocks: they move by design, so their changes are context, not events.
+NOT_JUDGED = frozenset({
+    M.RL_LEARNING_RATE, M.RL_KL_COEFFICIENT, M.RL_PROGRESS_EPOCH, M.RL_PROGRESS_STEP, M.RL_PROGRESS_RATIO,
+    M.RL_PROGRESS_MAX_STEPS, M.RL_RUN_ELAPSED_TIME, M.RL_RUN_REMAINING_TIME, M.RL_BATCH_SAMPLES,
+})
+_DIRECTION_TEXT = {"higher": "higher is better", "lower": "lower is better",
+                   "range": "stay in its normal range", None: "no good direction (context)"}
+
+# Plot and summary order: the metrics seed 002's stability panel and seed 003's analysis read first.
+KEY_FAMILIES: tuple[tuple[str, dict[str, str]], ...] = (
+    (M.RL_POLICY_KL, {}),
+    (M.RL_LOSS, {A.RL_LOSS_TYPE: A.RlLossTypeValues.KL.value}),
+    (M.RL_GRAD_NORM, {}),
+    (M.RL_REWARD, {A.RL_STATISTIC: A.RlStatisticValues.MEAN.value}),
+    (M.RL_SCORE, {A.RL_STATISTIC: A.RlStatisticValues.MEAN.value}),
+    (M.RL_REWARD_COMPONENT, {A.RL_STATISTIC: A.RlStatisticValues.MEAN.value}),
+    (M.RL_RESPONSE_LENGTH, {A.RL_STATISTIC: A.RlStatisticValues.MEAN.value}),
+    (M.RL_RESPONSE_CLIPPED_RATIO, {}),
+    (M.RL_POLICY_ENTROPY, {}),
+    (M.RL_LOSS, {A.RL_LOSS_TYPE: A.RlLossTypeValues.TOTAL.value}),
+    (M.RL_STEP_DURATION, {}),
+    (M.RL_LEARNING_RATE, {}),
+)
+
+_KL_SETTING = re.compile(r"(^|[/._])(beta|kl_coef|kl_ctl|init_kl_coef|kl_loss_coef|kl_coeff)$")
+_GRAD_CLIP_SETTING = re.compile(r"(^|[/._])(max_grad_norm|grad_clip|clip_grad)$")
+_MAX_LEN_SETTING = re.compile(r"(^|[/._])(max_completion_length|max_new_tokens|response_length|max_response_length)$")
+_WARMUP_SETTING = re.compile(r"(^|[/._])(warmup_ratio|warmup_steps|lr_warmup_steps|lr_warmup_steps_ratio)$")
+
+
+@dataclass
+class MetricRow:
+    label: str
+    keys: list[str]
+    metric: str
+    attributes: dict[str, str]
+    brief: str
+    unit: str
+    direction: str | None
+    points: int
+    first: float
+    last: float
+    minimum: float
+    maximum: float
+    trend: str
+    notes: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        out = dict(self.__dict__)
+        for key in ("first", "last", "minimum", "maximum"):
+            out[key] = _num(out[key])
+        out["good_direction"] = _DIRECTION_TEXT.get(self.direction, "no good direction (context)")
+        return out
+
+
+def _num(value: float) -> float | str:
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    return float(f"{value:.6g}")
+
+
+def fmt(value: float) -> str:
+    if isinstance(value, (int, np.integer)):
+        return f"{value:,}"
+    if not math.isfinite(value):
+        return str(value)
+    if value == 0:
+        return "0"
+    magnitude = abs(value)
+    if magnitude >= 1e5 or magnitude < 1e-3:
+        return f"{value:.3g}"
+    return f"{value:.4g}"
+
+
+@dataclass
+class Recommendation:
+    topic: str
+    action: str
+    evidence: list[str]
+    setting: str | None = None  # what the log shows of the setting concerned
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if v is not None}
+
+
+@dataclass
+class RunAnalysis:
+    parsed: ParsedLog
+    series: dict[SeriesKey, Series]
+    unmapped: list[str]
+    metrics: list[MetricRow]
+    findings: list[Finding]
+    chains: list[Chain]
+    alerts: list[Alert]
+    settings: dict[str, Any]
+    recommendations: list[Recommendation]
+    step_interval: int
+    plots: list[str] = field(default_factory=list)
+
+    @property
+    def first_step(self) -> int | None:
+        return min((r.step for r in self.parsed.records), default=None)
+
+    @property
+    def last_step(self) -> int | None:
+        return max((r.step for r in self.parsed.records), default=None)
+
+    @property
+    def events(self) -> list[Finding]:
+        """Findings that are anomalies (not schedules): everything but periodic patterns."""
+        return [f for f in self.findings if f.kind != "periodic"]
+
+
+def _matches(series: Series, metric: str, attrs: dict[str, str]) -> bool:
+    return series.metric == metric and all(series.attributes.get(k) == v for k, v in attrs.items())
+
+
+def key_series(series: dict[SeriesKey, Series]) -> list[Series]:
+    """The run's headline series, in seed-003 reading order (one per family, plus the reward components)."""
+    out: list[Series] = []
+    for metric, attrs in KEY_FAMILIES:
+        found = sorted((s for s in series.values() if _matches(s, metric, attrs)),
+                       key=lambda s: (s.attributes.get(A.RL_STATISTIC, "mean") != "mean", s.label))
+        if metric == M.RL_REWARD_COMPONENT:
+            out.extend(found[:3])
+        elif found:
+            out.append(found[0])
+    seen: set[SeriesKey] = set()
+    unique = []
+    for s in out:
+        if s.key not in seen:
+            seen.add(s.key)
+            unique.append(s)
+    return unique
+
+
+def _trend(x: np.ndarray) -> str:
+    n = len(x)
+    if n < 4:
+        return ""
+    k = max(1, n // 10)
+    start, end = float(np.median(x[:k])), float(np.median(x[-k:]))
+    if start == end:
+        return "flat"
+    change = f" ({(end - start) / abs(start):+.0%})" if start != 0 else ""
+    return f"{fmt(start)} -> {fmt(end)}{change}"
+
+
+def _metric_rows(series: dict[SeriesKey, Series]) -> list[MetricRow]:
+    rows = []
+    for s in sorted(series.values(), key=lambda s: (s.metric, s.label)):
+        steps, x = s.arrays()
+        finite = x[np.isfinite(x)]
+        mdef = METRICS.get(s.metric)
+        row = MetricRow(
+            label=s.label, keys=list(s.keys), metric=s.metric, attributes=dict(s.attributes),
+            brief=mdef.brief if mdef is not None else "", unit=mdef.unit if mdef is not None else "",
+            direction=direction_of(s.metric, s.attributes), points=len(x),
+            first=float(x[0]), last=float(x[-1]),
+            minimum=float(finite.min()) if finite.size else float("nan"),
+            maximum=float(finite.max()) if finite.size else float("nan"),
+            trend=_trend(finite),
+        )
+        if finite.size and float(finite.min()) == float(finite.max()):
+            row.notes.append(f"constant {fmt(float(finite[0]))}")
+        elif finite.size:
+            zeros = int((finite == 0).sum())
+            if zeros and s.metric == M.RL_GRAD_NORM:
+                row.notes.append(f"exactly 0 on {zeros} step(s)")
+        if finite.size < x.size:
+            row.notes.append(f"{x.size - finite.size} non-finite value(s)")
+        if s.metric == M.RL_UNMAPPED:
+            row.notes.append("no mapping knows this key")
+        rows.append(row)
+    return rows
+
+
+def _step_interval(series: dict[SeriesKey, Series]) -> int:
+    best: list[int] = []
+    for s in series.values():
+        steps = sorted(s.by_step)
+        if len(steps) > len(best):
+            best = steps
+    if len(best) < 2:
+        return 1
+    return max(1, int(np.median(np.diff(best))))
+
+
+def _settings(parsed: ParsedLog, series: dict[SeriesKey, Series], findings: list[Finding]) -> dict[str, Any]:
+    settings: dict[str, Any] = {}
+    for key, value in parsed.settings.items():
+        settings[str(key)] = value
+    lr = next((s for s in series.values() if s.metric == M.RL_LEARNING_RATE), None)
+    if lr is not None:
+        steps, x = lr.arrays()
+        if x.size and float(np.nanmax(x)) > 0:
+            peak = float(np.nanmax(x))
+            reach = int(steps[np.argmax(x >= 0.95 * peak)])
+            held = steps[x >= 0.8 * peak]
+            settings["learning_rate (peak, from the log)"] = peak
+            settings["warm-up (steps to 95% of the peak LR, from the log)"] = reach
+            settings["LR >= 80% of its peak (steps, from the log)"] = f"{int(held[0])}-{int(held[-1])}"
+    for f in findings:
+        if f.kind == "pinned-at-limit" and f.metric == M.RL_RESPONSE_LENGTH and f.limit:
+            settings["max completion length (from the log: lengths pinned there)"] = int(f.limit)
+            break
+    return settings
+
+
+def _find_setting(settings: dict[str, Any], pattern: re.Pattern[str]) -> tuple[str, Any] | None:
+    for key, value in settings.items():
+        if pattern.search(str(key)):
+            return str(key), value
+    return None
+
+
+def _is_kl(f: Finding | Series) -> bool:
+    return f.metric == M.RL_POLICY_KL or (f.metric == M.RL_LOSS and f.attributes.get(A.RL_LOSS_TYPE) == A.RlLossTypeValues.KL.value)
+
+
+def _where(findings: Sequence[Finding], limit: int = 4) -> str:
+    parts = [f"step {f.peak_step} ({fmt(f.peak_value)} vs {fmt(f.baseline)})" for f in findings[:limit]]
+    if len(findings) > limit:
+        parts.append(f"{len(findings) - limit} more")
+    return ", ".join(parts)
+
+
+def recommend(run: RunAnalysis) -> list[Recommendation]:
+    """Recommendations tied to this run's evidence (and its settings, where the log shows them)."""
+    recs: list[Recommendation] = []
+    events = [f for f in run.findings if f.kind in ("spike", "explosion", "level shift", "collapse")]
+    bad = [f for f in events if f.bad is True]
+    series = list(run.series.values())
+
+    kl_up = [f for f in bad if _is_kl(f) and f.direction == "up"]
+    kl_series = [s for s in series if _is_kl(s)]
+    kl_high = []
+    for s in kl_series:
+        steps, x = s.arrays()
+        kl_high.extend(int(st) for st in steps[x > 10])
+    if kl_up or kl_high:
+        setting = _find_setting(run.settings, _KL_SETTING)
+        evidence = []
+        if kl_up:
+            evidence.append(f"KL left its baseline {len(kl_up)} time(s): {_where(kl_up)}")
+        if kl_high:
+            evidence.append(f"KL > 10 (seed 003's roll-back threshold) on {len(kl_high)} logged step(s), first at step {kl_high[0]}")
+        action = ("Raise the KL coefficient (beta) so the policy is held nearer the reference, or make it adaptive "
+                  "(target a KL and adjust beta each step).")
+        action += (f" The log shows {setting[0]} = {setting[1]}: try 2-5x that." if setting else
+                   " The log does not show the coefficient; seed 003's run went from 0.04 to 0.1-0.2.")
+        recs.append(Recommendation("KL coefficient", action, evidence, f"{setting[0]} = {setting[1]}" if setting else None))
+    elif kl_series and all(np.all(s.arrays()[1] == 0) for s in kl_series):
+        recs.append(Recommendation(
+            "KL coefficient", "Nothing holds the policy near the reference (KL is 0 at every step: beta = 0, or KL not "
+            "computed). That is a valid GRPO setting; if the run drifts (entropy falling, lengths growing), a small beta "
+            "(0.01-0.04) is the first brake.", [f"{s.label} = 0 on all {len(s.by_step)} logged steps" for s in kl_series[:1]]))
+
+    grad_up = [f for f in bad if f.metric == M.RL_GRAD_NORM and f.direction == "up"]
+    if grad_up:
+        setting = _find_setting(run.settings, _GRAD_CLIP_SETTING)
+        g = next(s for s in series if s.metric == M.RL_GRAD_NORM)
+        median = float(np.nanmedian(g.arrays()[1]))
+        action = ("Clip gradients harder: set max_grad_norm (1.0, or 0.5 as seed 003 suggests) and consider skipping "
+                  "the optimizer step when the norm is far above its running median.")
+        if setting:
+            action += f" The log shows {setting[0]} = {setting[1]}; the logged norm is measured before clipping."
+        recs.append(Recommendation("gradient clipping", action,
+                                   [f"grad_norm median {fmt(median)}; excursions at {_where(grad_up)}"],
+                                   f"{setting[0]} = {setting[1]}" if setting else None))
+    zero_grad = [f for f in run.findings if f.kind == "pinned-at-limit" and f.metric == M.RL_GRAD_NORM and f.limit == 0.0]
+    if zero_grad:
+        f = zero_grad[0]
+        zero_std = next((s for s in series if s.metric == M.RL_REWARD_ZERO_STD_RATIO), None)
+        evidence = [f"{f.series} is exactly 0 on {f.count} logged steps ({f.first_step}-{f.last_step})"]
+        if zero_std is not None:
+            evidence.append(f"frac_reward_zero_std median {fmt(float(np.nanmedian(zero_std.arrays()[1])))}: "
+                            "groups whose rewards are all equal give zero advantage")
+        recs.append(Recommendation(
+            "no learning signal", "Those steps changed nothing. Give each prompt a chance of differing rewards: more "
+            "generations per prompt, a higher temperature, a graded reward, or drop prompts whose group rewards are all "
+            "equal (dynamic sampling).", evidence))
+
+    lr = next((s for s in series if s.metric == M.RL_LEARNING_RATE), None)
+    if lr is not None and bad:
+        steps, x = lr.arrays()
+        peak = float(np.nanmax(x)) if x.size else 0.0
+        if peak > 0:
+            at_peak = [f for f in bad if f.kind in ("explosion", "collapse", "spike") and
+                       _value_at(steps, x, f.first_step) >= 0.8 * peak]
+            if at_peak and len(at_peak) >= 0.5 * len([f for f in bad if f.kind in ("explosion", "collapse", "spike")]):
+                warm = _find_setting(run.settings, _WARMUP_SETTING)
+                action = (f"Lower the learning rate (peak {fmt(peak)}) and lengthen the warm-up (warmup_ratio 0.1): "
+                          f"{len(at_peak)} of the instabilities happened with the LR at >= 80% of its peak.")
+                held = run.settings.get("LR >= 80% of its peak (steps, from the log)")
+                evidence = [f"LR >= 80% of its peak over steps {held}" if held else f"peak LR {fmt(peak)}",
+                            f"instabilities at steps {', '.join(str(f.first_step) for f in at_peak[:6])}"]
+                recs.append(Recommendation("learning rate and warm-up", action, evidence,
+                                           f"{warm[0]} = {warm[1]}" if warm else None))
+
+    clipped = [s for s in series if s.metric == M.RL_RESPONSE_CLIPPED_RATIO]
+    pinned_len = [f for f in run.findings if f.kind == "pinned-at-limit" and f.metric == M.RL_RESPONSE_LENGTH]
+    evidence = []
+    for s in clipped[:1]:
+        _, x = s.arrays()
+        over = int((x > 0.3).sum())
+        if over:
+            evidence.append(f"{s.label} > 0.3 on {over} of {x.size} logged steps (median {fmt(float(np.nanmedian(x)))})")
+    for f in pinned_len[:2]:
+        evidence.append(f"{f.series} at {fmt(f.limit or 0)} on {f.count} logged steps")
+    clip_events = [f for f in bad if f.metric in (M.RL_RESPONSE_CLIPPED_RATIO, M.RL_RESPONSE_LENGTH) and f.direction == "up"]
+    if clip_events:
+        evidence.append(f"length / truncation blow-ups at {_where(clip_events)}")
+    if evidence and (len(evidence) > 1 or clip_events or any("> 0.3" in e for e in evidence)):
+        setting = _find_setting(run.settings, _MAX_LEN_SETTING)
+        limit = run.settings.get("max completion length (from the log: lengths pinned there)")
+        action = "Responses run into the length limit, and truncated answers score badly or break the format."
+        action += (f" Raise max_completion_length above {limit} if the task needs long answers; otherwise penalize "
+                   "length and score truncated completions 0 (seed 003 cut 512 to 256 and zeroed truncated answers)."
+                   if limit else " Raise max_completion_length if answers need the room; otherwise penalize length and "
+                   "score truncated completions 0 (seed 003 cut 512 to 256).")
+        recs.append(Recommendation("max completion length", action, evidence, f"{setting[0]} = {setting[1]}" if setting else
+                                   (f"limit seen in the log: {limit}" if limit else None)))
+
+    entropy_drop = [f for f in bad if f.metric == M.RL_POLICY_ENTROPY and f.kind == "collapse"]
+    ent = next((s for s in series if s.metric == M.RL_POLICY_ENTROPY and s.attributes.get(A.RL_STATISTIC, "mean") == "mean"), None)
+    falling = None
+    if ent is not None:
+        _, x = ent.arrays()
+        x = x[np.isfinite(x)]
+        k = max(1, x.size // 10)
+        if x.size >= 10 and float(np.median(x[:k])) > 0 and float(np.median(x[-k:])) < 0.5 * float(np.median(x[:k])):
+            falling = f"{ent.label} fell from {fmt(float(np.median(x[:k])))} to {fmt(float(np.median(x[-k:])))}"
+    if entropy_drop or falling:
+        evidence = [e for e in (falling,) if e] + ([f"entropy collapse at {_where(entropy_drop)}"] if entropy_drop else [])
+        recs.append(Recommendation("entropy", "The policy is becoming deterministic: raise the sampling temperature, add "
+                                   "an entropy bonus, or loosen the upper clip (clip-higher) so low-probability tokens can grow.",
+                                   evidence))
+
+    reward_down = [f for f in bad if f.metric in (M.RL_REWARD, M.RL_REWARD_COMPONENT, M.RL_SCORE) and f.direction == "down"]
+    if reward_down:
+        save = run.settings.get("save_steps")
+        first = min(f.first_step for f in reward_down)
+        chain = next((c for c in run.chains if c.first_step <= first <= c.last_step + run.step_interval), None)
+        evidence = [f"reward drops at {_where(reward_down)}"]
+        if chain is not None:
+            evidence.append(f"together with: {chain.text()}")
+        action = "Treat the reward drop as a symptom: fix what leads it in the chain (KL, length), and keep a checkpoint to roll back to"
+        action += f" (the log shows save_steps = {save}: the last one before step {first} is step {first // int(save) * int(save)})." \
+            if isinstance(save, int) and save > 0 else "."
+        recs.append(Recommendation("reward collapse", action, evidence))
+
+    periodic = [f for f in run.findings if f.kind == "periodic"]
+    if periodic:
+        f = periodic[0]
+        save = run.settings.get("save_steps")
+        eval_steps = run.settings.get("eval_steps")
+        hint = ""
+        if f.period and isinstance(save, int) and save and abs(f.period - save) <= max(1, 0.05 * save):
+            hint = f" It matches save_steps = {save}: checkpointing."
+        elif f.period and isinstance(eval_steps, int) and eval_steps and abs(f.period - eval_steps) <= max(1, 0.05 * eval_steps):
+            hint = f" It matches eval_steps = {eval_steps}: validation."
+        recs.append(Recommendation("periodic steps", "Expected work on a schedule, not an anomaly; make it asynchronous if "
+                                   f"it costs too much.{hint}", [f"{f.series}: {f.detail}"]))
+
+    if any(c.divergence for c in run.chains) or kl_high:
+        recs.append(Recommendation("online alerts", "Catch this while training: otel_rl.init(alert_rules=\"default\", "
+                                   "on_alert=...) fires rl.alert events for the divergence rule (KL, grad norm and entropy "
+                                   "together) and seed 003's kl > 10 / clipped_ratio > 0.3, off the training thread; poll "
+                                   "tel.should_stop or tel.take_alerts() to save a snapshot or roll back.",
+                                   [c.text() for c in run.chains if c.divergence][:2] or
+                                   [f"KL > 10 at step {kl_high[0]}"]))
+    if not recs:
+        recs.append(Recommendation("none", "No instability found that calls for a change of settings.",
+                                   [f"{len(run.series)} series checked over {len(run.parsed.records)} logged steps"]))
+    return recs
+
+
+def _value_at(steps: np.ndarray, x: np.ndarray, step: int) -> float:
+    i = int(np.searchsorted(steps, step, side="right")) - 1
+    return float(x[max(i, 0)]) if x.size else float("nan")
+
+
+def replay_rules(parsed: ParsedLog, rules: Sequence[Rule], resolver: KeyResolver | None = None) -> list[Alert]:
+    """The alerts the online rules would have fired on this log, evaluated exactly as in training."""
+    engine = AlertEngine(rules)
+    alerts: list[Alert] = []
+    for step, resolved in resolved_records(parsed, resolver):
+        alerts.extend(engine.observe(step, 0, resolved))
+    return alerts
+
+
+def analyze_parsed(parsed: ParsedLog, *, cfg: DetectorConfig = DetectorConfig(), rules: Sequence[Rule] | None = None,
+                   resolver: KeyResolver | None = None) -> RunAnalysis:
+    """Everything the report says about one parsed log."""
+    resolver = resolver or KeyResolver.default(unmapped_key_limit=1 << 20)
+    series, unmapped = build_series(parsed, resolver)
+    findings: list[Finding] = []
+    for s in series.values():
+        mdef = METRICS.get(s.metric)
+        if s.metric in NOT_JUDGED or (mdef is not None and mdef.instrument == "counter"):
+            continue
+        steps, x = s.arrays()
+        findings.extend(detect_series(steps, x, series=s.label, metric=s.metric, attributes=s.attributes, cfg=cfg))
+    findings.sort(key=lambda f: (f.first_step, f.series))
+    interval = _step_interval(series)
+    chains = build_chains(findings, gap_steps=2 * interval)
+    alerts = replay_rules(parsed, default_rules() if rules is None else rules, resolver)
+    run = RunAnalysis(parsed=parsed, series=series, unmapped=unmapped, metrics=_metric_rows(series), findings=findings,
+                      chains=chains, alerts=alerts, settings={}, recommendations=[], step_interval=interval)
+    run.settings = _settings(parsed, series, findings)
+    run.recommendations = recommend(run)
+    return run

@@ -1,0 +1,132 @@
+"""From a parsed log to registry-named numeric series: key -> (registry metric, attributes) -> values by step."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .._keys import KeyResolver
+from .._pipeline import Rejected, to_number
+from ..replay._formats import ParsedLog
+from ..semconv import METRICS
+from ..semconv import attributes as A
+from ..semconv import metrics as M
+
+SeriesKey = tuple[str, tuple[tuple[str, str], ...]]
+_NONFINITE = (A.RlTelemetryReasonValues.NAN.value, A.RlTelemetryReasonValues.INF.value)
+
+
+@dataclass
+class Series:
+    """One registry series of a run: the values by step (a later value for a step replaces an earlier one)."""
+
+    metric: str
+    attributes: dict[str, str]
+    label: str  # the first key the log used for it
+    keys: list[str] = field(default_factory=list)
+    by_step: dict[int, float] = field(default_factory=dict)
+
+    @property
+    def key(self) -> SeriesKey:
+        return self.metric, tuple(sorted(self.attributes.items()))
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        steps = np.array(sorted(self.by_step), dtype=np.int64)
+        return steps, np.array([self.by_step[int(s)] for s in steps], dtype=np.float64)
+
+    @property
+    def direction(self) -> str | None:
+        mdef = METRICS.get(self.metric)
+        return mdef.direction if mdef is not None else None
+
+
+class _Quiet(logging.Filter):
+    """Unmapped keys are listed in the report; the resolver's per-key warning would repeat them."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "no mapping knows the metric key" not in record.getMessage()
+
+
+@contextlib.contextmanager
+def quiet_unmapped() -> Iterator[None]:
+    log = logging.getLogger("otel_rl")
+    filt = _Quiet()
+    log.addFilter(filt)
+    try:
+        yield
+    finally:
+        log.removeFilter(filt)
+
+
+def resolve_value(resolution: Any, raw: Any) -> float | None:
+    """The measurement a raw logged value gives (as the telemetry pipeline computes it); NaN / inf
+    are kept (they are findings), anything that is not a number gives None."""
+    try:
+        value = resolution.transform(raw) if resolution.transform is not None else raw
+        return to_number(value)
+    except Rejected as rej:
+        if rej.reason == _NONFINITE[0]:
+            return float("nan")
+        if rej.reason == _NONFINITE[1]:
+            return float(value) if isinstance(value, (int, float)) else float("inf")
+        return None
+    except (TypeError, ValueError):
+        return None
+
+
+def build_series(parsed: ParsedLog, resolver: KeyResolver | None = None) -> tuple[dict[SeriesKey, Series], list[str]]:
+    """Series of every numeric key of ``parsed`` and the keys no mapping knows."""
+    resolver = resolver or KeyResolver.default(unmapped_key_limit=1 << 20)
+    framework = parsed.framework
+    out: dict[SeriesKey, Series] = {}
+    unmapped: dict[str, None] = {}
+    cache: dict[str, tuple[Any, SeriesKey | None]] = {}
+    with quiet_unmapped():
+        for record in parsed.records:
+            for key, raw in record.values.items():
+                hit = cache.get(key)
+                if hit is None:
+                    res = resolver.resolve(key, framework)
+                    skey: SeriesKey | None = None
+                    if res.metric != M.RL_TELEMETRY_REJECTED:
+                        skey = (res.metric, tuple(sorted(res.attributes)))
+                    if res.fallback and res.metric == M.RL_UNMAPPED:
+                        unmapped[key] = None
+                    hit = cache[key] = (res, skey)
+                res, skey = hit
+                if skey is None:
+                    continue
+                value = resolve_value(res, raw)
+                if value is None:
+                    continue
+                series = out.get(skey)
+                if series is None:
+                    series = out[skey] = Series(metric=skey[0], attributes=dict(skey[1]), label=key)
+                if key not in series.keys:
+                    series.keys.append(key)
+                series.by_step[record.step] = value
+    return out, list(unmapped)
+
+
+def resolved_records(parsed: ParsedLog, resolver: KeyResolver | None = None) -> Iterator[tuple[int, list[tuple[str, tuple[tuple[str, str], ...], float]]]]:
+    """``(step, [(metric, attributes, value), ...])`` per record, as the pipeline hands them to the
+    online detectors (finite values only)."""
+    resolver = resolver or KeyResolver.default(unmapped_key_limit=1 << 20)
+    cache: dict[str, Any] = {}
+    with quiet_unmapped():
+        for record in parsed.records:
+            resolved = []
+            for key, raw in record.values.items():
+                res = cache.get(key)
+                if res is None:
+                    res = cache[key] = resolver.resolve(key, parsed.framework)
+                value = resolve_value(res, raw)
+                if value is None or value != value or value in (float("inf"), float("-inf")):
+                    continue
+                resolved.append((res.metric, tuple(res.attributes), value))
+            yield record.step, resolved

@@ -1,0 +1,187 @@
+"""Every log format is detected from its content and read back into the values that were logged."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+import replay_samples as samples
+from otel_rl.replay import FORMATS, FormatError, detect_format, parse_file
+
+LOGS = Path(__file__).resolve().parents[2].parent / "shared" / "logs"
+SWIFT_LOG = LOGS / "swift_grpo_logging_lines_from_issues.jsonl"
+AAIPL = LOGS / "trl_grpo_aaipl_checkpoint-500_trainer_state.json"
+TELELOGS = LOGS / "trl_grpo_telelogs_checkpoint-200_trainer_state.json"
+
+
+def write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def assert_values(parsed, data, rel: float = 0.0, abs_: float = 0.0) -> None:
+    got = {r.step: r.values for r in parsed.records}
+    assert sorted(got) == [s for s, _ in data]
+    for step, values in data:
+        for key, value in values.items():
+            assert got[step][key] == pytest.approx(value, rel=rel, abs=abs_), (step, key)
+
+
+# ------------------------------------------------------------------------------- real logs
+
+
+def test_real_swift_rows_read_exactly_with_both_train_speed_variants():
+    parsed = parse_file(SWIFT_LOG)
+    assert parsed.format == "swift" and parsed.framework == "swift"
+    rows = [json.loads(line) for line in SWIFT_LOG.read_text().splitlines() if line.strip()]
+    assert [r.values for r in parsed.records] == rows  # exact, strings included ("1/10000", "0.18%")
+    assert [r.step for r in parsed.records] == [1, 2, 1, 2]
+    assert [r.elapsed_s for r in parsed.records] == [36.0, 39.0, 318.0, 410.0]
+    assert parsed.clock == "elapsed"
+    assert "train_speed(s/it)" in rows[0] and "train_speed(iter/s)" in rows[2]
+    assert not parsed.problems
+    assert any("went back" in note for note in parsed.notes)  # rows of several runs: said, not hidden
+
+
+@pytest.mark.parametrize("path, count, first, last", [(AAIPL, 50, 10, 500), (TELELOGS, 200, 1, 200)])
+def test_real_trainer_states_read_every_log_history_entry(path, count, first, last):
+    parsed = parse_file(path)
+    assert parsed.format == "trl-state" and parsed.framework == "trl"
+    history = json.loads(path.read_text())["log_history"]
+    assert len(parsed.records) == count == len(history)
+    assert parsed.records[0].step == first and parsed.records[-1].step == last
+    assert parsed.records[7].values == {k: v for k, v in history[7].items() if k != "step"}
+    # line numbers point at the entry's opening brace
+    lines = path.read_text().splitlines()
+    assert lines[parsed.records[3].line - 1].strip() == "{"
+    assert parsed.settings["max_steps"] == json.loads(path.read_text())["max_steps"]
+
+
+# --------------------------------------------------------------------------- synthetic, all formats
+
+
+def test_swift_synthetic_with_s_per_it(tmp_path):
+    data = samples.steps(12)
+    path = write(tmp_path, "logging.jsonl", samples.swift(data, speed_key="train_speed(s/it)"))
+    parsed = parse_file(path)
+    assert detect_format(path) == "swift"
+    assert_values(parsed, data)
+    assert parsed.records[1].elapsed_s == 150.0 and parsed.settings["max_steps"] == 100
+
+
+def test_trainer_state_synthetic(tmp_path):
+    data = samples.steps(20, every=5)
+    path = write(tmp_path, "trainer_state.json", samples.trainer_state(data, logging_steps=5))
+    parsed = parse_file(path)
+    assert parsed.format == "trl-state"
+    assert_values(parsed, data)
+    assert parsed.settings["logging_steps"] == 5
+
+
+@pytest.mark.parametrize("string_floats", [True, False], ids=["new-4g-strings", "old-numbers"])
+def test_hf_console_steps_come_from_the_progress_bar(tmp_path, string_floats):
+    pytest.importorskip("tqdm")
+    data = samples.steps(15, every=10)
+    text = samples.hf_console(data, total=150, string_floats=string_floats)
+    assert "\r" in text  # the real progress-bar junk is there
+    path = write(tmp_path, "train.log", text)
+    parsed = parse_file(path)
+    assert parsed.format == "hf-console" and parsed.framework == "trl"
+    assert_values(parsed, data, rel=1e-3 if string_floats else 0.0)
+    assert parsed.settings["max_steps"] == 150
+    assert parsed.clock == "elapsed"
+
+
+def test_hf_console_values_python_cannot_read_plainly(tmp_path):
+    clear = "\r" + " " * 60 + "\r"
+    text = (
+        "\r 10%|█         | 1/10 [00:01<00:09,  1.00it/s]" + clear
+        + "{'loss': 0.5, 'grad_norm': tensor(2.5, device='cuda:0'), 'learning_rate': 1e-06, 'epoch': 0.1}\n"
+        "\r 10%|█         | 1/10 [00:01<00:09,  1.00it/s]\r 20%|██        | 2/10 [00:02<00:08,  1.00it/s]" + clear
+        + "{'loss': nan, 'grad_norm': np.float64(inf), 'epoch': 0.2}\n"
+        "\r 20%|██        | 2/10 [00:02<00:08,  1.00it/s]\n"
+        "{'loss': 0.3, 'grad_norm': 1.0, 'epoch': 0.3\n"  # cut off mid-line: reported, not fatal
+        # print() over a bar (no tqdm.write): the bar drawn before the dict gives the step
+        "\r 30%|███       | 3/10 [01:03<00:08,  1.00it/s]{'loss': 0.25, 'epoch': 0.3}\n"
+    )
+    parsed = parse_file(write(tmp_path, "console.txt", text))
+    assert parsed.format == "hf-console"
+    steps = {r.step: r.values for r in parsed.records}
+    assert steps[1]["grad_norm"] == 2.5
+    assert math.isnan(steps[2]["loss"]) and steps[2]["grad_norm"] == math.inf
+    assert steps[3] == {"loss": 0.25, "epoch": 0.3}
+    assert parsed.records[-1].elapsed_s == 63.0
+    assert [p.line for p in parsed.problems] == [4]
+
+
+@pytest.mark.parametrize("pformat, ray_prefix, colours", [(True, True, True), (False, False, False), (True, True, False)])
+def test_verl_console(tmp_path, pformat, ray_prefix, colours):
+    np = pytest.importorskip("numpy")
+    data = samples.steps(10)
+    if pformat:  # newer verl: pprint.pformat of numpy scalars prints np.float64(...)
+        data = [(s, {k: (np.float64(v) if k == "kl" else v) for k, v in values.items()}) for s, values in data]
+    path = write(tmp_path, "verl.log", samples.verl_console(data, pformat=pformat, ray_prefix=ray_prefix, colours=colours))
+    parsed = parse_file(path)
+    assert parsed.format == "verl-console" and parsed.framework == "verl"
+    assert_values(parsed, data, abs_=0.0 if pformat else 5e-4)
+    assert not parsed.problems
+
+
+def test_verl_jsonl_nulls_and_step_durations_give_a_clock(tmp_path):
+    data = [(s, {**values, "timing_s/step": 10.0 + s}) for s, values in samples.steps(8)]
+    data[3][1]["kl"] = float("nan")
+    path = write(tmp_path, "exp.jsonl", samples.verl_jsonl(data))
+    parsed = parse_file(path)
+    assert parsed.format == "verl-jsonl"
+    assert "kl" not in parsed.records[3].values and any("null" in n for n in parsed.notes)
+    assert parsed.clock == "durations"
+    assert parsed.records[2].elapsed_s == pytest.approx(11 + 12 + 13)
+
+
+def test_roll_stdout_timestamps(tmp_path):
+    data = samples.steps(5)
+    parsed = parse_file(write(tmp_path, "roll.log", samples.roll_stdout(data)))
+    assert parsed.format == "roll-stdout" and parsed.framework == "roll"
+    assert_values(parsed, data)
+    assert parsed.clock == "timestamp"
+    first = parsed.records[0].time_ns
+    assert first == 1748772000123000000  # 2025-06-01 10:00:00.123 (UTC)
+    assert parsed.records[1].time_ns - first == 1_000_000_000
+
+
+def test_malformed_lines_are_skipped_and_listed(tmp_path):
+    data = samples.steps(6)
+    lines = samples.swift(data).splitlines()
+    lines.insert(2, '{"loss": 0.1, "grad_norm"')  # truncated by a crash
+    lines.insert(4, "Traceback (most recent call last):")
+    lines.append("[1, 2, 3]")
+    parsed = parse_file(write(tmp_path, "logging.jsonl", "\n".join(lines) + "\n"))
+    assert parsed.format == "swift"
+    assert [p.line for p in parsed.problems] == [3, 5, 9]
+    assert "not JSON" in parsed.problems[0].reason and "not a JSON object" in parsed.problems[2].reason
+    assert len(parsed.records) == 6  # nothing after a bad line was lost
+
+
+def test_truncated_trainer_state_keeps_the_entries_before_the_break(tmp_path):
+    data = samples.steps(10)
+    text = samples.trainer_state(data)
+    cut = text.index('"step": 8')  # crash while writing: entry 8 is incomplete, the file ends
+    parsed = parse_file(write(tmp_path, "trainer_state.json", text[:cut]))
+    assert [r.step for r in parsed.records] == list(range(1, 8))
+    assert parsed.problems  # said, with a line number
+
+
+def test_unknown_content_names_the_file_and_the_fix(tmp_path):
+    path = write(tmp_path, "notes.txt", "hello\nworld\n")
+    with pytest.raises(FormatError, match=r"notes.txt.*--format"):
+        detect_format(path)
+    with pytest.raises(FileNotFoundError, match="nope.jsonl"):
+        parse_file(tmp_path / "nope.jsonl")
+
+
+def test_every_format_is_covered_here():
+    assert set(FORMATS) == {"swift", "trl-state", "hf-console", "verl-jsonl", "verl-console", "roll-stdout", "otel-rl"}
