@@ -17,6 +17,10 @@ examples:
   otel-rl semconv check                      validate the registry and the framework mappings
   otel-rl semconv generate [--check]         regenerate otel_rl/semconv/ and docs/semconv/
   otel-rl semconv resolve --framework trl kl completions/clipped_ratio
+  otel-rl replay logging.jsonl               send a training log (ms-swift, TRL/HF, verl, ROLL) through telemetry
+  otel-rl analyze logging.jsonl --out rep/   find spikes, collapses and their chains; write report.md/.html/.json
+  otel-rl dashboards generate [--check]      regenerate grafana/dashboards from the registry
+  otel-rl alerts generate [--check]          regenerate grafana/alerts and grafana/provisioning/alerting
 """
 
 
@@ -40,7 +44,11 @@ def _cmd_semconv_check(args: argparse.Namespace) -> int:
     semconv_dir = find_semconv_dir(args.registry)
     registry = load_registry(semconv_dir)
     problems = [str(p) for p in registry.problems]
-    mappings = load_mapping_files(semconv_dir / "mappings")
+    try:
+        mappings = load_mapping_files(semconv_dir / "mappings")
+    except ValueError as exc:
+        problems.append(str(exc))
+        mappings = []
     if not registry.problems:
         metrics = {name: {"attributes": tuple(r.id for r in g.attributes)} for name, g in registry.metrics.items()}
         problems += validate_mappings(mappings, metrics, set(registry.attributes), registry.enum_members())
@@ -311,6 +319,10 @@ def build_parser() -> argparse.ArgumentParser:
     trace.add_argument("--width", type=int, default=50, help="bar width in columns (default 50)")
     trace.set_defaults(func=_cmd_trace)
 
+    from ._push import add_cli as add_push_cli
+
+    add_push_cli(sub)
+
     from .stack._cli import add_arguments as add_stack_arguments
 
     stack = sub.add_parser("stack", help="a local observability stack without Docker: install | up | down | status")
@@ -327,6 +339,15 @@ def build_parser() -> argparse.ArgumentParser:
     bridge.add_argument("--base-dir", metavar="DIR", help="per-run folders here instead of the file's base_dir")
     bridge.add_argument("-v", "--verbose", action="store_true", help="also log each rejected request and tracker notes")
     bridge.set_defaults(func=_cmd_bridge)
+    from ._alerts import add_cli as add_alerts_cli
+    from ._dashboards import add_cli as add_dashboards_cli
+    from .analyze import add_cli as add_analyze_cli
+    from .replay import add_cli as add_replay_cli
+
+    add_replay_cli(sub)
+    add_analyze_cli(sub)
+    add_dashboards_cli(sub)
+    add_alerts_cli(sub)
     return parser
 
 

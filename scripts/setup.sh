@@ -28,7 +28,7 @@ pip_install() {
 pip_install --upgrade pip
 # torch first, so the [torch] extra is already satisfied by the CPU build.
 pip_install "$torch_spec"
-pip_install -e "$root[test,torch,tensorboard,wandb,swanlab,mlflow]"
+pip_install -e "$root[test,torch,tensorboard,wandb,swanlab,mlflow,analyze]"
 # The frameworks the integration tests run for real, at the versions they were tested with.
 # The constraint keeps the CPU build of torch; verl and ms-swift pin versions of transformers
 # and trl that conflict with TRL 1.x, so they go in without their (GPU-heavy) dependencies
