@@ -255,12 +255,16 @@ def test_the_spike_moves_kl_grad_norm_and_entropy(stack: Any, runs: Runs):
     for name, expr in (("KL", kl), ("grad norm", grad), ("entropy", entropy)):
         points = vm_range(stack, expr, start, end + 2)
         before = [v for t, v in points if t < spike - 0.2]  # the spike's value is exported after it is logged
-        after = [v for t, v in points if t > spike + 1.2]
-        assert before and after, (name, points)
         if name == "entropy":
             # it collapses on the rollouts after the bad update: well under a third of its median
+            after = [v for t, v in points if t > spike + 1.2]
+            assert before and after, (name, points)
             assert min(after) < statistics.median(before) / 3, (name, before, after)
         else:
+            # KL and grad norm jump at the spike step itself (the collapsed policy's KL is ~0 after
+            # it), and its export may land within a second: look from the step on
+            after = [v for t, v in points if t >= spike]
+            assert before and after, (name, points)
             assert max(after) > 100 * max(before), (name, before, after)
 
 
