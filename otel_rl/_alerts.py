@@ -34,7 +34,7 @@ from typing import Any, Iterable, Sequence
 
 import yaml
 
-from ._codegen import prometheus_name
+from ._codegen import differences, prometheus_name, write_changed
 from .semconv import METRICS
 from .semconv import attributes as A
 from .semconv import metrics as M
@@ -598,14 +598,7 @@ def find_root(explicit: str | None = None) -> Path:
 
 def stale_files(root: Path, files: dict[Path, str]) -> list[str]:
     """The files under ``root`` whose content differs from ``files``."""
-    out = []
-    for rel, text in files.items():
-        path = root / rel
-        if not path.is_file():
-            out.append(f"{rel} (missing)")
-        elif path.read_text() != text:
-            out.append(f"{rel} (differs)")
-    return out
+    return differences(root, files)
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:
@@ -636,16 +629,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
             return 1
         print(f"otel-rl alerts generate --check: ok ({len(files)} files up to date)")
         return 0
-    written = []
-    for rel, text in files.items():
-        path = root / rel
-        if path.is_file() and path.read_text() == text:
-            continue
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(text)
-        tmp.replace(path)
-        written.append(rel)
+    written = write_changed(root, files)
     print(f"otel-rl alerts generate: {len(written)} of {len(files)} files changed")
     for rel in written:
         print(f"  {rel}")

@@ -11,7 +11,7 @@ import pprint
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable, Mapping
 
 import jinja2
 import yaml
@@ -231,17 +231,25 @@ def generate(repo_root: Path, semconv_dir: Path | None = None) -> tuple[Registry
 
 def write(repo_root: Path, files: list[GeneratedFile]) -> list[Path]:
     """Write files whose content changed; remove stale generated files. Returns the paths written."""
-    written = []
-    for f in files:
-        target = repo_root / f.path
-        if not target.exists() or target.read_text(encoding="utf-8") != f.content:
+    return write_changed(repo_root, {f.path: f.content for f in files}, stale_files(repo_root, files))
+
+
+def write_changed(repo_root: Path, files: Mapping[Path, str], stale: Iterable[Path] = ()) -> list[Path]:
+    """Write each generated file whose content differs (atomically) and delete ``stale`` ones;
+    returns the paths touched. Shared by the semconv, dashboard and alert generators."""
+    touched = []
+    for rel, text in files.items():
+        target = repo_root / rel
+        if not target.exists() or target.read_text(encoding="utf-8") != text:
             target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(f.content, encoding="utf-8")
-            written.append(f.path)
-    for stale in stale_files(repo_root, files):
-        (repo_root / stale).unlink()
-        written.append(stale)
-    return written
+            tmp = target.with_name(target.name + ".tmp")
+            tmp.write_text(text, encoding="utf-8")
+            tmp.replace(target)
+            touched.append(Path(rel))
+    for rel in stale:
+        (repo_root / rel).unlink()
+        touched.append(Path(rel))
+    return touched
 
 
 def stale_files(repo_root: Path, files: list[GeneratedFile]) -> list[Path]:
@@ -258,12 +266,19 @@ def stale_files(repo_root: Path, files: list[GeneratedFile]) -> list[Path]:
 
 def diff(repo_root: Path, files: list[GeneratedFile]) -> list[str]:
     """Paths (relative) whose committed content differs from what generation would write."""
+    return differences(repo_root, {f.path: f.content for f in files}, stale_files(repo_root, files),
+                       "stale: not produced by the registry")
+
+
+def differences(repo_root: Path, files: Mapping[Path, str], stale: Iterable[Path] = (),
+                stale_reason: str = "stale") -> list[str]:
+    """``<path> (missing|differs)`` for each generated file not as on disk, then ``stale`` ones."""
     out = []
-    for f in files:
-        target = repo_root / f.path
+    for rel, text in files.items():
+        target = repo_root / rel
         if not target.exists():
-            out.append(f"{f.path} (missing)")
-        elif target.read_text(encoding="utf-8") != f.content:
-            out.append(f"{f.path} (differs)")
-    out.extend(f"{p} (stale: not produced by the registry)" for p in stale_files(repo_root, files))
+            out.append(f"{rel} (missing)")
+        elif target.read_text(encoding="utf-8") != text:
+            out.append(f"{rel} (differs)")
+    out.extend(f"{rel} ({stale_reason})" for rel in stale)
     return out

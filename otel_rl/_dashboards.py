@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from ._codegen import prometheus_name
+from ._codegen import differences, prometheus_name, write_changed
 from ._registry import Group, Registry, load_registry
 from .semconv import attributes as A
 from .semconv import metrics as M
@@ -409,7 +409,7 @@ def e2e_timeline(m: Metrics) -> Board:
                      Row("Where each step's time goes"),
                      Panel("timeseries", "Seconds per step by stage (pipeline order)",
                            [*split, Target(step_mean, "step time")], m.unit(M.RL_STAGE_DURATION), w=24, h=9,
-                           stack=True, bars=True, links=trace_links(STEP_SPAN, slower_than_value=False, scope="rl.step"),
+                           stack=True, bars=True, links=trace_links(STEP_SPAN, slower_than_value=False, scope=STEP_SPAN),
                            note="Stacked: the seconds each stage group takes per call (its stages' mean durations), in "
                                 "pipeline order; periodic stages (checkpoint, validation) appear where they ran. The line "
                                 "is the mean step time; the gap above the stack is time outside any stage."),
@@ -430,7 +430,7 @@ def e2e_timeline(m: Metrics) -> Board:
                      Panel("timeseries", "Step time p50 / p95",
                            [Target(quantile(0.5, step_buckets), "p50", exemplar=True),
                             Target(quantile(0.95, step_buckets), "p95", exemplar=True)],
-                           m.unit(M.RL_STEP_DURATION), links=trace_links(STEP_SPAN, scope="rl.step"),
+                           m.unit(M.RL_STEP_DURATION), links=trace_links(STEP_SPAN, scope=STEP_SPAN),
                            note="Click a point to open the steps at least that slow in Jaeger or Tempo."),
                      Panel("timeseries", "Tokens / s and samples / s",
                            [Target(f"max({m.sel(M.RL_THROUGHPUT_TOKENS)})", "tokens/s"),
@@ -808,12 +808,12 @@ def variables(m: Metrics) -> list[dict[str, Any]]:
         _query_variable("run", "Run", f"label_values({{{eq(A.SERVICE_NAME, '$service')}, {any_run}}}, {label(A.RL_RUN_ID)})",
                         "rl.run.id; newest first when run ids start with their start time (otel-rl's default).", multi=False, sort=2),
         _query_variable("cluster", "Cluster", f"label_values({stage_count}{{{run}}}, {label(A.RL_CLUSTER)})",
-                        "rl.cluster: the worker group that ran a stage (actor_train, actor_infer, reference, ...).", multi=True, sort=1),
+                        f"{A.RL_CLUSTER}: the worker group that ran a stage (actor_train, actor_infer, reference, ...).", multi=True, sort=1),
         _query_variable("rank", "Rank", f"label_values({{{run}}}, {label(A.RL_RANK)})",
-                        "Global rank: rl.rank of the reporting process; on per-rank balance panels, rl.measured_rank.",
+                        f"Global rank: {A.RL_RANK} of the reporting process; on per-rank balance panels, {A.RL_MEASURED_RANK}.",
                         multi=True, sort=3),
         _query_variable("device", "Device", f"label_values({{{run}, {ne(A.HW_ID, '')}}}, {label(A.HW_ID)})",
-                        "hw.id: the GPU index (none on a CPU-only run).", multi=True, sort=3),
+                        f"{A.HW_ID}: the GPU index (none on a CPU-only run).", multi=True, sort=3),
     ]
 
 
@@ -1069,32 +1069,14 @@ def write(repo_root: Path | str) -> list[Path]:
     """Write the dashboards whose content changed and remove stale ones; return the paths touched."""
     root = Path(repo_root)
     files = generate(root)
-    touched = []
-    for rel, text in files.items():
-        target = root / rel
-        if not target.exists() or target.read_text(encoding="utf-8") != text:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(text, encoding="utf-8")
-            touched.append(rel)
-    for rel in _stale(root, files):
-        (root / rel).unlink()
-        touched.append(rel)
-    return touched
+    return write_changed(root, files, _stale(root, files))
 
 
 def check(repo_root: Path | str) -> list[str]:
     """What differs between the committed dashboards and the registry's (empty: up to date)."""
     root = Path(repo_root)
     files = generate(root)
-    out = []
-    for rel, text in files.items():
-        target = root / rel
-        if not target.exists():
-            out.append(f"{rel} (missing)")
-        elif target.read_text(encoding="utf-8") != text:
-            out.append(f"{rel} (differs)")
-    out += [f"{rel} (stale: no board produces it)" for rel in _stale(root, files)]
-    return out
+    return differences(root, files, _stale(root, files), "stale: no board produces it")
 
 
 def find_repo_root(start: Path | None = None) -> Path:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import textwrap
@@ -15,6 +14,7 @@ from loopback import in_loopback_namespace, rerun_in_loopback_namespace
 from otel_rl._distributed import detect_placement, from_environment
 from otel_rl._runfolder import read_spans
 from otel_rl.semconv import attributes as A
+from otel_rl.stack._process import free_port
 
 
 def test_the_launchers_environment_gives_the_placement():
@@ -51,19 +51,13 @@ RANK_SCRIPT = textwrap.dedent("""
 """)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_ranks_come_from_a_real_gloo_process_group(request, tmp_path: Path):
     pytest.importorskip("torch")
     if not in_loopback_namespace():  # gloo and the TCP store bind every interface
         rerun_in_loopback_namespace(request, timeout_s=240)
         return
-    port = str(_free_port())
+    port = str(free_port())
     env = {k: v for k, v in __import__("os").environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
     env["GLOO_SOCKET_IFNAME"] = "lo"
     procs = [subprocess.Popen([sys.executable, "-c", RANK_SCRIPT, str(r), port, str(tmp_path)], env=env) for r in (0, 1)]

@@ -22,7 +22,7 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
 from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.logs.v1 import logs_pb2
-from otlp_sink import OtlpSink, free_port
+from otlp_sink import OtlpSink
 
 import otel_rl
 from otel_rl import _push
@@ -32,6 +32,7 @@ from otel_rl._spool import BACKEND_REJECTED, LOGS, SEGMENT_SUFFIX, SPOOL_FULL, T
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import metrics as M
 from otel_rl.semconv import names as N
+from otel_rl.stack._process import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 RL_LOG = N.RL_LOG_EVENT

@@ -12,12 +12,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import socket
 import sys
 import traceback
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterator
+
+from ..stack._process import free_port
 
 RESULT_FILE = "demo-result.json"
 
@@ -70,12 +71,6 @@ class RankContext:
             join = getattr(tel, "join", None)
             with join(carrier) if callable(join) else contextlib.nullcontext():
                 yield
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _rank_main(rank: int, world: int, port: int, cfg_dict: dict[str, Any], telemetry_options: dict[str, Any],

@@ -286,11 +286,10 @@ class DemoDfx:
         ranks = self.ranks
         active = max(self.timeline.busy_seconds() - self.comm_seconds, 0.0)
         if ranks.distributed:
-            per_rank = {name: dfx.gather_per_rank(value) for name, value in
-                        (("tokens", float(tokens)), ("active", active), ("comm", self.comm_seconds))}
+            rank_tokens, rank_active, rank_comm = dfx.gather_columns_per_rank(float(tokens), active, self.comm_seconds)
             if ranks.rank == 0:
-                dfx.rank_balance(stats, tokens=per_rank["tokens"], active_time=per_rank["active"],
-                                 communication_time=per_rank["comm"], step_time=seconds, ranks=list(range(ranks.world)))
+                dfx.rank_balance(stats, tokens=rank_tokens, active_time=rank_active, communication_time=rank_comm,
+                                 step_time=seconds, ranks=list(range(ranks.world)))
         else:
             dfx.rank_balance(stats, tokens=[tokens], active_time=[active], step_time=seconds,
                              ranks=[int(getattr(stats.tel, "rank", 0) or 0)])

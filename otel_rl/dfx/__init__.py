@@ -47,7 +47,7 @@ from .correctness import (
     token_alignment,
 )
 from .data_quality import aborted_ratio, clipped_ratio, lengths, reward_distribution
-from .load_balance import Straggler, find_straggler, gather_per_rank, rank_balance
+from .load_balance import Straggler, find_straggler, gather_columns_per_rank, gather_per_rank, rank_balance
 from .memory import (
     activation_peak_from_stage,
     comm_buffer_peak,
@@ -99,6 +99,7 @@ __all__ = [
     "fragmentation",
     "from_sglang",
     "from_vllm",
+    "gather_columns_per_rank",
     "gather_per_rank",
     "grad_norm",
     "guard_reward",

@@ -33,13 +33,19 @@ class Straggler:
 def gather_per_rank(value: float) -> list[float]:
     """This rank's value from every rank, in rank order (all_gather_object when torch.distributed
     is initialized; a one-element list otherwise). A collective: call it on every rank."""
+    return gather_columns_per_rank(value)[0]
+
+
+def gather_columns_per_rank(*values: float) -> list[list[float]]:
+    """Several per-rank values in one collective: for each value given, its list over the ranks."""
+    row = tuple(float(v) for v in values)
     torch = sys.modules.get("torch")
     dist = getattr(torch, "distributed", None) if torch is not None else None
     if dist is None or not dist.is_available() or not dist.is_initialized():
-        return [float(value)]
-    out: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(out, float(value))
-    return [float(v) for v in out]
+        return [[v] for v in row]
+    rows: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(rows, row)
+    return [list(column) for column in zip(*rows)]
 
 
 def rank_balance(

@@ -11,6 +11,7 @@ import json
 from typing import Any, Iterable, Sequence
 
 from .._runfolder import SpanRecord
+from ..semconv import attributes as A
 
 
 # OTLP SpanKind numbers -> the names Jaeger shows.
@@ -45,7 +46,7 @@ def to_jaeger_trace(spans: Sequence[SpanRecord]) -> dict[str, Any]:
     out_spans = []
     for span in sorted(spans, key=lambda s: s.start_ns):
         resource = dict(span.resource or {})
-        service = str(resource.pop("service.name", "unknown_service"))
+        service = str(resource.pop(A.SERVICE_NAME, "unknown_service"))
         key = (service, tuple(sorted((k, json.dumps(v, default=str)) for k, v in resource.items())))
         pid = processes.get(key)
         if pid is None:

@@ -181,11 +181,9 @@ _SWIFT_MARKERS = ("global_step/max_steps", "train_speed(", "elapsed_time", "rema
 _duration_text = TRANSFORMS["duration_text"]
 
 
-def _read_swift(path: Path, text: str, out: ParsedLog) -> None:
-    ordinal = 0
-    previous_step: int | None = None
-    max_steps: set[int] = set()
-    name = path.name
+def _json_lines(name: str, text: str, out: ParsedLog) -> Iterator[tuple[int, str, Any]]:
+    """(line number, line, parsed JSON) of each non-blank line; a line that is not JSON is
+    reported with its number and skipped."""
     for number, raw in enumerate(text.splitlines(), start=1):
         line = raw.strip()
         if not line:
@@ -195,6 +193,15 @@ def _read_swift(path: Path, text: str, out: ParsedLog) -> None:
         except ValueError as exc:
             out.problems.append(Problem(name, number, f"not JSON ({exc.msg}): {_short(line)}"))
             continue
+        yield number, line, obj
+
+
+def _read_swift(path: Path, text: str, out: ParsedLog) -> None:
+    ordinal = 0
+    previous_step: int | None = None
+    max_steps: set[int] = set()
+    name = path.name
+    for number, line, obj in _json_lines(name, text, out):
         if not isinstance(obj, dict):
             out.problems.append(Problem(name, number, f"not a JSON object: {_short(line)}"))
             continue
@@ -406,15 +413,7 @@ def _read_verl_jsonl(path: Path, text: str, out: ParsedLog) -> None:
     name = path.name
     nulls = 0
     previous: int | None = None
-    for number, raw in enumerate(text.splitlines(), start=1):
-        line = raw.strip()
-        if not line:
-            continue
-        try:
-            obj = json.loads(line)
-        except ValueError as exc:
-            out.problems.append(Problem(name, number, f"not JSON ({exc.msg}): {_short(line)}"))
-            continue
+    for number, _, obj in _json_lines(name, text, out):
         if not isinstance(obj, dict) or not isinstance(obj.get("data"), dict):
             out.problems.append(Problem(name, number, "not a verl file-logger line ({\"step\": N, \"data\": {...}})"))
             continue

@@ -95,6 +95,13 @@ def is_alive(record: PidRecord) -> bool:
         return False
 
 
+def free_port(host: str = LOOPBACK) -> int:
+    """A port nothing listens on now, picked by the kernel (for a server started right after)."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
 def port_free(port: int, host: str = LOOPBACK) -> bool:
     """Whether a server could listen on ``host:port`` now (binding as servers do, with SO_REUSEADDR).
 

@@ -16,7 +16,6 @@ one. Thresholds, floors and expressions are otherwise identical (tests/alerts ch
 
 from __future__ import annotations
 
-import socket
 import statistics
 import subprocess
 import threading
@@ -29,6 +28,7 @@ import pytest
 
 import otel_rl
 from otel_rl import _alerts
+from otel_rl.stack._process import free_port
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import metrics as M
 
@@ -130,12 +130,6 @@ class AlertWatcher(threading.Thread):
     def for_run(self, run_id: str) -> dict[str, Seen]:
         with self._lock:
             return {name: seen for (name, rid), seen in self.seen.items() if rid == run_id}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture(scope="module")

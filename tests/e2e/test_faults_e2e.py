@@ -40,10 +40,11 @@ from typing import Any, Callable, Iterator
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from otlp_sink import OtlpSink, free_port  # noqa: E402
+from otlp_sink import OtlpSink  # noqa: E402
 
 import otel_rl  # noqa: E402
 from otel_rl._spool import LOGS, METRICS, SPOOL_FULL, TRACES  # noqa: E402
+from otel_rl.stack._process import free_port  # noqa: E402
 from otel_rl.semconv import attributes as A  # noqa: E402
 from otel_rl.semconv import metrics as M  # noqa: E402
 from otel_rl.semconv import names as N  # noqa: E402

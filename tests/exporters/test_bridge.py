@@ -39,6 +39,7 @@ from otel_rl.exporters.bridge import BridgeConfig, TrackerBridge, load_bridge_co
 from otel_rl.exporters.jsonl import read_jsonl
 from otel_rl.exporters.stdout import parse_stdout_line
 from otel_rl.exporters.trackers import registry_key_namer
+from otel_rl.stack._process import free_port
 
 SECRET = "sk-bridge-SECRET-4242"
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -149,12 +150,6 @@ def logs_request(run_id: str, steps: range, *, keys: int = 3, rank: int = 0) -> 
             value = record.body.kvlist_value.values.add()
             value.key, value.value.double_value = f"k/{i}", step + i / 10
     return request
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class MemoryTracker(Tracker):
