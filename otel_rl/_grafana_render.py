@@ -51,11 +51,11 @@ class QueryAPI:
                 answer = json.loads(response.read().decode("utf-8"))
         except urllib.error.HTTPError as exc:
             detail = exc.read().decode("utf-8", "replace")[:500]
-            raise QueryError(f"{path} {params.get('query', '')!r}: HTTP {exc.code}: {detail}") from None
+            raise QueryError(f"{path}: HTTP {exc.code}: {detail} (query {_shorten(params.get('query', ''))!r})") from None
         except (urllib.error.URLError, OSError) as exc:
             raise QueryError(f"cannot reach {self.base_url}: {exc}") from None
         if answer.get("status") != "success":
-            raise QueryError(f"{path} {params.get('query', '')!r}: {answer.get('error') or answer}")
+            raise QueryError(f"{path}: {answer.get('error') or answer} (query {_shorten(params.get('query', ''))!r})")
         return answer["data"]
 
     def query(self, expr: str, at: float) -> list[dict[str, Any]]:
@@ -64,6 +64,11 @@ class QueryAPI:
     def query_range(self, expr: str, start: float, end: float, step: float) -> list[dict[str, Any]]:
         return self._get("/api/v1/query_range", {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}",
                                                  "step": f"{step:g}s"})["result"]
+
+
+def _shorten(text: str, limit: int = 200) -> str:
+    """The error comes first in QueryError; the query after it, cut so the error survives truncation."""
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,9 @@ class TinyCausalLM(nn.Module):
     """Decoder-only transformer over the demo vocabulary.
 
     ``out_dim=None`` gives a language-model head (policy / reference); ``out_dim=1`` gives
-    a scalar value head (PPO critic) on the same backbone shape.
+    a scalar value head (PPO critic) on the same backbone shape. ``eos_logit`` starts the LM
+    head's EOS bias there, so the fresh policy ends most answers within the budget, as the
+    instruction-tuned model an RL run starts from does (uniform sampling would truncate ~2/3).
     """
 
     def __init__(
@@ -56,6 +58,7 @@ class TinyCausalLM(nn.Module):
         d_ff: int = 128,
         max_len: int = 32,
         out_dim: int | None = None,
+        eos_logit: float = 0.0,
     ) -> None:
         super().__init__()
         self.is_lm = out_dim is None
@@ -69,6 +72,9 @@ class TinyCausalLM(nn.Module):
                 nn.init.normal_(m.weight, std=0.02)
                 if isinstance(m, nn.Linear) and m.bias is not None:
                     nn.init.zeros_(m.bias)
+        if self.is_lm:
+            with torch.no_grad():
+                self.head.bias[EOS] = eos_logit
 
     def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """ids, mask: [B, T] (left-padded prompts, right-padded responses) -> [B, T, out]."""

@@ -51,6 +51,9 @@ class DemoConfig:
     prompts_per_step: int = 64
     group_size: int = 8
     temperature: float = 1.0
+    # the fresh policy's EOS logit bias: ~18% of its first responses hit the token limit (0.0:
+    # ~64%, a truncation alert on every healthy start); see TinyCausalLM
+    eos_prior_logit: float = 1.5
     d_model: int = 64
     n_layers: int = 2
     n_heads: int = 4
@@ -327,7 +330,7 @@ class DemoTrainer:
         # seeded initialisation without touching the caller's global RNG state
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(cfg.seed)
-            self.actor = TinyCausalLM(**self.model_kwargs)
+            self.actor = TinyCausalLM(**self.model_kwargs, eos_logit=cfg.eos_prior_logit)
             self.critic = TinyCausalLM(**self.model_kwargs, out_dim=1) if cfg.algo == "ppo" else None
         self.actor_optim = torch.optim.Adam(self.actor.parameters(), lr=cfg.actor_lr)
         self.actor_host = HostOffload(self.actor, self.actor_optim)

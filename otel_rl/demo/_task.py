@@ -10,7 +10,8 @@ format of an answer move it:
   (a response that hits ``max_new_tokens`` without EOS is truncated: no format credit,
   and it counts in the clipped ratio).
 
-A random policy scores about 0.1; the tiny policy gets past 0.5 within a few dozen steps.
+A uniformly random policy scores about 0.1, the fresh demo policy (with its EOS prior) about 0.2;
+it gets past 0.5 within a few dozen steps.
 """
 
 from __future__ import annotations

@@ -265,7 +265,10 @@ def plan_launch(name: str, ctx: Context) -> Launch:
         config.parent.mkdir(parents=True, exist_ok=True)
         config.write_text(
             "# Written by otel-rl stack. Prometheus here only receives remote writes (from vmagent);\n"
-            "# it scrapes nothing.\nglobal:\n  scrape_interval: 15s\n  evaluation_interval: 15s\nscrape_configs: []\n")
+            "# it scrapes nothing.\nglobal:\n  scrape_interval: 15s\n  evaluation_interval: 15s\nscrape_configs: []\n"
+            "# vmagent sends blocks over parallel queues, so a series' samples can arrive out of order;\n"
+            "# without this window Prometheus rejects such a block whole (every series in it).\n"
+            "storage:\n  tsdb:\n    out_of_order_time_window: 30m\n")
         command = [str(ctx.binary("prometheus", "prometheus")), f"--config.file={config}",
                    f"--storage.tsdb.path={folder}", f"--web.listen-address={LOOPBACK}:{ports['http']}",
                    "--web.enable-remote-write-receiver"]

@@ -255,6 +255,28 @@ def test_host_offload_round_trip():
     assert all(torch.equal(opt.state[p]["exp_avg"], exp_avg[id(p)]) for p in model.parameters())
 
 
+def test_fresh_policy_ends_most_answers_within_the_budget():
+    """The EOS prior keeps a healthy run's first steps under seed 003's clipped_ratio > 0.3 alert."""
+    from otel_rl.demo._policy import generate
+    from otel_rl.demo._task import ReverseDigitsTask
+
+    task = ReverseDigitsTask()
+    prompts = task.sample_prompts(512, torch.Generator().manual_seed(1))
+    ids, mask = task.encode(prompts)
+
+    def truncated_share(eos_logit: float) -> float:
+        torch.manual_seed(0)
+        model = TinyCausalLM(eos_logit=eos_logit)
+        assert model.head.bias[EOS] == eos_logit
+        rollout = generate(model, ids, mask, max_new_tokens=task.max_new_tokens,
+                           generator=torch.Generator().manual_seed(2))
+        return rollout.truncated.float().mean().item()
+
+    with_prior = truncated_share(DemoConfig().eos_prior_logit)
+    assert 0.05 < with_prior < 0.3
+    assert truncated_share(0.0) > 0.5  # uniform sampling: (13/14)^6 of answers run out of tokens
+
+
 # --------------------------------------------------------------------------------------
 # A real training run
 # --------------------------------------------------------------------------------------

@@ -29,7 +29,7 @@ def poll(fetch: Callable[[], Any], ok: Callable[[Any], bool], deadline_s: float,
         except Exception as exc:  # a backend still starting answers errors
             last = exc
         if time.monotonic() > end:
-            pytest.fail(f"{what} did not appear within {deadline_s:.0f} s (last answer: {str(last)[:500]})")
+            pytest.fail(f"{what} did not appear within {deadline_s:.0f} s (last answer: {str(last)[:2000]})")
         time.sleep(interval_s)
 
 

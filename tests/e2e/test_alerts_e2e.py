@@ -1,8 +1,7 @@
 """The alert rules evaluated live by vmalert against the stack's VictoriaMetrics.
 
 A demo run with an injected instability (``run_demo(inject_spike_at=N)``: a real learning-rate
-blow-up) must fire RLTrainingDivergence; a healthy demo run must fire nothing (but seed 003's
-clipped-ratio threshold while its random initial policy truncates most responses). The stack's
+blow-up) must fire RLTrainingDivergence; a healthy demo run must fire nothing at all. The stack's
 own vmalert must have loaded the committed rule file.
 
 The committed rules are written for real training, where a step takes minutes (10-minute
@@ -277,19 +276,7 @@ def test_divergence_fires_on_the_spiked_run(runs: Runs):
 
 def test_a_healthy_run_fires_nothing(stack: Any, runs: Runs):
     healthy = runs.watcher.for_run(runs.healthy_id)
-    # The demo starts from a random policy: its first steps really truncate over 30% of the
-    # responses (seed 003's clipped-ratio threshold); that alert may fire then, and only then.
-    clipped = "RLResponseClippedRatioAboveThreshold"
-    if clipped in healthy:
-        first, last = runs.healthy_span
-        ratio = vm_range(stack, f'max({_alerts.metric(M.RL_RESPONSE_CLIPPED_RATIO)}{{{RUN_ID_LABEL}="{runs.healthy_id}"}})',
-                         first - 1, last)
-        above = [t for t, v in ratio if v > _alerts.CLIPPED_RATIO_THRESHOLD]
-        assert above and above[0] < first + 10, ratio
-        window = _alerts.SPIKE_WINDOW_S // SCALE
-        assert healthy[clipped].last < max(above) + EVAL_DELAY_S + window + 3 * EVAL_S, (healthy[clipped], above)
-    others = {name: seen.first for name, seen in healthy.items() if name != clipped}
-    assert others == {}, others
+    assert {name: seen.first for name, seen in healthy.items()} == {}
     # the healthy run's data was there to evaluate, past the first recent window
     first, last = runs.healthy_span
     assert last - first > RECENT_S
