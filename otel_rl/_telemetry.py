@@ -6,13 +6,14 @@ import atexit
 import dataclasses
 import json
 import logging
+import math
 import os
 import socket
 import time
 import weakref
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 from opentelemetry import context as context_api
@@ -438,6 +439,66 @@ class Telemetry:
         ``memory`` forces snapshots on or off for any stage.
         """
         return Stage(self, name, cluster, offload if memory is None else memory)
+
+    def trace_finished_step(self, step: int, stages: Sequence[tuple[str, float] | tuple[str, float, str | None]], *,
+                            step_seconds: float | None = None, end_time_ns: int | None = None) -> None:
+        """Trace a step that is already over from the durations a framework logged for it.
+
+        For frameworks that time their stages themselves and report the seconds afterwards (verl's
+        ``timing_s/*``): an ``rl.step`` span ending at ``end_time_ns`` (default now) and lasting
+        ``step_seconds`` (default the stages' sum), with one ``rl.<stage>`` child per
+        ``(stage, seconds[, cluster])`` laid back to back in the given order. A stage that would
+        run past the step's end is moved to end with it, so it overlaps the one before (as
+        overlapping stages did). Every span carries ``rl.span.reconstructed=true``. Spans only:
+        log the durations with ``log()`` for the metrics. Bad entries are reported once and skipped;
+        the spans are built on the telemetry worker.
+        """
+        if self._closed:
+            return self._drop_call()
+        end_ns = time.time_ns() if end_time_ns is None else int(end_time_ns)
+        parsed: list[tuple[str, int, str | None]] = []
+        for entry in stages:
+            try:
+                name, seconds = str(entry[0]), float(entry[1])
+                cluster = entry[2] if len(entry) > 2 else None
+            except (TypeError, ValueError, IndexError):
+                seconds = math.nan
+            if not (seconds >= 0 and math.isfinite(seconds)):
+                self._pipeline.report_once(f"<trace_finished_step {entry!r:.60}>", "bad-stage",
+                                           f"otel-rl: trace_finished_step() needs (stage, seconds >= 0[, cluster]) entries, "
+                                           f"got {entry!r:.80}; skipped")
+                continue
+            parsed.append((name, int(seconds * 1e9), None if cluster is None else str(cluster)))
+        total_ns = sum(d for _, d, _ in parsed)
+        try:
+            step_ns = total_ns if step_seconds is None else int(float(step_seconds) * 1e9)
+        except (TypeError, ValueError):
+            step_ns = -1
+        if step_ns < 0:
+            self._pipeline.report_once("<trace_finished_step step_seconds>", "bad-step-seconds",
+                                       f"otel-rl: trace_finished_step(step_seconds={step_seconds!r}) must be seconds >= 0; "
+                                       "used the stages' sum")
+            step_ns = total_ns
+        tracer, rank, span_name = self._tracer, self.rank, self._span_name
+        step = int(step)
+
+        def build() -> None:
+            start_ns = end_ns - step_ns
+            base = {A.RL_STEP: step, A.RL_RANK: rank, A.RL_SPAN_RECONSTRUCTED: True}
+            root = tracer.start_span(N.RL_STEP_SPAN, context=_ROOT, attributes=base, start_time=start_ns)
+            parent = trace_api.set_span_in_context(root)
+            at = start_ns
+            for name, duration_ns, cluster in parsed:
+                begin = max(start_ns, min(at, end_ns - duration_ns))
+                attributes = {**base, A.RL_STAGE: name}
+                if cluster is not None:
+                    attributes[A.RL_CLUSTER] = cluster
+                span = tracer.start_span(span_name(name), context=parent, attributes=attributes, start_time=begin)
+                span.end(end_time=begin + duration_ns)
+                at = begin + duration_ns
+            root.end(end_time=end_ns)
+
+        self._submit((CALL, build))
 
     def inject(self, carrier: dict[str, Any] | None = None) -> dict[str, Any]:
         """Put the current span's trace context and step into ``carrier`` (a new dict if None).

@@ -141,6 +141,49 @@ def test_framework_logged_durations_are_recorded_when_no_span_measured_them(make
     assert len(gen) == 1 and gen[0].count == 4 and gen[0].sum == pytest.approx(6.0)
 
 
+def test_a_finished_step_is_traced_from_its_logged_durations(make_telemetry, caplog):
+    tel = make_telemetry(framework="verl")
+    end = time.time_ns()
+    stages = [("generate", 4.0), ("compute_rewards", 1.0), ("train_step", 3.0, "actor_train"), ("validation", 0.5)]
+    tel.trace_finished_step(7, stages, step_seconds=10.0, end_time_ns=end)
+    # stages overrunning the step (overlapped in the run) end with it; bad entries are skipped, once
+    with caplog.at_level(logging.WARNING, logger="otel_rl"):
+        tel.trace_finished_step(8, [("generate", 2.0), ("bad", "x"), ("bad", -1.0), ("train_step", 2.0)],
+                                step_seconds=3.0, end_time_ns=end + 5 * 10**9)
+        tel.trace_finished_step(9, [("generate", 1.0), ("bad", "x")])
+    tel.shutdown()
+    assert len([r for r in caplog.records if "trace_finished_step" in r.getMessage()]) == 2
+    spans = read_spans(tel.run_dir)
+    assert not spans.problems
+    by_step: dict[int, list] = {}
+    for span in spans:
+        assert span.attributes[A.RL_SPAN_RECONSTRUCTED] is True
+        by_step.setdefault(span.attributes[A.RL_STEP], []).append(span)
+    assert sorted(by_step) == [7, 8, 9]
+
+    def laid_out(step: int) -> tuple:
+        (root,) = [s for s in by_step[step] if s.name == N.RL_STEP_SPAN]
+        children = sorted((s for s in by_step[step] if s is not root), key=lambda s: s.start_ns)
+        assert root.parent_span_id is None
+        assert all(s.parent_span_id == root.span_id and s.trace_id == root.trace_id for s in children)
+        assert all(root.start_ns <= s.start_ns <= s.end_ns <= root.end_ns for s in children)
+        return root, children
+
+    root, children = laid_out(7)
+    assert (root.end_ns, root.duration_ns) == (end, 10 * 10**9)
+    assert [(s.name, s.duration_ns / 1e9, s.attributes.get(A.RL_CLUSTER)) for s in children] == [
+        ("rl.generate", 4.0, None), ("rl.compute_rewards", 1.0, None), ("rl.train_step", 3.0, "actor_train"),
+        ("rl.validation", 0.5, None)]
+    assert [s.start_ns - root.start_ns for s in children] == [0, 4 * 10**9, 5 * 10**9, 8 * 10**9]  # back to back
+    root, children = laid_out(8)
+    assert [(s.name, s.start_ns - root.start_ns, s.duration_ns) for s in children] == [
+        ("rl.generate", 0, 2 * 10**9), ("rl.train_step", 1 * 10**9, 2 * 10**9)]  # moved to end with the step
+    root, children = laid_out(9)
+    assert root.duration_ns == 10**9 and [s.name for s in children] == ["rl.generate"]  # step = the stages' sum
+    # spans only: no stage-duration metric came from them
+    assert not [p for p in read_metrics(tel.run_dir) if p.name == M.RL_STAGE_DURATION]
+
+
 def test_record_bins_a_whole_array_including_negative_values(make_telemetry):
     tel = make_telemetry()
     rewards = np.array([-3.0, -1.0, -0.05, 0.0, 0.3, 1.0, 7.0])

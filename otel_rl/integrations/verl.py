@@ -20,7 +20,10 @@ The backend reuses the telemetry of an earlier ``otel_rl.init()`` in the process
 running at ``finish``); otherwise it starts one with ``framework="verl"``, the experiment name as
 ``rl.experiment.name`` and the project name as ``service.name`` (``OTEL_*`` / ``OTEL_RL_*``
 variables win), and shuts it down at ``finish``. verl logs a step's metrics once the step is
-over, so they arrive as metrics and an ``rl.log`` event; stage spans are not reconstructed.
+over, so they arrive as metrics and an ``rl.log`` event, and its ``timing_s/*`` become that step's
+trace after the fact (``Telemetry.trace_finished_step``): an ``rl.step`` span of ``timing_s/step``
+ending at the log call, with the stage timers as children in the order verl's trainer runs them,
+each marked ``rl.span.reconstructed``. ``reconstruct_spans=False`` turns that off.
 """
 
 from __future__ import annotations
@@ -42,6 +45,12 @@ logger = logging.getLogger("otel_rl")
 BACKEND = "otel"
 FRAMEWORK = A.RlFrameworkValues.VERL.value
 _INSTALLED = "_otel_rl_installed"  # marks a Tracking class already wrapped
+# The step-level marked_timer names of RayPPOTrainer.fit (verl/trainer/ppo/ray_trainer.py, 0.9.1), in
+# the order it runs them inside `step` (`ref` is str(Role.RefPolicy)). Other timing_s keys are parts
+# of these (generate_sequences, agent_loop/*, gen_max) or outside the step (start/stop_profile).
+STEP_TIMERS = ("gen", "reward", "old_log_prob", "ref", "values", "adv", "update_critic", "update_actor",
+               "save_checkpoint", "update_weights", "dump_rollout_generations", "testing")
+_TIMING_PREFIX = "timing_s/"
 # Telemetry objects an OtelBackend shut down: a later Tracking must start a fresh one.
 _finished: weakref.WeakSet[otel_rl.Telemetry] = weakref.WeakSet()
 
@@ -55,8 +64,10 @@ class OtelBackend:
     """
 
     def __init__(self, project_name: str | None = None, experiment_name: str | None = None,
-                 config: Mapping[str, Any] | None = None, *, telemetry: otel_rl.Telemetry | None = None) -> None:
+                 config: Mapping[str, Any] | None = None, *, telemetry: otel_rl.Telemetry | None = None,
+                 reconstruct_spans: bool = True) -> None:
         self._reported: set[str] = set()
+        self._reconstruct_spans = reconstruct_spans
         self._closed = False
         current = otel_rl.get_telemetry()
         if telemetry is None and current is not None and current not in _finished:
@@ -78,6 +89,18 @@ class OtelBackend:
         """One step's metrics as verl's trainer logs them (``Tracking.log`` calls this)."""
         if not self._closed:
             self._guard("log", self.telemetry.log, data, step)
+            if self._reconstruct_spans and step is not None:
+                self._guard("trace", self._trace_step, data, step)
+
+    def _trace_step(self, data: Mapping[str, Any], step: int) -> None:
+        stages = []
+        for timer in STEP_TIMERS:
+            seconds = data.get(_TIMING_PREFIX + timer)
+            if seconds is not None:
+                stage, cluster = _stage_of(timer)
+                stages.append((stage, seconds, cluster))
+        if stages:
+            self.telemetry.trace_finished_step(step, stages, step_seconds=data.get(_TIMING_PREFIX + "step"))
 
     def finish(self) -> None:
         """Flush; shut the telemetry down if this backend started it. Safe to call twice."""
@@ -105,6 +128,20 @@ class OtelBackend:
             self._reported.add(what)
             logger.warning("otel-rl: the verl %r backend failed in %s; later calls go on (reported once)",
                            BACKEND, what, exc_info=True)
+
+
+@functools.lru_cache(maxsize=None)
+def _stage_of(timer: str) -> tuple[str, str | None]:
+    """(rl.stage, rl.cluster) of a verl timer, through the verl mapping (gen -> generate, ...)."""
+    attributes = dict(_resolver().resolve(_TIMING_PREFIX + timer, FRAMEWORK).attributes)
+    return str(attributes.get(A.RL_STAGE, timer)), attributes.get(A.RL_CLUSTER)
+
+
+@functools.lru_cache(maxsize=1)
+def _resolver() -> Any:
+    from otel_rl._keys import KeyResolver
+
+    return KeyResolver.default()
 
 
 def _finish_backend(tracking: Any) -> None:

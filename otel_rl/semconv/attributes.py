@@ -249,6 +249,16 @@ RL_RUN_ID: Final = "rl.run.id"
 
 Type: string. Examples: grpo-20251126-022444."""
 
+RL_SPAN_RECONSTRUCTED: Final = "rl.span.reconstructed"
+"""The span was built after the fact from logged durations, not timed as it ran.
+
+Type: boolean. Examples: True.
+
+verl logs `timing_s/*` once a step is over; `Telemetry.trace_finished_step` turns them
+into a step trace whose stages are laid back to back in the framework's order. Their
+durations are the logged ones; their start times are inferred (stages that overlapped
+in the run appear one after another)."""
+
 RL_STAGE: Final = "rl.stage"
 """The training stage a measurement belongs to.
 
@@ -810,6 +820,7 @@ __all__ = [
     "RL_RANK",
     "RL_REWARD_FUNCTION",
     "RL_RUN_ID",
+    "RL_SPAN_RECONSTRUCTED",
     "RL_STAGE",
     "RL_STAGE_PHASE",
     "RL_STATISTIC",

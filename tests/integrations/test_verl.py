@@ -387,6 +387,42 @@ def test_trainer_logger_otel_through_verls_tracking(tracking_module, verl_env, r
     assert last[(M.RL_STAGE_TIME_PER_TOKEN, ((A.RL_STAGE, "generate"),))].value == pytest.approx(logged[3][key] / 1000)
 
 
+def test_each_logged_step_becomes_a_trace_of_verls_timers(tracking_module, verl_env):
+    """timing_s/* of a step (seconds, as verl's marked_timer measures them) -> the step's trace, in fit()'s order."""
+    from otel_rl._runfolder import read_spans
+    from otel_rl.integrations.verl import STEP_TIMERS
+
+    timing = {"start_profile": 0.05, "gen": 6.0, "generate_sequences": 5.5, "agent_loop/generate_sequences/mean": 2.0,
+              "reward": 1.0, "old_log_prob": 0.8, "ref": 0.7, "adv": 0.1, "update_actor": 4.0,
+              "save_checkpoint": 0.9, "update_weights": 0.6, "testing": 1.5, "stop_profile": 0.05, "step": 16.0}
+    tracking = tracking_module.Tracking(project_name=PROJECT, experiment_name=EXPERIMENT, default_backend=["otel"])
+    for step in STEPS:
+        tracking.log(data={**{f"timing_s/{k}": v for k, v in timing.items()}, "actor/pg_loss": 0.1}, step=step)
+    tracking.log(data={"actor/pg_loss": 0.1}, step=9)  # no timers: no trace
+    tracking.finish()
+
+    spans = read_spans(verl_env)
+    assert not spans.problems
+    roots = {s.attributes[A.RL_STEP]: s for s in spans if s.name == N.RL_STEP_SPAN}
+    assert sorted(roots) == list(STEPS)
+    expected = [(f"rl.{stage}", cluster, timing[timer]) for timer in STEP_TIMERS if timer in timing
+                for stage, cluster in [dict(gen=("generate", None), reward=("compute_rewards", None),
+                                            old_log_prob=("compute_log_probs", None), ref=("compute_ref_log_probs", None),
+                                            adv=("advantage", None), update_actor=("train_step", "actor_train"),
+                                            save_checkpoint=("do_checkpoint", None), update_weights=("model_update", None),
+                                            testing=("validation", None))[timer]]]
+    for step, root in roots.items():
+        assert root.duration_ns == 16 * 10**9 and root.attributes[A.RL_SPAN_RECONSTRUCTED] is True
+        children = sorted((s for s in spans if s.parent_span_id == root.span_id), key=lambda s: s.start_ns)
+        assert [(s.name, s.attributes.get(A.RL_CLUSTER), s.duration_ns / 1e9) for s in children] == expected
+        assert all(s.trace_id == root.trace_id and s.attributes[A.RL_STEP] == step for s in children)
+        assert children[0].start_ns == root.start_ns and children[-1].end_ns <= root.end_ns
+        assert all(a.end_ns == b.start_ns for a, b in zip(children, children[1:]))  # back to back: 15.6 s of 16
+    # the timers are still metrics, once each (from the log, not from the spans)
+    gen = [p for p in read_metrics(verl_env) if p.name == M.RL_STAGE_DURATION and p.attributes.get(A.RL_STAGE) == "generate"]
+    assert gen and gen[-1].count == len(STEPS)
+
+
 def test_reuses_the_process_telemetry_and_leaves_it_running(tracking_module, make_telemetry, tmp_path):
     tel = make_telemetry(framework="verl", run_dir=str(tmp_path / "own"))
     tracking = tracking_module.Tracking(project_name=PROJECT, experiment_name=EXPERIMENT, default_backend="otel")
