@@ -64,6 +64,7 @@ def init(
     series_limit: int | None = None,
     attribute_value_limit: int | None = None,
     export_text: bool | None = None,
+    metrics_at_log_time: bool | None = None,
 ) -> Telemetry:
     """Start telemetry for this process and return it.
 
@@ -96,6 +97,10 @@ def init(
     ``series_limit`` series per metric (``OTEL_RL_SERIES_LIMIT``, 2000), attribute values cut at
     ``attribute_value_limit`` characters (``OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT``, 1024), and text
     (prompts, completions, long strings) kept out of exported events unless ``export_text``.
+
+    ``metrics_at_log_time`` (``OTEL_RL_METRICS_AT_LOG_TIME``): every ``log()`` value becomes its own
+    data point at the call's ``time_ns`` instead of the latest value at each export, so a log
+    backfilled in seconds keeps its original timeline in the metrics store (``otel-rl replay``).
     """
     global _current
     options: dict[str, Any] = {k: v for k, v in locals().items() if v is not None and k not in ("tracer_provider", "on_alert")}

@@ -18,14 +18,17 @@ import numpy as np
 from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.sdk.metrics.export import (
     AggregationTemporality,
+    Gauge,
     Histogram,
     HistogramDataPoint,
     Metric,
     MetricExporter,
     MetricExportResult,
     MetricsData,
+    NumberDataPoint,
     ResourceMetrics,
     ScopeMetrics,
+    Sum,
 )
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
@@ -211,10 +214,89 @@ class BulkHistograms:
         return out
 
 
+class StampedPoints:
+    """log() values as data points stamped with the log's own time (``metrics_at_log_time``).
+
+    The SDK stamps every point with its collection time, so an old log replayed in seconds would
+    land at replay time, one point per export. Here each logged value is kept as its own point at
+    the ``time_ns`` given to log(): gauges as logged, counters as cumulative sums with the value
+    logged, histograms cumulative from the series' first point. Each exporter (``register()``)
+    takes the points gathered since its last export, in order.
+    """
+
+    def __init__(self, instruments: dict[str, tuple[str, str, str, tuple[float, ...]]], guard: SeriesGuard | None = None) -> None:
+        self._instruments = instruments  # metric -> (instrument, description, unit, histogram bounds)
+        self.guard = guard or _NO_GUARD
+        self._lock = threading.Lock()
+        self._series: dict[str, dict[Attrs, list[Any]]] = {}  # -> [attributes, first time, histogram state, instrument]
+        self._pending: list[list[tuple[str, Attrs, int, Any]]] = []
+
+    def register(self) -> int:
+        with self._lock:
+            self._pending.append([])
+            return len(self._pending) - 1
+
+    def add(self, time_ns: int, points: Iterable[tuple[str, Attrs, float]]) -> None:
+        with self._lock:
+            batch = []
+            for metric, attrs, value in points:
+                per_metric = self._series.setdefault(metric, {})
+                series = per_metric.get(attrs)
+                if series is None:
+                    if not self.guard.admits(metric, len(per_metric)):
+                        continue
+                    instrument, _, _, bounds = self._instruments[metric]
+                    state = _HistogramState(bounds, {}) if instrument == "histogram" else None
+                    series = per_metric[attrs] = [self.guard.attributes(attrs), time_ns, state, instrument]
+                state = series[2]
+                if state is not None:
+                    state.counts[bisect.bisect_left(state.bounds, value)] += 1
+                    state.count += 1
+                    state.total += value
+                    state.min = min(state.min, value)
+                    state.max = max(state.max, value)
+                    value = (state.count, state.total, state.counts.tolist(), state.min, state.max)
+                batch.append((metric, series, time_ns, value))
+            for pending in self._pending:
+                pending.extend(batch)
+
+    def take(self, consumer: int) -> list[Metric]:
+        """The points gathered since ``consumer`` last took them, as SDK metrics."""
+        with self._lock:
+            batch, self._pending[consumer] = self._pending[consumer], []
+        points: dict[str, list[Any]] = {}
+        for metric, (attributes, start_ns, state, instrument), time_ns, value in batch:
+            if state is not None:
+                count, total, counts, vmin, vmax = value
+                point: Any = HistogramDataPoint(attributes=attributes, start_time_unix_nano=start_ns, time_unix_nano=time_ns,
+                                                count=count, sum=total, bucket_counts=counts, explicit_bounds=state.bounds,
+                                                min=vmin, max=vmax)
+            else:
+                point = NumberDataPoint(attributes=attributes, start_time_unix_nano=None if instrument == "gauge" else start_ns,
+                                        time_unix_nano=time_ns, value=value)
+            found = points.get(metric)
+            if found is None:
+                found = points[metric] = []
+            found.append(point)
+        out = []
+        for metric, data_points in points.items():
+            instrument, description, unit, _ = self._instruments[metric]
+            if instrument == "gauge":
+                data: Any = Gauge(data_points=data_points)
+            elif instrument == "histogram":
+                data = Histogram(data_points=data_points, aggregation_temporality=AggregationTemporality.CUMULATIVE)
+            else:
+                data = Sum(data_points=data_points, aggregation_temporality=AggregationTemporality.CUMULATIVE,
+                           is_monotonic=instrument == "counter")
+            out.append(Metric(name=metric, description=description, unit=unit, data=data))
+        return out
+
+
 class MergingMetricExporter(MetricExporter):
     """Wraps a metric exporter and adds the bulk histograms to each export, under otel-rl's scope."""
 
-    def __init__(self, inner: MetricExporter, histograms: BulkHistograms, resource: Resource, scope: InstrumentationScope) -> None:
+    def __init__(self, inner: MetricExporter, histograms: BulkHistograms, resource: Resource, scope: InstrumentationScope,
+                 stamped: StampedPoints | None = None) -> None:
         super().__init__(
             preferred_temporality=getattr(inner, "_preferred_temporality", None),
             preferred_aggregation=getattr(inner, "_preferred_aggregation", None),
@@ -223,9 +305,13 @@ class MergingMetricExporter(MetricExporter):
         self._histograms = histograms
         self._resource = resource
         self._scope = scope
+        self._stamped = stamped
+        self._consumer = stamped.register() if stamped is not None else -1
 
     def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any) -> MetricExportResult:
         extra = self._histograms.to_metrics()
+        if self._stamped is not None:
+            extra.extend(self._stamped.take(self._consumer))
         if extra:
             resource_metrics = list(metrics_data.resource_metrics) if metrics_data else []
             if resource_metrics:

@@ -208,6 +208,9 @@ class TelemetryConfig:
     # Text (prompts, completions: long strings, or strings under keys that name text) stays out of
     # the exported events unless this is on.
     export_text: bool = field(default=False, metadata={"env": "OTEL_RL_EXPORT_TEXT", "parse": _parse_bool})
+    # Each log()'s values become data points stamped with its time_ns (backfilling an old log:
+    # otel-rl replay), instead of the latest values stamped at each periodic export.
+    metrics_at_log_time: bool = field(default=False, metadata={"env": "OTEL_RL_METRICS_AT_LOG_TIME", "parse": _parse_bool})
     # Online alert rules run on every log() in the telemetry worker: "default" (the built-in rules),
     # "off", or a YAML rules file; unset: off until Telemetry.on_alert() is called.
     alert_rules: str | None = field(default=None, metadata={"env": "OTEL_RL_ALERT_RULES", "parse": _parse_str})

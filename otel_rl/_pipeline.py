@@ -15,14 +15,15 @@ import sys
 import threading
 import time
 from collections import deque
-from typing import Any, Callable, Mapping
+from collections.abc import Mapping
+from typing import Any, Callable
 
 import numpy as np
 from opentelemetry import trace
 from opentelemetry._logs import Logger, SeverityNumber
 from opentelemetry.context import Context
 
-from ._aggregation import Attrs, BulkHistograms, LatestValues
+from ._aggregation import Attrs, BulkHistograms, LatestValues, StampedPoints
 from ._keys import KeyResolver
 from .semconv import METRICS
 from .semconv import attributes as A
@@ -206,6 +207,7 @@ class Pipeline:
         # Called with (step, time_ns, [(metric, attrs, value), ...], span_context) after each log()'s
         # values are resolved: the online alert detectors, on this worker thread.
         self.observer: Callable[[int | None, int, list[tuple[str, Attrs, float]], Any], Any] | None = None
+        self.stamped: StampedPoints | None = None  # metrics_at_log_time: log() values as stamped points
         self._thread = threading.Thread(target=self._run, name="otel-rl-pipeline", daemon=True)
         self._thread.start()
 
@@ -295,7 +297,9 @@ class Pipeline:
             value = to_number(value)
         else:
             value = to_number(raw)
-        if plan.histogram:
+        if self.stamped is not None:
+            pass  # _process_log keeps it as a point at the log's time
+        elif plan.histogram:
             measured = self._span_measured.get(step)
             if measured is not None and (plan.metric, plan.attrs) in measured:
                 return  # a stage span of this step already measured this series
@@ -309,8 +313,8 @@ class Pipeline:
     def _process_log(self, step: int | None, time_ns: int, span_context: Any, values: Mapping[Any, Any]) -> None:
         if type(time_ns) is not int:  # log(time_ns=...) is checked here, off the caller's thread
             time_ns = self._event_time(time_ns)
-        observer = self.observer
-        resolved: list[tuple[str, Attrs, float]] | None = [] if observer is not None else None
+        observer, stamped = self.observer, self.stamped
+        resolved: list[tuple[str, Attrs, float]] | None = [] if observer is not None or stamped is not None else None
         body: dict[str, Any] = {}
         stack: list[tuple[str, Any]] = list(values.items())[::-1]
         while stack:
@@ -342,7 +346,9 @@ class Pipeline:
             except Exception as exc:  # a transform or a foreign type failed: this value only
                 self.reject(key, _REASONS.NON_NUMERIC.value, f"{type(exc).__name__} while reading it")
         self.emit_event(N.RL_LOG_EVENT, body, {A.RL_STEP: step} if step is not None else {}, time_ns, span_context)
-        if resolved:
+        if resolved and stamped is not None:
+            stamped.add(time_ns, resolved)
+        if resolved and observer is not None:
             try:
                 observer(step, time_ns, resolved, span_context)  # type: ignore[misc]
             except Exception as exc:  # detectors must never stop telemetry

@@ -26,7 +26,7 @@ from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
-from ._aggregation import BulkHistograms, LatestValues, MergingMetricExporter, SeriesGuard
+from ._aggregation import BulkHistograms, LatestValues, MergingMetricExporter, SeriesGuard, StampedPoints
 from ._config import TelemetryConfig
 from ._runfolder import LOGS_FILE, METRICS_FILE, TRACES_FILE, rank_file_name
 from ._spool import (
@@ -338,7 +338,7 @@ def _prefer_otlp_certificate(exporter: Any) -> None:
 
 def build_providers(config: TelemetryConfig, resource: Resource, histograms: BulkHistograms,
                     extra_log_exporters: list[Any] | None = None, *, tracer_provider: Any = None,
-                    latest: LatestValues | None = None) -> Providers:
+                    latest: LatestValues | None = None, stamped: StampedPoints | None = None) -> Providers:
     """``tracer_provider``: an SDK TracerProvider the program already has (e.g. its framework's
     own tracing); otel-rl's span processors join it instead of a second provider. ``latest``
     receives the spool's own metrics (rl.telemetry.dropped, rl.telemetry.spool.usage)."""
@@ -363,7 +363,7 @@ def build_providers(config: TelemetryConfig, resource: Resource, histograms: Bul
         tracer_provider.add_span_processor(span_processors[-1])
         logger_provider.add_log_record_processor(_LogProcessor(_ForkSafeLogExporter(log_exporter)))
         readers.append(PeriodicExportingMetricReader(
-            _ForkSafeMetricExporter(MergingMetricExporter(metric_exporter, histograms, resource, scope)),
+            _ForkSafeMetricExporter(MergingMetricExporter(metric_exporter, histograms, resource, scope, stamped)),
             export_interval_millis=interval_ms))
 
     if config.file_enabled:

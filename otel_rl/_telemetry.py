@@ -22,7 +22,7 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.trace import Status, StatusCode
 
-from ._aggregation import Attrs, BulkHistograms, LatestValues
+from ._aggregation import Attrs, BulkHistograms, LatestValues, StampedPoints
 from ._config import TelemetryConfig, redact_url
 from ._detectors import build_alert_engine
 from ._distributed import detect_placement
@@ -313,13 +313,16 @@ class Telemetry:
         for mdef in METRICS.values():
             if mdef.instrument == "histogram":
                 self._histograms.declare(mdef.name, mdef.brief, mdef.unit, BUCKETS[mdef.buckets or "duration"])
+        self._stamped = StampedPoints({m.name: (m.instrument, m.brief, m.unit, BUCKETS[m.buckets or "duration"]
+                                                if m.instrument == "histogram" else ()) for m in METRICS.values()},
+                                      guard) if config.metrics_at_log_time else None
         self._resolver = KeyResolver.default(unmapped_key_limit=config.unmapped_key_limit)
         # Trackers first: an unknown name or a missing library fails here, before anything starts.
         self._trackers = build_fanout(config, str(config.experiment or config.run_id), Path(str(config.run_dir)),
                                       lambda key: self._resolver.resolve(key, config.framework))
         tracker_exporters = [TrackerLogExporter(self._trackers)] if self._trackers is not None else []
         self._providers = build_providers(config, self.resource, self._histograms, tracker_exporters,
-                                          tracer_provider=tracer_provider, latest=self._latest)
+                                          tracer_provider=tracer_provider, latest=self._latest, stamped=self._stamped)
         self._tracer = self._providers.tracer_provider.get_tracer(SCOPE_NAME, __version__)
         self._meter = self._providers.meter_provider.get_meter(SCOPE_NAME, __version__)
 
@@ -337,6 +340,7 @@ class Telemetry:
             on_step_end=print_summary if console else None,
         )
         self._pipeline.text_policy = TextPolicy(config.export_text, config.attribute_value_limit)
+        self._pipeline.stamped = self._stamped
         # Bound once: log() is two attribute loads away from the queue.
         self._append = self._pipeline.queue.append
         self._wake = self._pipeline.wake

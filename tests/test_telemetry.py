@@ -184,6 +184,35 @@ def test_a_finished_step_is_traced_from_its_logged_durations(make_telemetry, cap
     assert not [p for p in read_metrics(tel.run_dir) if p.name == M.RL_STAGE_DURATION]
 
 
+def test_metrics_at_log_time_keep_one_point_per_log_at_its_time(make_telemetry):
+    t0 = 1_700_000_000_000_000_000
+    tel = make_telemetry(framework="verl", metrics_at_log_time=True)
+    for i in range(4):
+        values = {"actor/pg_loss": 0.1 * i, "timing_s/gen": 1.0 + i}
+        if i % 2 == 0:
+            values["val-core/gsm8k/reward/mean@1"] = 0.5 + i  # a sparse key: only its own points
+        tel.log(values, step=i, time_ns=t0 + i * 10**9)
+    tel.flush()
+    tel.log({"actor/pg_loss": 9.0}, step=4, time_ns=t0 + 4 * 10**9)  # after an export: the next one sends it
+    tel.shutdown()
+    points = read_metrics(tel.run_dir)
+    assert not points.problems
+
+    def series(name: str) -> list:
+        return sorted(((p.time_ns - t0) // 10**9, p) for p in points if p.name == name and p.time_ns < t0 + 10**12)
+
+    loss = series(M.RL_LOSS)
+    assert [(t, p.value) for t, p in loss] == [(0, 0.0), (1, 0.1), (2, 0.2), (3, pytest.approx(0.3)), (4, 9.0)]
+    gen = series(M.RL_STAGE_DURATION)
+    assert [(t, p.count, p.sum) for t, p in gen] == [(0, 1, 1.0), (1, 2, 3.0), (2, 3, 6.0), (3, 4, 10.0)]
+    assert {p.start_time_ns for _, p in gen} == {t0} and gen[-1][1].max == 4.0 and gen[-1][1].min == 1.0
+    assert [t for t, _ in series(M.RL_VALIDATION_SCORE)] == [0, 2]
+    # nothing from log() also went out at export time; otel-rl's own metrics did
+    logged = {M.RL_LOSS, M.RL_STAGE_DURATION, M.RL_VALIDATION_SCORE}
+    assert not [p for p in points if p.name in logged and p.time_ns > t0 + 10**12]
+    assert any(p.name == M.PROCESS_MEMORY_USAGE and p.time_ns > t0 + 10**12 for p in points)
+
+
 def test_record_bins_a_whole_array_including_negative_values(make_telemetry):
     tel = make_telemetry()
     rewards = np.array([-3.0, -1.0, -0.05, 0.0, 0.3, 1.0, 7.0])

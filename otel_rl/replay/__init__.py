@@ -39,7 +39,7 @@ __all__ = [
 CLI_DESCRIPTION = """\
 Send every step of a training log through otel-rl telemetry, as if the run were happening now,
 but with each step's original time: the rl.log event of each step carries the exact key -> value
-map and the step's time; keys map to registry metrics through the framework's mapping (swift,
+map and the step's time, and every metric point is stamped with the step's time; keys map to registry metrics through the framework's mapping (swift,
 trl, verl, roll). With OTEL_EXPORTER_OTLP_ENDPOINT or --endpoint the data goes to a collector,
 otherwise into a run folder (otel-rl-runs/<run id>/, OTLP-JSON lines).
 

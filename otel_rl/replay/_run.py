@@ -169,7 +169,8 @@ def replay_file(
     content_hash = _content_hash(p)
     rid = run_id or run_id_for(content_hash, format=parsed.format, framework=framework, service_name=service,
                                experiment=experiment)
-    options: dict[str, Any] = {"service_name": service, "run_id": rid, "console": False}
+    # metrics_at_log_time: every step's values land at the step's own time in the metrics store
+    options: dict[str, Any] = {"service_name": service, "run_id": rid, "console": False, "metrics_at_log_time": True}
     for name, value in (("experiment", experiment), ("framework", framework), ("run_dir", run_dir),
                         ("endpoint", endpoint), ("protocol", protocol), ("exporters", exporters)):
         if value is not None:

@@ -501,3 +501,84 @@ def test_plain_event_batches_take_the_direct_path(monkeypatch):
     expected = json.loads(module.to_otlp_json(module.encode_logs(batch)))
     monkeypatch.setattr(module, "encode_logs", no_protobuf)
     assert json.loads(module.logs_to_otlp_json(batch)) == expected
+
+
+# ---- the direct metric encoder equals the protobuf path --------------------------------------
+
+_numbers = st.one_of(st.integers(-2**63, 2**63 - 1), st.floats(allow_nan=True, allow_infinity=True))
+_times = st.integers(0, 2**63 - 1)
+_point_attributes = st.dictionaries(st.text(min_size=1, max_size=6), _scalars.filter(lambda v: v is not None), max_size=3)
+
+
+@st.composite
+def _metrics_data(draw):
+    from opentelemetry.sdk.metrics.export import (AggregationTemporality, Gauge, Histogram, HistogramDataPoint, Metric,
+                                                  MetricsData, NumberDataPoint, ResourceMetrics, ScopeMetrics, Sum)
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+
+    def number_points():
+        return [NumberDataPoint(attributes=draw(_point_attributes), start_time_unix_nano=draw(st.one_of(st.none(), _times)),
+                                time_unix_nano=draw(_times), value=draw(_numbers))
+                for _ in range(draw(st.integers(1, 3)))]
+
+    def histogram_points():
+        points = []
+        for _ in range(draw(st.integers(1, 3))):
+            bounds = sorted(draw(st.lists(st.floats(-1e6, 1e6), max_size=4)))
+            counts = draw(st.lists(st.integers(0, 2**40), min_size=len(bounds) + 1, max_size=len(bounds) + 1))
+            points.append(HistogramDataPoint(
+                attributes=draw(_point_attributes), start_time_unix_nano=draw(_times), time_unix_nano=draw(_times),
+                count=sum(counts), sum=draw(st.floats(allow_nan=True, allow_infinity=True)), bucket_counts=counts,
+                explicit_bounds=bounds, min=draw(st.one_of(st.none(), st.floats())), max=draw(st.one_of(st.none(), st.floats()))))
+        return points
+
+    temporality = draw(st.sampled_from(list(AggregationTemporality)))
+    metrics = []
+    for index in range(draw(st.integers(1, 4))):
+        kind = draw(st.sampled_from(["gauge", "sum", "histogram"]))
+        data = (Gauge(data_points=number_points()) if kind == "gauge"
+                else Sum(data_points=number_points(), aggregation_temporality=temporality, is_monotonic=draw(st.booleans()))
+                if kind == "sum" else Histogram(data_points=histogram_points(), aggregation_temporality=temporality))
+        metrics.append(Metric(name=f"m{index}", description=draw(st.sampled_from(["", "d"])),
+                              unit=draw(st.sampled_from(["", "s", "{step}"])), data=data))
+    scope = InstrumentationScope(draw(st.sampled_from(["otel_rl", "other"])), draw(st.sampled_from([None, "1.0"])),
+                                 draw(st.sampled_from([None, "https://x"])))
+    resource = Resource(draw(_point_attributes), draw(st.sampled_from([None, "https://r"])))
+    return MetricsData(resource_metrics=[ResourceMetrics(resource=resource, scope_metrics=[
+        ScopeMetrics(scope=scope, metrics=metrics, schema_url=scope.schema_url or "")], schema_url="")])
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=_metrics_data())
+def test_direct_metric_encoding_is_the_protobuf_encoding(data):
+    from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics
+
+    from otel_rl.exporters.otlp_json import metrics_to_otlp_json, to_otlp_json
+
+    assert metrics_to_otlp_json(data) == to_otlp_json(encode_metrics(data))  # byte for byte
+
+
+def test_stamped_replay_points_take_the_direct_path(monkeypatch, make_telemetry):
+    """A metrics_at_log_time export (gauges, sums and histograms, one point per step) never needs protobuf."""
+    import otel_rl.exporters.otlp_json as module
+
+    exported = []
+    real = module.metrics_to_otlp_json
+
+    def spy(data):
+        exported.append(json.loads(module.to_otlp_json(module.encode_metrics(data))))
+        with monkeypatch.context() as patch:
+            patch.setattr(module, "encode_metrics", lambda _: (_ for _ in ()).throw(AssertionError("took the protobuf path")))
+            line = real(data)
+        assert line == module.to_otlp_json(module.encode_metrics(data))
+        return line
+
+    monkeypatch.setattr(module, "metrics_to_otlp_json", spy)
+    tel = make_telemetry(framework="verl", metrics_at_log_time=True)
+    for step in range(3):
+        tel.log({"actor/pg_loss": 0.5 + step, "timing_s/gen": 1.0, "training/global_step": step}, step=step,
+                time_ns=1_700_000_000_000_000_000 + step)
+    tel.shutdown()
+    assert exported and any(len(m["gauge"]["dataPoints"]) == 3 for line in exported for r in line["resourceMetrics"]
+                            for s in r["scopeMetrics"] for m in s["metrics"] if m["name"] == "rl.loss")

@@ -63,6 +63,21 @@ def test_trainer_state_gets_the_stated_synthetic_clock(tmp_path):
     assert "synthetic" in out.getvalue() and "step x 30 s" in out.getvalue()
 
 
+def test_every_metric_point_lands_at_its_steps_original_time(tmp_path):
+    """One point per logged step and series, stamped like the step's event: the run keeps its timeline."""
+    src = LOGS / "trl_grpo_aaipl_checkpoint-500_trainer_state.json"
+    result = replay_file(src, out=io.StringIO(), progress=False, step_seconds=30, start_time="2025-03-01T00:00:00Z")
+    events = step_events(result.run_dir)
+    event_time = {e["attributes"][A.RL_STEP]: e["timestamp"] for e in events}
+    points = [p for p in read_metrics(result.run_dir) if p.name == M.RL_POLICY_ENTROPY]
+    logged = {e["attributes"][A.RL_STEP]: e["body"]["entropy"] for e in events if "entropy" in e["body"]}
+    assert len(points) == len(logged) == 50
+    by_time = {p.time_ns: p.value for p in points}
+    assert by_time == {event_time[step]: pytest.approx(value) for step, value in logged.items()}
+    # otel-rl's own metrics still describe the replay process, at export time
+    assert any(p.name.startswith("process.") and p.time_ns > max(event_time.values()) for p in read_metrics(result.run_dir))
+
+
 def test_replaying_twice_writes_nothing_twice_and_force_replaces(tmp_path):
     src = tmp_path / "logging.jsonl"
     src.write_text(samples.swift(samples.steps(40)))

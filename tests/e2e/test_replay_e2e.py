@@ -1,0 +1,54 @@
+"""A replayed log in the metrics store: through rotel and vmagent into VictoriaMetrics, every step's
+metric sample sits at the step's original time (not at replay time), one sample per logged step."""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from otel_rl import _alerts
+from otel_rl.replay import parse_file, replay_file
+from otel_rl.semconv import attributes as A
+from otel_rl.semconv import metrics as M
+
+from stack_support import poll
+
+pytestmark = pytest.mark.e2e
+
+LOGS = Path(__file__).resolve().parents[3] / "shared" / "logs"
+STEP_SECONDS = 30
+
+
+def raw_samples(stack: Any, selector: str, start: float, end: float) -> list[tuple[int, float]]:
+    """VictoriaMetrics' raw samples (its export API): (timestamp ms, value), not a query's resampled grid."""
+    query = urllib.parse.urlencode({"match[]": selector, "start": f"{start:.0f}", "end": f"{end:.0f}"})
+    with urllib.request.urlopen(f"{stack.endpoints['victoria_metrics']}/api/v1/export?{query}", timeout=10) as response:  # noqa: S310
+        lines = [json.loads(line) for line in response.read().decode("utf-8").splitlines() if line.strip()]
+    return sorted((t, v) for line in lines for t, v in zip(line["timestamps"], line["values"]))
+
+
+def test_a_replayed_log_lands_on_its_original_timeline(stack: Any, tmp_path: Path):
+    src = LOGS / "trl_grpo_aaipl_checkpoint-500_trainer_state.json"
+    start = int(time.time()) - 6 * 3600  # 500 steps x 30 s end 104 min ago: all past, inside the retention
+    run_id = f"e2e-replay-{start}"
+    result = replay_file(src, out=io.StringIO(), progress=False, run_id=run_id, run_dir=tmp_path / "run",
+                         endpoint=stack.endpoints["otlp_http"], protocol="http/protobuf", exporters="otlp",
+                         start_time=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(start)), step_seconds=STEP_SECONDS)
+    replayed_at = time.time()
+    parsed = parse_file(src)
+    expected = [(start + r.step * STEP_SECONDS, float(r.values["entropy"])) for r in parsed.records if "entropy" in r.values]
+    assert result.records == len(parsed.records) == len(expected) == 50
+
+    selector = f'{_alerts.metric(M.RL_POLICY_ENTROPY)}{{{_alerts.label(A.RL_RUN_ID)}="{run_id}"}}'
+    samples = poll(lambda: raw_samples(stack, selector, start - 60, replayed_at + 60), lambda got: len(got) >= len(expected),
+                   60, f"the replayed entropy samples of {run_id} in VictoriaMetrics")
+    assert [t for t, _ in samples] == [when * 1000 for when, _ in expected]  # the steps' own times, one each
+    assert [v for _, v in samples] == pytest.approx([v for _, v in expected])
+    assert samples[-1][0] / 1000 < replayed_at - 3600  # nothing landed at replay time
