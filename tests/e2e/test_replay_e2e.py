@@ -1,5 +1,10 @@
-"""A replayed log in the metrics store: through rotel and vmagent into VictoriaMetrics, every step's
-metric sample sits at the step's original time (not at replay time), one sample per logged step."""
+"""A replayed log in the metrics stores: through rotel and vmagent into VictoriaMetrics and
+Prometheus, every step's metric sample sits at the step's original time (not at replay time), one
+sample per logged step.
+
+The log is replayed onto the last 27 minutes: Prometheus takes samples older than its newest
+only within the stack's 30-minute out_of_order_time_window (VictoriaMetrics takes any time within
+its retention)."""
 
 from __future__ import annotations
 
@@ -18,12 +23,12 @@ from otel_rl.replay import parse_file, replay_file
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import metrics as M
 
-from stack_support import poll
+from stack_support import http_json, poll
 
 pytestmark = pytest.mark.e2e
 
 LOGS = Path(__file__).resolve().parents[3] / "shared" / "logs"
-STEP_SECONDS = 30
+STEP_SECONDS = 3
 
 
 def raw_samples(stack: Any, selector: str, start: float, end: float) -> list[tuple[int, float]]:
@@ -36,7 +41,7 @@ def raw_samples(stack: Any, selector: str, start: float, end: float) -> list[tup
 
 def test_a_replayed_log_lands_on_its_original_timeline(stack: Any, tmp_path: Path):
     src = LOGS / "trl_grpo_aaipl_checkpoint-500_trainer_state.json"
-    start = int(time.time()) - 6 * 3600  # 500 steps x 30 s end 104 min ago: all past, inside the retention
+    start = int(time.time()) - 27 * 60  # 500 steps x 3 s: from 27 to 2 minutes ago
     run_id = f"e2e-replay-{start}"
     result = replay_file(src, out=io.StringIO(), progress=False, run_id=run_id, run_dir=tmp_path / "run",
                          endpoint=stack.endpoints["otlp_http"], protocol="http/protobuf", exporters="otlp",
@@ -51,4 +56,13 @@ def test_a_replayed_log_lands_on_its_original_timeline(stack: Any, tmp_path: Pat
                    60, f"the replayed entropy samples of {run_id} in VictoriaMetrics")
     assert [t for t, _ in samples] == [when * 1000 for when, _ in expected]  # the steps' own times, one each
     assert [v for _, v in samples] == pytest.approx([v for _, v in expected])
-    assert samples[-1][0] / 1000 < replayed_at - 3600  # nothing landed at replay time
+    assert samples[-1][0] / 1000 < replayed_at - 60  # nothing landed at replay time
+
+    # Prometheus (through vmagent's second remote write): the same raw samples, from a range selector
+    answer = poll(lambda: http_json(f"{stack.endpoints['prometheus']}/api/v1/query",
+                                    {"query": f"{selector}[40m]", "time": f"{time.time():.3f}"}),
+                  lambda got: got["data"]["result"] and len(got["data"]["result"][0]["values"]) >= len(expected),
+                  60, f"the replayed entropy samples of {run_id} in Prometheus")
+    values = answer["data"]["result"][0]["values"]
+    assert [round(float(t) * 1000) for t, _ in values] == [when * 1000 for when, _ in expected]
+    assert [float(v) for _, v in values] == pytest.approx([v for _, v in expected])
