@@ -12,7 +12,9 @@ What each test does to the collector, while a training loop runs 20 steps a seco
 - stopped mid-run for 8 s, then restarted (the 30 s outage of a collector upgrade is the `slow`
   variant; 8 s keeps CI short and already spans several exporter retries and backoffs);
 - flapping: up and down every 1.5 s;
-- down for longer than a small spool holds: the oldest is dropped, and exactly that is counted.
+- down for longer than a small spool holds: the oldest is dropped, and exactly that is counted;
+- and once the whole way to a store: the local stack's rotel (-> vmagent -> VictoriaMetrics)
+  stopped for 8 s, after which VictoriaMetrics holds exactly one sample per step.
 
 rotel is stopped with SIGTERM, on which it forwards what it already accepted: a SIGKILLed
 collector loses the batch it holds in memory, which no client can get back, so exact counts
@@ -34,6 +36,8 @@ import statistics
 import subprocess
 import sys
 import time
+import urllib.parse
+import urllib.request
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -217,6 +221,48 @@ def test_collector_stopped_mid_run_then_restarted(collector, tmp_path: Path, out
     figures = {"outage_s": outage_s, "shutdown_s": time.monotonic() - t0, **check_complete(tel, sink, step),
                **check_timings(timings)}
     report(f"stopped_{outage_s:.0f}s", figures)
+
+
+def test_every_step_reaches_victoria_metrics_through_a_restarted_stack_collector(stack: Any, tmp_path: Path) -> None:
+    """The whole way to a metrics store: the stack's rotel (-> vmagent -> VictoriaMetrics) stopped for
+    8 s mid-run; with metrics_at_log_time every step's logged loss is its own sample, so the store
+    must hold exactly one sample per step, values 0..N-1, none twice, none lost."""
+    from otel_rl import _alerts
+
+    run_id = f"faults-vm-{time.time_ns()}"
+    tel = otel_rl.init(service_name="otel-rl-faults", run_id=run_id, endpoint=stack.endpoints["otlp_http"],
+                       protocol="http/protobuf", exporters="otlp", run_dir=str(tmp_path / "run"), console=False,
+                       metric_export_interval_s=0.5, metrics_at_log_time=True)
+    timings: dict[str, list[float]] = {}
+    started = time.time()
+    try:
+        step = run_training(tel, 2.5, "healthy", timings, 0)
+        assert stack.down("rotel") == ["rotel"]
+        step = run_training(tel, 8.0, "outage", timings, step)
+        assert tel._providers.spool.pending_bytes > 0
+    finally:
+        stack.up()  # rotel again, on the same ports
+    step = run_training(tel, 2.5, "after", timings, step)
+    tel.shutdown()
+    assert all(s.dropped_total == 0 for s in tel._providers.spool.stats().values())
+
+    selector = (f'{_alerts.metric(M.RL_LOSS)}{{{_alerts.label(A.RL_RUN_ID)}="{run_id}", '
+                f'{_alerts.label(A.RL_LOSS_TYPE)}="policy"}}')
+    query = {"match[]": selector, "start": f"{started - 60:.0f}", "end": f"{time.time() + 60:.0f}"}
+
+    def samples() -> list[float]:
+        with urllib.request.urlopen(f"{stack.endpoints['victoria_metrics']}/api/v1/export?"  # noqa: S310 - loopback
+                                    f"{urllib.parse.urlencode(query)}", timeout=10) as response:
+            lines = [json.loads(line) for line in response.read().decode().splitlines() if line.strip()]
+        return sorted(v for line in lines for v in line["values"])
+
+    end = time.monotonic() + 60
+    got = samples()
+    while len(got) < step and time.monotonic() < end:
+        time.sleep(1.0)
+        got = samples()
+    assert got == [float(s) for s in range(step)], (len(got), step)
+    report("stack_restart_victoria_metrics", {"steps": step, "samples": len(got), **check_timings(timings)})
 
 
 def test_flapping_collector(collector, tmp_path: Path) -> None:
