@@ -38,6 +38,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import otel_rl
+from otel_rl.integrations._verl_timers import step_stages
 from otel_rl.semconv import attributes as A
 
 logger = logging.getLogger("otel_rl")
@@ -45,12 +46,6 @@ logger = logging.getLogger("otel_rl")
 BACKEND = "otel"
 FRAMEWORK = A.RlFrameworkValues.VERL.value
 _INSTALLED = "_otel_rl_installed"  # marks a Tracking class already wrapped
-# The step-level marked_timer names of RayPPOTrainer.fit (verl/trainer/ppo/ray_trainer.py, 0.9.1), in
-# the order it runs them inside `step` (`ref` is str(Role.RefPolicy)). Other timing_s keys are parts
-# of these (generate_sequences, agent_loop/*, gen_max) or outside the step (start/stop_profile).
-STEP_TIMERS = ("gen", "reward", "old_log_prob", "ref", "values", "adv", "update_critic", "update_actor",
-               "save_checkpoint", "update_weights", "dump_rollout_generations", "testing")
-_TIMING_PREFIX = "timing_s/"
 # Telemetry objects an OtelBackend shut down: a later Tracking must start a fresh one.
 _finished: weakref.WeakSet[otel_rl.Telemetry] = weakref.WeakSet()
 
@@ -93,14 +88,9 @@ class OtelBackend:
                 self._guard("trace", self._trace_step, data, step)
 
     def _trace_step(self, data: Mapping[str, Any], step: int) -> None:
-        stages = []
-        for timer in STEP_TIMERS:
-            seconds = data.get(_TIMING_PREFIX + timer)
-            if seconds is not None:
-                stage, cluster = _stage_of(timer)
-                stages.append((stage, seconds, cluster))
+        stages, step_seconds = step_stages(data)
         if stages:
-            self.telemetry.trace_finished_step(step, stages, step_seconds=data.get(_TIMING_PREFIX + "step"))
+            self.telemetry.trace_finished_step(step, stages, step_seconds=step_seconds)
 
     def finish(self) -> None:
         """Flush; shut the telemetry down if this backend started it. Safe to call twice."""
@@ -128,20 +118,6 @@ class OtelBackend:
             self._reported.add(what)
             logger.warning("otel-rl: the verl %r backend failed in %s; later calls go on (reported once)",
                            BACKEND, what, exc_info=True)
-
-
-@functools.lru_cache(maxsize=None)
-def _stage_of(timer: str) -> tuple[str, str | None]:
-    """(rl.stage, rl.cluster) of a verl timer, through the verl mapping (gen -> generate, ...)."""
-    attributes = dict(_resolver().resolve(_TIMING_PREFIX + timer, FRAMEWORK).attributes)
-    return str(attributes.get(A.RL_STAGE, timer)), attributes.get(A.RL_CLUSTER)
-
-
-@functools.lru_cache(maxsize=1)
-def _resolver() -> Any:
-    from otel_rl._keys import KeyResolver
-
-    return KeyResolver.default()
 
 
 def _finish_backend(tracking: Any) -> None:

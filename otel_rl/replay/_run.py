@@ -18,12 +18,13 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Iterator, Sequence
+from typing import IO, Any, Callable, Iterator, Mapping, Sequence
 
 from .._config import resolve_config
 from opentelemetry.sdk.resources import SERVICE_INSTANCE_ID
 from .._runfolder import LOGS_FILE, METRICS_FILE, TRACES_FILE, format_problems
 from ._formats import CLOCK_DURATIONS, CLOCK_ELAPSED, CLOCK_NONE, CLOCK_TIMESTAMP, FRAMEWORK_OF, ParsedLog, parse_file
+from ..integrations._verl_timers import step_stages
 from ._progress import Progress
 
 __all__ = ["DEFAULT_START", "MARKER_FILE", "ReplayResult", "replay_file", "replay_files", "run_id_for"]
@@ -48,6 +49,7 @@ class ReplayResult:
     run_dir: Path | None  # where the marker (and, with the file exporter, the signals) live
     records: int = 0
     points: int = 0
+    traces: int = 0  # steps rebuilt as traces from their stage timers (verl's timing_s/*)
     skipped: bool = False  # already replayed: nothing was sent
     seconds: float = 0.0  # wall time of the logging phase, flushes included
     parse_seconds: float = 0.0
@@ -208,9 +210,15 @@ def replay_file(
     points = 0
     try:
         log = tel.log
+        stage_timers = _STAGE_TIMERS.get(framework or "")
         pending = 0
         for record, when in zip(parsed.records, times):
             log(record.values, record.step, time_ns=when)
+            if stage_timers is not None and record.step is not None:
+                stages, step_s = stage_timers(record.values)
+                if stages:  # the step's trace, ending at the step's own time
+                    tel.trace_finished_step(record.step, stages, step_seconds=step_s, end_time_ns=when)
+                    result.traces += 1
             n = len(record.values)
             points += n
             pending += 1
@@ -258,6 +266,10 @@ def _write_marker(folder: Path, path: Path, parsed: ParsedLog, content_hash: str
     (folder / MARKER_FILE).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
 
 
+# Frameworks whose logs time each step's stages: their steps are replayed as traces too.
+_STAGE_TIMERS: dict[str, Callable[[Mapping[str, Any]], tuple[list[Any], Any]]] = {"verl": step_stages}
+
+
 def _summary(result: ReplayResult, out: IO[str]) -> None:
     parsed = result.parsed
     assert parsed is not None
@@ -271,6 +283,8 @@ def _summary(result: ReplayResult, out: IO[str]) -> None:
     for note in parsed.notes[:5]:
         out.write(f"  note: {note}\n")
     out.write(f"  {result.clock_text}\n")
+    if result.traces:
+        out.write(f"  {result.traces:,} steps traced from their stage timers (spans marked rl.span.reconstructed)\n")
     where = ", ".join(result.destinations) if result.destinations else "nowhere"
     out.write(f"  run id {result.run_id} -> {where}\n")
     out.write(f"  {result.points_per_second:,.0f} values/s ({result.seconds:.2f} s sending, {result.parse_seconds:.2f} s reading)\n")

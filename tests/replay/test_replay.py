@@ -78,6 +78,29 @@ def test_every_metric_point_lands_at_its_steps_original_time(tmp_path):
     assert any(p.name.startswith("process.") and p.time_ns > max(event_time.values()) for p in read_metrics(result.run_dir))
 
 
+def test_verl_steps_with_timers_are_replayed_as_traces_at_their_time(tmp_path):
+    from otel_rl._runfolder import read_spans
+
+    timing = {"timing_s/gen": 5.0, "timing_s/reward": 1.0, "timing_s/old_log_prob": 0.5, "timing_s/adv": 0.1,
+              "timing_s/update_actor": 2.0, "timing_s/step": 9.0}
+    data = [(step, {**timing, "actor/pg_loss": 0.1 * step}) for step in (1, 2, 3)] + [(4, {"actor/pg_loss": 0.4})]
+    src = tmp_path / "verl.jsonl"
+    src.write_text(samples.verl_jsonl(data))
+    out = io.StringIO()
+    result = replay_file(src, out=out, progress=False, step_seconds=30, start_time="2025-03-01T00:00:00Z")
+    assert result.traces == 3 and "3 steps traced" in out.getvalue()
+    event_time = {e["attributes"][A.RL_STEP]: e["timestamp"] for e in step_events(result.run_dir)}
+    spans = read_spans(result.run_dir)
+    roots = {s.attributes[A.RL_STEP]: s for s in spans if s.name == N.RL_STEP_SPAN}
+    assert sorted(roots) == [1, 2, 3]  # step 4 logged no timers
+    for step, root in roots.items():
+        assert root.end_ns == event_time[step] and root.duration_ns == 9 * 10**9
+        children = sorted((s for s in spans if s.parent_span_id == root.span_id), key=lambda s: s.start_ns)
+        assert [s.name for s in children] == ["rl.generate", "rl.compute_rewards", "rl.compute_log_probs", "rl.advantage",
+                                              "rl.train_step"]
+        assert all(s.attributes[A.RL_SPAN_RECONSTRUCTED] is True for s in children)
+
+
 def test_replaying_twice_writes_nothing_twice_and_force_replaces(tmp_path):
     src = tmp_path / "logging.jsonl"
     src.write_text(samples.swift(samples.steps(40)))
