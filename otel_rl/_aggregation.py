@@ -229,7 +229,7 @@ class StampedPoints:
         self.guard = guard or _NO_GUARD
         self._lock = threading.Lock()
         self._series: dict[str, dict[Attrs, list[Any]]] = {}  # -> [attributes, first time, histogram state, instrument]
-        self._pending: list[list[tuple[str, Attrs, int, Any]]] = []
+        self._pending: list[list[tuple[str, list[Any], int, Any]]] = []  # per exporter: (metric, series, time, value)
 
     def register(self) -> int:
         with self._lock:

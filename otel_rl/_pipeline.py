@@ -297,14 +297,14 @@ class Pipeline:
             value = to_number(value)
         else:
             value = to_number(raw)
-        if self.stamped is not None:
-            pass  # _process_log keeps it as a point at the log's time
-        elif plan.histogram:
+        # With metrics_at_log_time, _process_log keeps the value as a point at the log's time instead.
+        if plan.histogram:
             measured = self._span_measured.get(step)
             if measured is not None and (plan.metric, plan.attrs) in measured:
                 return  # a stage span of this step already measured this series
-            self._histograms.record(plan.metric, value, plan.attrs)
-        else:
+            if self.stamped is None:
+                self._histograms.record(plan.metric, value, plan.attrs)
+        elif self.stamped is None:
             self._latest.set(plan.metric, plan.attrs, value)
         if plan.metric in _HEADLINE:
             self._headline.setdefault(step, {})[_HEADLINE[plan.metric](plan.attrs)] = value
