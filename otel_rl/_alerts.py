@@ -34,7 +34,7 @@ from typing import Any, Iterable, Sequence
 
 import yaml
 
-from ._codegen import differences, prometheus_name, write_changed
+from ._codegen import check_or_write, find_repo_root, prometheus_name
 from .semconv import METRICS
 from .semconv import attributes as A
 from .semconv import metrics as M
@@ -586,21 +586,6 @@ def write_rules_file(path: Path, time_scale: int = 1) -> Path:
 # The command
 
 
-def find_root(explicit: str | None = None) -> Path:
-    """The checkout to write into: --root, else the first folder here or above with grafana/ and semconv/."""
-    if explicit:
-        return Path(explicit)
-    for base in [Path.cwd(), *Path.cwd().parents, Path(__file__).resolve().parents[1]]:
-        if (base / "grafana").is_dir() and (base / "semconv" / "registry").is_dir():
-            return base
-    raise SystemExit("otel-rl alerts: no checkout (a folder with grafana/ and semconv/) here or above; pass --root DIR")
-
-
-def stale_files(root: Path, files: dict[Path, str]) -> list[str]:
-    """The files under ``root`` whose content differs from ``files``."""
-    return differences(root, files)
-
-
 def _cmd_generate(args: argparse.Namespace) -> int:
     if args.time_scale < 1:
         print("otel-rl alerts generate: --time-scale must be >= 1", file=sys.stderr)
@@ -614,26 +599,12 @@ def _cmd_generate(args: argparse.Namespace) -> int:
             print("otel-rl alerts generate: --time-scale needs --rules-out FILE (the committed files are the "
                   "standard rules)", file=sys.stderr)
             return 2
-        root = find_root(args.root)
+        root = find_repo_root(args.root)
         files = render(root)
     except ValueError as exc:
         print(f"otel-rl alerts generate: {exc}", file=sys.stderr)
         return 2
-    if args.check:
-        stale = stale_files(root, files)
-        if stale:
-            print("otel-rl alerts generate --check: out of date with otel_rl/_alerts.py:", file=sys.stderr)
-            for line in stale:
-                print(f"  {line}", file=sys.stderr)
-            print("run `otel-rl alerts generate` and commit the result", file=sys.stderr)
-            return 1
-        print(f"otel-rl alerts generate --check: ok ({len(files)} files up to date)")
-        return 0
-    written = write_changed(root, files)
-    print(f"otel-rl alerts generate: {len(written)} of {len(files)} files changed")
-    for rel in written:
-        print(f"  {rel}")
-    return 0
+    return check_or_write("otel-rl alerts generate", root, files, check=args.check, source="otel_rl/_alerts.py")
 
 
 def add_cli(subparsers: Any) -> argparse.ArgumentParser:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import keyword
 import pprint
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -282,3 +283,39 @@ def differences(repo_root: Path, files: Mapping[Path, str], stale: Iterable[Path
             out.append(f"{rel} (differs)")
     out.extend(f"{rel} ({stale_reason})" for rel in stale)
     return out
+
+
+def find_repo_root(explicit: str | None = None, option: str = "--root") -> Path:
+    """The otel-rl checkout (the folder holding semconv/registry): ``explicit`` when given, else the
+    working directory or a folder above it, else the one beside the package. Shared by the
+    semconv, dashboard and alert generators; ``option`` is the flag the error points to."""
+    if explicit:
+        return Path(explicit)
+    here = Path.cwd().resolve()
+    for base in [here, *here.parents, Path(__file__).resolve().parents[1]]:
+        if (base / "semconv" / "registry").is_dir():
+            return base
+    raise SystemExit(f"otel-rl: no semconv/registry folder found here or above; run inside the otel-rl "
+                     f"repository or pass {option} DIR")
+
+
+def check_or_write(command: str, repo_root: Path, files: Mapping[Path, str], stale: Iterable[Path] = (), *,
+                   check: bool, source: str, stale_reason: str = "stale") -> int:
+    """``<command> [--check]``, the same for every generator: with ``check``, list what is out of
+    date with ``source`` and return 1 (0 when current); else write what changed and list it."""
+    stale = list(stale)
+    if check:
+        out_of_date = differences(repo_root, files, stale, stale_reason)
+        if out_of_date:
+            print(f"{command} --check: out of date with {source}:", file=sys.stderr)
+            for line in out_of_date:
+                print(f"  {line}", file=sys.stderr)
+            print(f"run `{command}` and commit the result", file=sys.stderr)
+            return 1
+        print(f"{command} --check: ok ({len(files)} files up to date)")
+        return 0
+    written = write_changed(repo_root, files, stale)
+    print(f"{command}: {len(written)} of {len(files)} files changed")
+    for rel in written:
+        print(f"  {rel}" if (repo_root / rel).exists() else f"  {rel} (removed)")
+    return 0

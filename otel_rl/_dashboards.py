@@ -18,13 +18,12 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import sys
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from ._codegen import differences, prometheus_name, write_changed
+from ._codegen import check_or_write, differences, find_repo_root, prometheus_name, write_changed
 from ._registry import Group, Registry, load_registry
 from .semconv import attributes as A
 from .semconv import metrics as M
@@ -1072,39 +1071,21 @@ def write(repo_root: Path | str) -> list[Path]:
     return write_changed(root, files, _stale(root, files))
 
 
+STALE_BOARD = "stale: no board produces it"
+
+
 def check(repo_root: Path | str) -> list[str]:
     """What differs between the committed dashboards and the registry's (empty: up to date)."""
     root = Path(repo_root)
     files = generate(root)
-    return differences(root, files, _stale(root, files), "stale: no board produces it")
-
-
-def find_repo_root(start: Path | None = None) -> Path:
-    """The checkout holding semconv/registry: the working directory or above, else beside the package."""
-    here = (start or Path.cwd()).resolve()
-    for base in [here, *here.parents, Path(__file__).resolve().parents[1]]:
-        if (base / "semconv" / "registry").is_dir():
-            return base
-    raise SystemExit("otel-rl: no semconv/registry folder found here or above; run inside the otel-rl repository")
+    return differences(root, files, _stale(root, files), STALE_BOARD)
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:
-    root = Path(args.repo) if args.repo else find_repo_root()
-    if args.check:
-        differences = check(root)
-        for line in differences:
-            print(line, file=sys.stderr)
-        if differences:
-            print(f"otel-rl dashboards generate --check: {len(differences)} file(s) out of date; run `otel-rl dashboards generate`",
-                  file=sys.stderr)
-            return 1
-        print(f"otel-rl dashboards: up to date ({len(generate(root))} boards in {root / DASHBOARDS_DIR})")
-        return 0
-    touched = write(root)
-    for rel in touched:
-        print(f"wrote {rel}" if (root / rel).exists() else f"removed {rel}")
-    print(f"otel-rl dashboards: {len(touched)} file(s) changed in {root / DASHBOARDS_DIR}")
-    return 0
+    root = find_repo_root(args.repo, "--repo")
+    files = generate(root)
+    return check_or_write("otel-rl dashboards generate", root, files, _stale(root, files), check=args.check,
+                          source="semconv/registry", stale_reason=STALE_BOARD)
 
 
 def _cmd_render(args: argparse.Namespace) -> int:

@@ -26,15 +26,14 @@ examples:
 
 def find_semconv_dir(explicit: str | None) -> Path:
     """The registry folder: --registry, else semconv/ above the working directory or beside the package."""
+    from ._codegen import find_repo_root
+
     if explicit:
         path = Path(explicit)
         if not (path / "registry").is_dir():
             raise SystemExit(f"otel-rl: {path} has no registry/ folder; pass --registry pointing at the semconv/ folder")
         return path
-    for base in [Path.cwd(), *Path.cwd().parents, Path(__file__).resolve().parents[1]]:
-        if (base / "semconv" / "registry").is_dir():
-            return base / "semconv"
-    raise SystemExit("otel-rl: no semconv/registry folder found here or above; run inside the otel-rl repository or pass --registry DIR")
+    return find_repo_root(option="--registry") / "semconv"
 
 
 def _cmd_semconv_check(args: argparse.Namespace) -> int:
@@ -73,21 +72,9 @@ def _cmd_semconv_generate(args: argparse.Namespace) -> int:
             print(p, file=sys.stderr)
         print("otel-rl semconv generate: fix the registry first (otel-rl semconv check)", file=sys.stderr)
         return 1
-    if args.check:
-        differing = _codegen.diff(repo_root, files)
-        if differing:
-            print("otel-rl semconv generate --check: generated files are out of date with semconv/:", file=sys.stderr)
-            for line in differing:
-                print(f"  {line}", file=sys.stderr)
-            print("run `otel-rl semconv generate` and commit the result", file=sys.stderr)
-            return 1
-        print(f"otel-rl semconv generate --check: ok ({len(files)} files up to date)")
-        return 0
-    written = _codegen.write(repo_root, files)
-    print(f"otel-rl semconv generate: {len(written)} of {len(files)} files changed")
-    for path in written:
-        print(f"  {path}")
-    return 0
+    return _codegen.check_or_write("otel-rl semconv generate", repo_root, {f.path: f.content for f in files},
+                                   _codegen.stale_files(repo_root, files), check=args.check, source="semconv/",
+                                   stale_reason="stale: not produced by the registry")
 
 
 def _cmd_semconv_resolve(args: argparse.Namespace) -> int:

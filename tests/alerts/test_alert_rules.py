@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from otel_rl import _alerts
-from otel_rl._codegen import prometheus_name
+from otel_rl._codegen import differences, prometheus_name
 from otel_rl.semconv import ENUM_MEMBERS, METRICS
 from otel_rl.semconv import attributes as A
 
@@ -88,7 +88,7 @@ def test_the_tokenizer_finds_metrics_and_labels():
 
 
 def test_generated_files_are_current():
-    assert _alerts.stale_files(REPO, _alerts.render(REPO)) == []
+    assert differences(REPO, _alerts.render(REPO)) == []
 
 
 def test_generate_check_command(capsys, tmp_path):
