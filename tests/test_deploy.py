@@ -20,6 +20,8 @@ from otel_rl.semconv import attributes as A
 from otel_rl.semconv._tables import METRICS
 from otel_rl.stack import _components as stack_components
 
+from promql_names import promql_metric_names
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = REPO_ROOT / "deploy"
 COMPOSE = DEPLOY / "docker-compose.yml"
@@ -207,23 +209,6 @@ def span_metrics_prometheus_names() -> set[str]:
     namespace = prometheus_label(connector["namespace"])
     duration = f"{namespace}_duration_seconds"
     return {f"{namespace}_calls_total", duration} | {duration + s for s in _HISTOGRAM_SUFFIXES}
-
-
-_PROMQL_KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "offset", "and", "or", "unless", "inf", "nan"}
-
-
-def promql_metric_names(expr: str) -> set[str]:
-    """Metric names in a PromQL expression (label matchers, groupings, strings and functions removed)."""
-    text = expr.replace("$$", "$")
-    text = re.sub(r'"(?:[^"\\]|\\.)*"', '""', text)
-    text = re.sub(r"\{[^}]*\}", "", text)
-    text = re.sub(r"\[[^\]]*\]", "", text)
-    text = re.sub(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", "", text)
-    names = set()
-    for match in re.finditer(r"(?<![\w$.])([a-zA-Z_:][a-zA-Z0-9_:]*)\s*(\()?", text):
-        if match.group(2) is None and match.group(1).lower() not in _PROMQL_KEYWORDS:
-            names.add(match.group(1))
-    return names
 
 
 def promql_expressions() -> list[tuple[str, str]]:

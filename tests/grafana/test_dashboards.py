@@ -23,6 +23,7 @@ from otel_rl.semconv import attributes as A
 from otel_rl.semconv import metrics as M
 from otel_rl.semconv import names as N
 
+from promql_names import promql_metric_names  # a second, independent name reader
 from grafana_checks import (
     GRAFANA_SCHEMA_VERSION,
     REPO_ROOT,
@@ -72,22 +73,6 @@ def registry_series() -> set[str]:
     return names
 
 
-_KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "offset", "and", "or", "unless", "inf", "nan"}
-
-
-def names_by_regex(expr: str) -> set[str]:
-    """A second, independent metric-name reader: strip strings, matchers, ranges and label lists."""
-    text = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)
-    text = re.sub(r"\{[^}]*\}", "", text)
-    text = re.sub(r"\[[^\]]*\]", "", text)
-    text = re.sub(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", "", text)
-    found = set()
-    for m in re.finditer(r"(?<![\w$.])([a-zA-Z_:][a-zA-Z0-9_:]*)\s*(\()?", text):
-        if m.group(2) is None and m.group(1).lower() not in _KEYWORDS:
-            found.add(m.group(1))
-    return found
-
-
 # --------------------------------------------------------------------------------------------
 # Generated, complete, registry-only
 
@@ -115,7 +100,7 @@ def test_every_query_names_only_registry_series(boards: dict[str, dict[str, Any]
     assert len(targets) > 80
     for slug, panel, target in targets:
         by_tokens = set(D.promql_metric_names(target["expr"]))
-        by_regex = names_by_regex(target["expr"])
+        by_regex = promql_metric_names(target["expr"])
         assert by_tokens == by_regex, (slug, panel["title"], target["expr"])
         assert by_tokens, f"{slug} / {panel['title']}: no metric in {target['expr']}"
         unknown = by_tokens - allowed
@@ -133,7 +118,7 @@ def test_every_query_names_only_registry_series(boards: dict[str, dict[str, Any]
 ])
 def test_metric_name_readers_agree_on_examples(expr: str, names: list[str]) -> None:
     assert D.promql_metric_names(expr) == names
-    assert names_by_regex(expr) == set(names)
+    assert promql_metric_names(expr) == set(names)
 
 
 def test_an_unknown_metric_fails_generation(metrics: D.Metrics) -> None:
