@@ -13,7 +13,6 @@ import math
 import subprocess
 import sys
 import textwrap
-from collections import defaultdict
 from pathlib import Path
 from typing import Iterator
 
@@ -26,6 +25,8 @@ from otel_rl.semconv import METRICS
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import metrics as M
 from otel_rl.semconv import names as N
+
+from expected_metrics import expected_series
 
 REPO = Path(__file__).resolve().parents[2]
 SEED_KEYS = REPO / "tests" / "semconv" / "test_seed_keys.py"
@@ -305,15 +306,7 @@ def test_tagged_keys_arrive_stripped_under_registry_names(roll_tracking, run_env
 
     points = read_metrics(run_env)
     last = {(p.name, tuple(sorted(p.attributes.items()))): p for p in points}
-    gauges, hists = {}, defaultdict(list)
-    for step in logged:
-        for key, raw in roll_tracking._strip_metric_tag(logged[step]).items():
-            res = resolver.resolve(key, "roll")
-            value = res.transform(raw) if res.transform else float(raw)
-            if METRICS[res.metric].instrument == "histogram":
-                hists[(res.metric, res.attributes)].append(value)
-            else:
-                gauges[(res.metric, res.attributes)] = value
+    gauges, hists = expected_series((roll_tracking._strip_metric_tag(logged[step]) for step in logged), resolver, "roll")
     for series, value in gauges.items():
         assert math.isclose(last[series].value, value, rel_tol=1e-9), series
     for series, values in hists.items():

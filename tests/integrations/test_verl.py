@@ -28,6 +28,8 @@ from otel_rl.semconv import attributes as A
 from otel_rl.semconv import metrics as M
 from otel_rl.semconv import names as N
 
+from expected_metrics import expected_series
+
 REPO = Path(__file__).resolve().parents[2]
 GIB = float(2**30)
 
@@ -362,16 +364,7 @@ def test_trainer_logger_otel_through_verls_tracking(tracking_module, verl_env, r
 
     # Metrics: every key under its registry name and attributes, with the value logged (converted).
     last = _last_points(verl_env)
-    expected_gauges: dict = {}
-    expected_hist: dict = defaultdict(list)
-    for step in STEPS:
-        for key, raw in logged[step].items():
-            res = resolver.resolve(key, "verl")
-            value = res.transform(raw) if res.transform else float(raw)
-            if METRICS[res.metric].instrument == "histogram":
-                expected_hist[(res.metric, res.attributes)].append(value)
-            else:
-                expected_gauges[(res.metric, res.attributes)] = value
+    expected_gauges, expected_hist = expected_series((logged[step] for step in STEPS), resolver, "verl")
     for series, value in expected_gauges.items():
         assert series in last, f"{series} was not exported"
         assert math.isclose(last[series].value, value, rel_tol=1e-9), series
