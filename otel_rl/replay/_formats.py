@@ -476,12 +476,19 @@ def _read_verl_console(path: Path, text: str, out: ParsedLog) -> None:
             continue
         stamp = parse_timestamp(line[: m.start()]) if m.start() else None
         out.records.append(StepRecord(step, values, number, time_ns=stamp))
+    if not _timestamp_clock(out):
+        _clock_from_step_durations(out)
+
+
+def _timestamp_clock(out: ParsedLog) -> bool:
+    """Use the lines' timestamps when every step has one; else none of them (a partial clock would
+    put steps out of order). Returns whether the timestamps are the clock."""
     if out.records and all(r.time_ns is not None for r in out.records):
         out.clock = CLOCK_TIMESTAMP
-    else:
-        for r in out.records:
-            r.time_ns = None
-        _clock_from_step_durations(out)
+        return True
+    for r in out.records:
+        r.time_ns = None
+    return False
 
 
 _STEP_DURATION_KEYS = ("timing_s/step",)
@@ -533,11 +540,7 @@ def _read_roll_stdout(path: Path, text: str, out: ParsedLog) -> None:
         previous = step
         stamp = parse_timestamp(line[: line.find(_METRICS_TAG)])
         out.records.append(StepRecord(step, metrics, number, time_ns=stamp))
-    if out.records and all(r.time_ns is not None for r in out.records):
-        out.clock = CLOCK_TIMESTAMP
-    else:
-        for r in out.records:
-            r.time_ns = None
+    _timestamp_clock(out)
 
 
 # --------------------------------------------------------------------------------------------------
