@@ -40,6 +40,14 @@ def http_json(url: str, params: dict[str, Any] | list[tuple[str, str]] | None = 
         return json.loads(response.read().decode("utf-8"))
 
 
+def raw_samples(stack: Any, selector: str, start: float, end: float) -> list[tuple[int, float]]:
+    """VictoriaMetrics' raw samples (its export API): (timestamp ms, value), not a query's resampled grid."""
+    query = urllib.parse.urlencode({"match[]": selector, "start": f"{start:.0f}", "end": f"{end:.0f}"})
+    with urllib.request.urlopen(f"{stack.endpoints['victoria_metrics']}/api/v1/export?{query}", timeout=10) as response:  # noqa: S310
+        lines = [json.loads(line) for line in response.read().decode("utf-8").splitlines() if line.strip()]
+    return sorted((t, v) for line in lines for t, v in zip(line["timestamps"], line["values"]))
+
+
 @dataclass
 class DemoRun:
     protocol: str

@@ -36,8 +36,6 @@ import statistics
 import subprocess
 import sys
 import time
-import urllib.parse
-import urllib.request
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -45,6 +43,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from otlp_sink import OtlpSink  # noqa: E402
+from stack_support import poll, raw_samples  # noqa: E402
 
 import otel_rl  # noqa: E402
 from otel_rl._spool import LOGS, METRICS, SPOOL_FULL, TRACES  # noqa: E402
@@ -247,20 +246,11 @@ def test_every_step_reaches_victoria_metrics_through_a_restarted_stack_collector
     assert all(s.dropped_total == 0 for s in tel._providers.spool.stats().values())
 
     selector = (f'{_alerts.metric(M.RL_LOSS)}{{{_alerts.label(A.RL_RUN_ID)}="{run_id}", '
-                f'{_alerts.label(A.RL_LOSS_TYPE)}="policy"}}')
-    query = {"match[]": selector, "start": f"{started - 60:.0f}", "end": f"{time.time() + 60:.0f}"}
-
-    def samples() -> list[float]:
-        with urllib.request.urlopen(f"{stack.endpoints['victoria_metrics']}/api/v1/export?"  # noqa: S310 - loopback
-                                    f"{urllib.parse.urlencode(query)}", timeout=10) as response:
-            lines = [json.loads(line) for line in response.read().decode().splitlines() if line.strip()]
-        return sorted(v for line in lines for v in line["values"])
-
-    end = time.monotonic() + 60
-    got = samples()
-    while len(got) < step and time.monotonic() < end:
-        time.sleep(1.0)
-        got = samples()
+                f'{_alerts.label(A.RL_LOSS_TYPE)}="{A.RlLossTypeValues.POLICY.value}"}}')
+    until = time.time() + 60
+    samples = poll(lambda: raw_samples(stack, selector, started - 60, until), lambda got: len(got) >= step, 60,
+                   f"{step} samples of {run_id} in VictoriaMetrics")
+    got = sorted(v for _, v in samples)
     assert got == [float(s) for s in range(step)], (len(got), step)
     report("stack_restart_victoria_metrics", {"steps": step, "samples": len(got), **check_timings(timings)})
 

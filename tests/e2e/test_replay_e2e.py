@@ -9,10 +9,7 @@ its retention)."""
 from __future__ import annotations
 
 import io
-import json
 import time
-import urllib.parse
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -23,20 +20,12 @@ from otel_rl.replay import parse_file, replay_file
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import metrics as M
 
-from stack_support import http_json, poll
+from stack_support import http_json, poll, raw_samples
 
 pytestmark = pytest.mark.e2e
 
 LOGS = Path(__file__).resolve().parents[3] / "shared" / "logs"
 STEP_SECONDS = 3
-
-
-def raw_samples(stack: Any, selector: str, start: float, end: float) -> list[tuple[int, float]]:
-    """VictoriaMetrics' raw samples (its export API): (timestamp ms, value), not a query's resampled grid."""
-    query = urllib.parse.urlencode({"match[]": selector, "start": f"{start:.0f}", "end": f"{end:.0f}"})
-    with urllib.request.urlopen(f"{stack.endpoints['victoria_metrics']}/api/v1/export?{query}", timeout=10) as response:  # noqa: S310
-        lines = [json.loads(line) for line in response.read().decode("utf-8").splitlines() if line.strip()]
-    return sorted((t, v) for line in lines for t, v in zip(line["timestamps"], line["values"]))
 
 
 def test_a_replayed_log_lands_on_its_original_timeline(stack: Any, tmp_path: Path):
