@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from .._detectors import DetectorConfig, default_rules_yaml, load_rules
-from ..replay._formats import FORMATS, FormatError, parse_file
+from ..replay import FORMATS, FormatError, parse_file
 from ..replay._progress import Progress
 from ._run import RunAnalysis, analyze_parsed, key_series
 from ._report import write_reports

@@ -12,7 +12,7 @@ import numpy as np
 from .._detectors import (Alert, AlertEngine, Chain, DetectorConfig, Finding, Rule, build_chains, default_rules, detect_series,
                           direction_of)
 from .._keys import KeyResolver
-from ..replay._formats import ParsedLog
+from ..replay import ParsedLog
 from ..semconv import METRICS
 from ..semconv import attributes as A
 from ..semconv import metrics as M

@@ -12,7 +12,7 @@ import numpy as np
 
 from .._keys import KeyResolver
 from .._pipeline import Rejected, to_number
-from ..replay._formats import ParsedLog
+from ..replay import ParsedLog
 from ..semconv import METRICS
 from ..semconv import attributes as A
 from ..semconv import metrics as M

@@ -17,20 +17,26 @@ import argparse
 import sys
 from typing import Any
 
-from ._formats import FORMATS, FRAMEWORK_OF, FormatError, ParsedLog, StepRecord, detect_format, parse_file
-from ._run import DEFAULT_START, DEFAULT_STEP_SECONDS, MARKER_FILE, ReplayResult, replay_file, replay_files, run_id_for
+from ._formats import FORMATS, FRAMEWORK_OF, detect_format, parse_file
+from ._log import FormatError, ParseCheck, ParsedLog, Segment, StepRecord
+from ._settings import CANONICAL as SETTINGS
+from ._run import DEFAULT_START, DEFAULT_STEP_SECONDS, MARKER_FILE, ReplayResult, parse_summary, replay_file, replay_files, run_id_for
 
 __all__ = [
     "FORMATS",
     "FRAMEWORK_OF",
     "FormatError",
     "MARKER_FILE",
+    "ParseCheck",
     "ParsedLog",
     "ReplayResult",
+    "SETTINGS",
+    "Segment",
     "StepRecord",
     "add_cli",
     "detect_format",
     "parse_file",
+    "parse_summary",
     "replay_file",
     "replay_files",
     "run_id_for",
@@ -55,6 +61,13 @@ Formats (detected from the content unless --format says):
 Time: timestamps in the log are used as they are; elapsed times (ms-swift elapsed_time, tqdm's
 elapsed, verl's summed timing_s/step) count from --start-time; a log without any time gets the
 clock --start-time + step x --step-seconds. The clock used is printed.
+
+Before sending, the replay checks what it read and prints it: the step range, records per step,
+whether steps go in order, the step count against the log's own header, the share of record-like
+lines read, and where the steps came from. Anything doubtful is a WARNING line first. Settings the
+log prints (a verl config dump, the Trainer header) are read as settings, never as records. A file
+that holds several runs (an SFT run, then an RL run) is split: the last RL run is replayed, the
+others are listed (--segment N picks one). A resumed run's repeated steps keep their later records.
 
 Each file is one run. Its run id, replay-<16 hex>, comes from the file's content and the resource
 (service name, framework, experiment), so replaying the same file again gives the same run id and
@@ -91,6 +104,8 @@ def add_cli(subparsers: Any) -> argparse.ArgumentParser:
                         help=f"origin of elapsed and synthetic clocks, e.g. 2025-11-26T02:24:44+08:00 (default {DEFAULT_START})")
     parser.add_argument("--step-seconds", type=float, default=DEFAULT_STEP_SECONDS, metavar="S",
                         help=f"seconds per step of the synthetic clock, for logs without times (default {DEFAULT_STEP_SECONDS:g})")
+    parser.add_argument("--segment", type=int, metavar="N",
+                        help="a file that holds several runs (an SFT run, then an RL run): read run N (default: the last RL run)")
     parser.add_argument("--force", action="store_true", help="replay a file again even though its run folder says it was replayed")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress bar (it is shown only on a terminal anyway)")
     parser.set_defaults(func=run_cli)
@@ -109,7 +124,8 @@ def run_cli(args: argparse.Namespace) -> int:
             replay_file(path, format=args.format, service_name=args.service_name, experiment=args.experiment,
                         run_id=args.run_id, run_dir=args.run_dir, endpoint=args.endpoint, protocol=args.protocol,
                         exporters=args.exporters, start_time=args.start_time, step_seconds=args.step_seconds,
-                        force=args.force, progress=False if args.quiet else None)
+                        force=args.force, progress=False if args.quiet else None,
+                        segment=args.segment)
         except (FileNotFoundError, IsADirectoryError, PermissionError, FormatError, ValueError) as exc:
             failed += 1
             print(f"otel-rl replay: {path}: {exc}", file=sys.stderr)

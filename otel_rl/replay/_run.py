@@ -23,11 +23,12 @@ from typing import IO, Any, Callable, Iterator, Mapping, Sequence
 from .._config import resolve_config
 from opentelemetry.sdk.resources import SERVICE_INSTANCE_ID
 from .._runfolder import LOGS_FILE, METRICS_FILE, TRACES_FILE, format_problems
-from ._formats import CLOCK_DURATIONS, CLOCK_ELAPSED, CLOCK_NONE, CLOCK_TIMESTAMP, FRAMEWORK_OF, ParsedLog, parse_file
+from ._formats import FRAMEWORK_OF, parse_file, parse_timestamp
+from ._log import CLOCK_DURATIONS, CLOCK_ELAPSED, CLOCK_NONE, CLOCK_TIMESTAMP, ParsedLog
 from ..integrations._verl_timers import step_stages
 from ._progress import Progress
 
-__all__ = ["DEFAULT_START", "MARKER_FILE", "ReplayResult", "replay_file", "replay_files", "run_id_for"]
+__all__ = ["DEFAULT_START", "MARKER_FILE", "ReplayResult", "parse_summary", "replay_file", "replay_files", "run_id_for"]
 
 MARKER_FILE = "replay.json"
 DEFAULT_START = "2025-01-01T00:00:00Z"  # the synthetic clock's origin: fixed, so replays are repeatable
@@ -65,8 +66,6 @@ class ReplayResult:
 
 def parse_start(text: str) -> int:
     """``2025-01-01T00:00:00Z`` (or ``...+08:00``, or a date) as Unix nanoseconds."""
-    from ._formats import parse_timestamp
-
     raw = text.strip()
     if len(raw) == 10:  # a bare date
         raw += "T00:00:00Z"
@@ -149,11 +148,13 @@ def replay_file(
     progress: bool | None = None,
     out: IO[str] | None = None,
     parsed: ParsedLog | None = None,
+    segment: int | None = None,
 ) -> ReplayResult:
     """Send every step of one log through ``otel_rl.init(...)`` telemetry with its original time.
 
     ``progress``: a progress bar on stderr (None: only on a terminal). ``out``: where the summary
-    lines go (default stdout). Returns a :class:`ReplayResult`; ``skipped`` when the run folder's
+    lines go (default stdout). ``segment``: which run of a file that holds several (1-based;
+    default: the last RL run). Returns a :class:`ReplayResult`; ``skipped`` when the run folder's
     marker shows this content was replayed already (``force=True`` replays it again).
     """
     import otel_rl
@@ -164,7 +165,7 @@ def replay_file(
     if not step_seconds > 0:
         raise ValueError(f"--step-seconds must be positive, got {step_seconds}")
     t0 = time.perf_counter()
-    parsed = parsed if parsed is not None else parse_file(p, format)
+    parsed = parsed if parsed is not None else parse_file(p, format, segment=segment)
     parse_seconds = time.perf_counter() - t0
     framework = parsed.framework if parsed.framework else FRAMEWORK_OF.get(parsed.format)
     service = service_name or os.environ.get("OTEL_SERVICE_NAME") or f"otel-rl-replay-{parsed.format}"
@@ -258,9 +259,13 @@ def _instance_id(run_id: str) -> Iterator[None]:
 
 
 def _write_marker(folder: Path, path: Path, parsed: ParsedLog, content_hash: str, run_id: str, *, completed: bool) -> None:
+    steps = [r.step for r in parsed.records]
     marker = {
         "source": str(path.resolve()), "sha256": content_hash, "format": parsed.format, "run_id": run_id,
         "records": len(parsed.records), "points": parsed.points, "completed": completed,
+        "steps": {"first": steps[0], "last": steps[-1], "count": len(steps)} if steps else None,
+        "segment": next((r.segment for r in parsed.records), None), "segments": len(parsed.segments) or 1,
+        "step_source": parsed.step_source or None, "doubts": parsed.doubts,
         "replayed_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     (folder / MARKER_FILE).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
@@ -270,12 +275,33 @@ def _write_marker(folder: Path, path: Path, parsed: ParsedLog, content_hash: str
 _STAGE_TIMERS: dict[str, Callable[[Mapping[str, Any]], tuple[list[Any], Any]]] = {"verl": step_stages}
 
 
+def parse_summary(parsed: ParsedLog) -> list[str]:
+    """What was read and how sure it is, doubts first: the lines replay and analyze print before anything else."""
+    lines = [f"WARNING: {doubt}" for doubt in parsed.doubts]
+    check = parsed.check
+    if check is not None and check.steps:
+        per_step = "one record per step" if check.max_records_per_step <= 1 else \
+            f"up to {check.max_records_per_step} records per step (merged)"
+        order = "steps in order" if check.monotonic else f"the step went back {check.steps_went_back} time(s)"
+        planned = parsed.settings.get("max_steps")
+        against = f"; the log plans {planned} steps" if isinstance(planned, int) else ""
+        lines.append(f"read: steps {check.first_step}-{check.last_step} ({check.steps:,} steps, {per_step}, {order}{against}); "
+                     f"{check.lines_text()}")
+    if parsed.step_source:
+        lines.append(f"steps from {parsed.step_source}")
+    return lines
+
+
 def _summary(result: ReplayResult, out: IO[str]) -> None:
     parsed = result.parsed
     assert parsed is not None
     bad = len(parsed.problems)
+    check = parsed.check
+    span = f" ({check.first_step}-{check.last_step})" if check is not None and check.steps else ""
     out.write(f"otel-rl replay: {result.path} ({result.format}, keys mapped as {result.framework or 'any framework'}): "
-              f"{result.records:,} steps, {result.points:,} values, {bad} malformed line{'s' if bad != 1 else ''} skipped\n")
+              f"{result.records:,} steps{span}, {result.points:,} values, {bad} malformed line{'s' if bad != 1 else ''} skipped\n")
+    for line in parse_summary(parsed):
+        out.write(f"  {line}\n")
     if parsed.problems:
         out.write(f"  {format_problems(parsed.problems, limit=5)}\n")
         for problem in parsed.problems[:5]:

@@ -34,17 +34,21 @@ def assert_values(parsed, data, rel: float = 0.0, abs_: float = 0.0) -> None:
 # ------------------------------------------------------------------------------- real logs
 
 
-def test_real_swift_rows_read_exactly_with_both_train_speed_variants():
-    parsed = parse_file(SWIFT_LOG)
-    assert parsed.format == "swift" and parsed.framework == "swift"
+def test_real_swift_rows_of_three_runs_are_split_and_read_exactly():
+    # Rows pasted from three runs (max_steps 10000, 547, 4389): each is its own run, read exactly.
     rows = [json.loads(line) for line in SWIFT_LOG.read_text().splitlines() if line.strip()]
-    assert [r.values for r in parsed.records] == rows  # exact, strings included ("1/10000", "0.18%")
-    assert [r.step for r in parsed.records] == [1, 2, 1, 2]
-    assert [r.elapsed_s for r in parsed.records] == [36.0, 39.0, 318.0, 410.0]
-    assert parsed.clock == "elapsed"
+    runs = [parse_file(SWIFT_LOG, segment=i) for i in (1, 2, 3)]
+    assert all(p.format == "swift" and p.framework == "swift" for p in runs)
+    assert [r.values for p in runs for r in p.records] == rows  # exact, strings included ("1/10000", "0.18%")
+    assert [[r.step for r in p.records] for p in runs] == [[1, 2], [1], [2]]
+    assert [r.elapsed_s for p in runs for r in p.records] == [36.0, 39.0, 318.0, 410.0]
+    assert all(p.clock == "elapsed" and not p.problems and not p.doubts for p in runs)
     assert "train_speed(s/it)" in rows[0] and "train_speed(iter/s)" in rows[2]
-    assert not parsed.problems
-    assert any("went back" in note for note in parsed.notes)  # rows of several runs: said, not hidden
+    default = parse_file(SWIFT_LOG)  # the last run, and the file's other runs said, not hidden
+    assert [r.values for r in default.records] == rows[3:]
+    assert len(default.segments) == 3 and any("holds 3 runs" in note for note in default.notes)
+    with pytest.raises(ValueError, match="segment 4 does not exist"):
+        parse_file(SWIFT_LOG, segment=4)
 
 
 @pytest.mark.parametrize("path, count, first, last", [(AAIPL, 50, 10, 500), (TELELOGS, 200, 1, 200)])

@@ -37,19 +37,22 @@ def step_events(run_dir: Path) -> list[dict]:
 def test_real_swift_log_replays_with_elapsed_times_and_mapped_metrics(tmp_path):
     src = LOGS / "swift_grpo_logging_lines_from_issues.jsonl"
     out = io.StringIO()
-    result = replay_file(src, out=out, progress=False)
-    assert not result.skipped and result.records == 4 and result.format == "swift"
+    result = replay_file(src, out=out, progress=False, segment=1)  # the first of the file's three runs
+    assert not result.skipped and result.records == 2 and result.format == "swift"
     events = step_events(result.run_dir)
     rows = [json.loads(line) for line in src.read_text().splitlines() if line.strip()]
-    assert [e["body"] for e in events] == rows  # the exact values, strings included
-    assert [e["attributes"][A.RL_STEP] for e in events] == [1, 2, 1, 2]
+    assert [e["body"] for e in events] == rows[:2]  # the exact values, strings included
+    assert [e["attributes"][A.RL_STEP] for e in events] == [1, 2]
     origin = parse_start("2025-01-01T00:00:00Z")
-    assert [(e["timestamp"] - origin) / 1e9 for e in events] == [36.0, 39.0, 318.0, 410.0]
+    assert [(e["timestamp"] - origin) / 1e9 for e in events] == [36.0, 39.0]
     assert events[0]["resource"][A.RL_RUN_ID] == result.run_id
     names = {p.name for p in read_metrics(result.run_dir)}
-    assert {M.RL_POLICY_KL, M.RL_RESPONSE_CLIPPED_RATIO, M.RL_THROUGHPUT_STEPS, M.RL_GPU_MEMORY_USAGE} <= names
+    assert {M.RL_RESPONSE_CLIPPED_RATIO, M.RL_THROUGHPUT_STEPS, M.RL_GPU_MEMORY_USAGE} <= names  # these rows log no kl
     text = out.getvalue()
-    assert "4 steps" in text and "elapsed time" in text and result.run_id in text
+    assert "2 steps (1-2)" in text and "elapsed time" in text and result.run_id in text
+    assert "holds 3 runs" in text and "WARNING" not in text
+    marker = json.loads((result.run_dir / "replay.json").read_text())
+    assert marker["format"] == "swift" and marker["steps"] == {"first": 1, "last": 2, "count": 2} and marker["segment"] == 1
 
 
 def test_trainer_state_gets_the_stated_synthetic_clock(tmp_path):

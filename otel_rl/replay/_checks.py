@@ -1,0 +1,85 @@
+"""Sanity before verdicts: one record per step, steps in order, the count the log's own header
+promises, the share of record-like lines read. A doubtful parse says so at the top of every report
+and of replay's output instead of passing for a healthy run."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from ._log import ParsedLog, ParseCheck, StepRecord
+
+# Below this share of record-like lines read, the reader missed something systematic.
+MIN_SHARE_READ = 0.9
+
+
+def settle_steps(out: ParsedLog) -> None:
+    """One record per step, in step order. Records of the same step logged one after the other
+    are one step's parts (merged, the later value wins); a step that goes back means the run was
+    resumed from a checkpoint (or restarted): the later records of a step replace the earlier."""
+    kept: dict[int, StepRecord] = {}
+    previous: int | None = None
+    replaced: list[int] = []
+    resumes: list[tuple[int, int, int]] = []  # (line, from step, to step)
+    per_step: Counter[int] = Counter()
+    for record in out.records:
+        step = record.step
+        per_step[step] += 1
+        if previous is not None and step < previous:
+            resumes.append((record.line, previous, step))
+        existing = kept.get(step)
+        if existing is not None and step == previous:
+            existing.values.update(record.values)
+        else:
+            if existing is not None:
+                replaced.append(step)
+            kept[step] = StepRecord(step, dict(record.values), record.line, record.time_ns, record.elapsed_s, record.segment)
+        previous = step
+    for line, before, after in resumes[:3]:
+        out.notes.append(f"line {line}: the step went back from {before} to {after} (a resumed run, or another run "
+                         "appended to the file); a step logged twice keeps its later record")
+    if replaced:
+        out.notes.append(f"{len(replaced)} step(s) logged more than once ({_span(replaced)}): the later record of each is kept")
+    out.records = [kept[s] for s in sorted(kept)]
+    out.check = ParseCheck(
+        records=out.records_read, steps=len(out.records), first_step=out.records[0].step if out.records else None,
+        last_step=out.records[-1].step if out.records else None, max_records_per_step=max(per_step.values(), default=0),
+        monotonic=not resumes, steps_went_back=len(resumes), expected_steps=None, lines=out.lines,
+        lines_read=0, record_like_lines=0)
+
+
+def _span(steps: list[int]) -> str:
+    ordered = sorted(set(steps))
+    return f"step {ordered[0]}" if len(ordered) == 1 else f"steps {ordered[0]}-{ordered[-1]}"
+
+
+def check_parse(out: ParsedLog) -> ParseCheck:
+    """Fill ``out.check`` and add to ``out.doubts`` what makes the steps read doubtful."""
+    check = out.check
+    if check is None:
+        settle_steps(out)
+        check = out.check
+    assert check is not None
+    lines_read = len({r.line for r in out.records})
+    check.lines_read = lines_read
+    check.record_like_lines = lines_read + len(out.problems)
+    doubts = out.doubts
+    if not out.records:
+        doubts.append("no step records were read: nothing below describes the run")
+        check.doubtful = True
+        return check
+    if check.max_records_per_step > 2 and check.max_records_per_step > 0.2 * check.records:
+        doubts.append(f"{check.max_records_per_step} records fell on one step: the steps were not read right")
+    planned = out.settings.get("max_steps")
+    interval = out.settings.get("logging_steps")
+    if isinstance(planned, int) and planned > 0 and check.last_step is not None:
+        if check.last_step > planned:
+            doubts.append(f"step {check.last_step} was read, past the {planned} steps the log's own header plans")
+        if isinstance(interval, int) and interval > 0:
+            check.expected_steps = planned // interval
+            if out.settings.get("train_runtime") is not None and check.steps != check.expected_steps:
+                doubts.append(f"the run finished, so {check.expected_steps} records ({planned} steps / logging every "
+                              f"{interval}) were expected; {check.steps} were read")
+    if check.record_like_lines and lines_read / check.record_like_lines < MIN_SHARE_READ:
+        doubts.append(f"only {check.lines_text()}: the rest could not be parsed (see the malformed lines)")
+    check.doubtful = bool(doubts)
+    return check

@@ -1,0 +1,286 @@
+"""A Hugging Face Trainer's console output (TRL, unsloth, ms-swift's HF mode).
+
+``ProgressCallback.on_log`` writes ``str(logs)`` through ``tqdm.write`` between refreshes of the
+training bar (``\\r``). The dicts carry no step, and their place in the text says little: under
+``nohup`` stdout is block-buffered while tqdm's stderr is not, so dicts come in bursts, or all
+after "Training completed". Steps therefore come from the records and the header, never from the
+neighbouring bar:
+
+1. a ``step`` / ``global_step`` key when the dicts have one;
+2. else the dict's position x the logging interval, which comes from the run's end (a
+   ``train_runtime`` summary or the training bar at its total: n dicts over T steps), from the
+   ``epoch`` field x steps per epoch (header), or from the bar's last position;
+3. else the dict's position, with a doubt stated at the top of every report.
+
+Only the training bar counts (no description, the header's total): ``Loading checkpoint shards``,
+``Map``, eval and other bars are ignored. Eval dicts (``eval_*`` keys) join the step of the train
+dict before them; ``train_runtime`` summaries end a run and become settings. A file with several
+runs (an SFT run, then a GRPO run) is split; the RL run is read unless another is asked for.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .._runfolder import Problem
+from ._log import ANSI_RE, CLOCK_ELAPSED, ParsedLog, Segment, StepRecord, number_text, short
+from ._settings import apply_settings, header_settings
+
+# tqdm's default bar: "{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_fmt}{postfix}]"
+TQDM_RE = re.compile(r"(\d+)%\|[^|\r\n]*\|\s*(\d+)/(\d+)\s*\[(?:(\d+):)?(\d+):(\d+)(?:[^\]\r\n]*\])?")
+DICT_RE = re.compile(r"\{\s*['\"].*\}")
+_DICT_START_RE = re.compile(r"\{\s*'[^']*':")
+# Values str(dict) writes that literal_eval does not read: nan/inf, torch tensors (older
+# Trainers logged grad_norm as a tensor), numpy 2 scalars' repr.
+_BARE_NONFINITE_RE = re.compile(r"(?<=: )(-?inf|nan)(?=, |\})")
+_TENSOR_RE = re.compile(r"tensor\(\s*([-+0-9.eE]+|-?nan|-?inf)\s*(?:,[^()]*)?\)")
+_NUMPY_RE = re.compile(r"np\.(?:float|int|uint|bool_)\w*\(\s*([^()]*?)\s*\)")
+_RUN_START_RE = re.compile(r"\*{5} Running training \*{5}|Total steps = [\d,]+")
+# Keys that make a dict a Trainer log record rather than any other dict a program printed.
+_TRAINER_KEYS = ("loss", "grad_norm", "learning_rate", "epoch", "reward", "kl", "train_runtime")
+_SUMMARY_KEY = "train_runtime"
+_RL_KEY_RE = re.compile(r"^(reward|rewards/|kl$|completions?/|completion_length|frac_reward_zero_std|clip_ratio|entropy)")
+
+
+def literal_dict(text: str) -> dict[str, Any]:
+    """``str(dict)`` text as a dict; number strings (newer Trainers write f"{v:.4g}") as numbers."""
+    # str(dict) of plain keys and numbers / number strings is JSON once quotes are swapped; that is
+    # ~10x cheaper than literal_eval, which stays the reader for everything else.
+    if '"' not in text and "\\" not in text:
+        try:
+            value = json.loads(text.replace("'", '"'))
+        except ValueError:
+            value = None
+        if isinstance(value, dict):
+            return {str(k): number_text(v) if isinstance(v, str) else v for k, v in value.items()}
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        cleaned = _NUMPY_RE.sub(r"\1", _TENSOR_RE.sub(r"\1", text))
+        cleaned = _BARE_NONFINITE_RE.sub(lambda m: repr(m.group(0)), cleaned)
+        value = ast.literal_eval(cleaned)  # raises for the caller to report
+    if not isinstance(value, dict):
+        raise ValueError("not a dict")
+    return {str(k): number_text(v) if isinstance(v, str) else v for k, v in value.items()}
+
+
+@dataclass
+class _Run:
+    """What one training run of the file printed."""
+
+    index: int
+    header: dict[str, int | float] = field(default_factory=dict)
+    header_line: int | None = None
+    bars: list[tuple[int, int, float]] = field(default_factory=list)  # (n, total, elapsed s) of description-less bars
+    train: list[tuple[int, dict[str, Any]]] = field(default_factory=list)  # (line, values)
+    evals: list[tuple[int, int, dict[str, Any]]] = field(default_factory=list)  # (line, train dicts before it, values)
+    summary: dict[str, Any] | None = None
+    first_line: int = 0
+    last_line: int = 0
+
+    @property
+    def rl(self) -> bool:
+        return any(_RL_KEY_RE.match(k) for _, values in self.train[:3] for k in values)
+
+    def total(self) -> int | None:
+        """Planned steps: the header's, else the most refreshed description-less bar's total."""
+        planned = self.header.get("max_steps")
+        if isinstance(planned, int) and planned > 0:
+            return planned
+        counts: dict[int, int] = {}
+        for _, total, _ in self.bars:
+            counts[total] = counts.get(total, 0) + 1
+        return max(counts, key=lambda t: counts[t]) if counts else None
+
+    def train_bar(self) -> dict[int, float]:
+        """Training-bar position -> elapsed seconds, first time the bar showed it."""
+        total = self.total()
+        out: dict[int, float] = {}
+        for n, t, elapsed in self.bars:
+            if t == total and n not in out:
+                out[n] = elapsed
+        return out
+
+
+def _is_trainer_dict(values: dict[str, Any]) -> bool:
+    return any(k in values for k in _TRAINER_KEYS) or any(k.startswith(("eval_", "rewards/")) for k in values)
+
+
+def _scan(path: Path, text: str, out: ParsedLog) -> list[_Run]:
+    name = path.name
+    runs = [_Run(1)]
+    for number, raw in enumerate(text.split("\n"), start=1):
+        if not raw.strip():
+            continue
+        for segment in raw.split("\r"):
+            if "\x1b" in segment:
+                segment = ANSI_RE.sub("", segment)
+            if not segment.strip():
+                continue
+            run = runs[-1]
+            if _RUN_START_RE.search(segment) and (run.train or run.summary is not None):
+                run = _Run(len(runs) + 1)
+                runs.append(run)
+            fields = header_settings(segment) if "=" in segment else []
+            if fields and not run.train:  # an eval header ("Num examples = 500") mid-run is not this run's
+                run.header.update(fields)
+                run.header_line = run.header_line or number
+            dict_match = DICT_RE.search(segment) if "{" in segment else None
+            if "%|" in segment:
+                end = dict_match.start() if dict_match else len(segment)
+                previous = 0
+                for bar in TQDM_RE.finditer(segment, 0, end):
+                    desc = segment[previous:bar.start()].strip(" \t:]")
+                    previous = bar.end()
+                    if desc and any(ch.isalpha() for ch in desc):
+                        continue  # a named bar: checkpoint loading, Map, a tokenizer, an eval loop with a desc
+                    hours, minutes, seconds = bar.group(4), bar.group(5), bar.group(6)
+                    run.bars.append((int(bar.group(2)), int(bar.group(3)),
+                                     float(int(hours or 0) * 3600 + int(minutes) * 60 + int(seconds))))
+            if dict_match is None:
+                start = _DICT_START_RE.search(segment) if "{" in segment else None
+                if start is not None and any(f"'{k}'" in segment for k in _TRAINER_KEYS):
+                    out.problems.append(Problem(name, number, f"a dict line cut off (no closing brace): {short(segment[start.start():])}"))
+                continue
+            body = dict_match.group(0)
+            try:
+                values = literal_dict(body)
+            except (ValueError, SyntaxError, MemoryError, RecursionError) as exc:
+                if any(f"'{k}'" in body for k in _TRAINER_KEYS):
+                    out.problems.append(Problem(name, number, f"a dict line that Python cannot read ({type(exc).__name__}): {short(body)}"))
+                continue
+            if not _is_trainer_dict(values):
+                continue
+            if _SUMMARY_KEY in values:
+                run.summary = values
+                run.last_line = number
+                continue
+            if all(k.startswith("eval_") or k in ("epoch", "step") for k in values):
+                run.evals.append((number, len(run.train), values))
+                continue
+            epoch = values.get("epoch")
+            if run.summary is not None or (run.train and _epoch_went_back(run.train[-1][1].get("epoch"), epoch)):
+                run = _Run(len(runs) + 1)
+                runs.append(run)
+            if not run.train:
+                run.first_line = number
+            run.train.append((number, values))
+            run.last_line = number
+    return [r for r in runs if r.train]
+
+
+def _epoch_went_back(before: Any, now: Any) -> bool:
+    return isinstance(before, (int, float)) and isinstance(now, (int, float)) and now < before - 1e-9
+
+
+def _explicit_step(values: dict[str, Any]) -> int | None:
+    for key in ("step", "global_step"):
+        value = values.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
+
+
+def _interval(run: _Run) -> tuple[int | None, str, list[str]]:
+    """The logging interval, how it was found, and disagreements between the ways of finding it."""
+    n = len(run.train)
+    total = run.total()
+    candidates: list[tuple[int, str]] = []
+    bar = run.train_bar()
+    finished = run.summary is not None or (total is not None and total in bar)
+    if finished and total:
+        # n dicts over T steps: the interval L satisfies n = floor(T / L)
+        fits = [L for L in range(max(1, total // (n + 1)), total // n + 1) if total // L == n]
+        if len(fits) == 1:
+            why = "a train_runtime summary" if run.summary is not None else "the training bar at its total"
+            candidates.append((fits[0], f"{n} records over {total} steps (the run finished: {why})"))
+    per_epoch = run.header.get("steps_per_epoch")
+    if not per_epoch and run.header.get("num_epochs") and total and "max_steps" in run.header:
+        per_epoch = total / float(run.header["num_epochs"])
+    epochs = [v.get("epoch") for _, v in run.train]
+    if per_epoch and all(isinstance(e, (int, float)) for e in epochs) and epochs[-1] > 0:
+        estimate = float(epochs[-1]) * float(per_epoch) / n
+        whole = round(estimate)
+        if whole >= 1 and abs(estimate - whole) <= 0.15 * whole:
+            candidates.append((whole, f"the epoch field x {float(per_epoch):g} steps per epoch (header)"))
+    if not finished and bar and total:
+        reached = max(bar)
+        estimate = reached / n
+        if estimate >= 1 and reached // math.floor(estimate) == n:
+            candidates.append((math.floor(estimate), f"the training bar's last position ({reached}) over {n} records"))
+    if not candidates:
+        return None, "", []
+    chosen, why = candidates[0]
+    disagree = [f"the logging interval is {chosen} from {why}, but {other} from {how}"
+                for other, how in candidates[1:] if other != chosen]
+    return chosen, why, disagree
+
+
+def _assign_steps(run: _Run, out: ParsedLog) -> list[StepRecord]:
+    records: list[StepRecord] = []
+    explicit = [_explicit_step(v) for _, v in run.train]
+    if all(s is not None for s in explicit):
+        steps = [int(s) for s in explicit if s is not None]
+        out.step_source = "the records' own step field"
+    else:
+        interval, why, disagree = _interval(run)
+        if interval is None:
+            interval = 1
+            out.doubts.append(
+                f"the records carry no step, and neither a header, an epoch field nor a finished run tells how many steps "
+                f"lie between them: step N below is the N-th logged record (true steps may be a multiple of it)")
+            out.step_source = "the record's position (logging interval unknown)"
+        else:
+            out.step_source = f"the record's position x {interval} (logging interval from {why})"
+            apply_settings(out, {"logging_steps": interval}, why)
+        out.doubts.extend(disagree)
+        steps = [(i + 1) * interval for i in range(len(run.train))]
+    bar = run.train_bar()
+    for (line, values), step in zip(run.train, steps):
+        clean = {k: v for k, v in values.items() if k not in ("step", "global_step")}
+        records.append(StepRecord(step, clean, line, elapsed_s=bar.get(step), segment=run.index))
+    # eval dicts belong to the step of the train dict logged before them
+    for line, before, values in run.evals:
+        at = records[before - 1] if before > 0 else records[0]
+        at.values.update({k: v for k, v in values.items() if k != "epoch"})
+    return records
+
+
+def read_hf_console(path: Path, text: str, out: ParsedLog, segment: int | None = None) -> None:
+    runs = _scan(path, text, out)
+    if not runs:
+        return
+    out.segments = [Segment(index=i, first_line=r.first_line, last_line=r.last_line, records=len(r.train),
+                            label="RL (reward / KL keys)" if r.rl else "no RL keys (SFT or pre-training)", rl=r.rl)
+                    for i, r in enumerate(runs, start=1)]
+    for seg, run in zip(out.segments, runs):
+        run.index = seg.index
+    if segment is not None:
+        if not 1 <= segment <= len(runs):
+            raise ValueError(f"segment {segment} does not exist: this file holds {len(runs)} run(s)")
+        chosen = runs[segment - 1]
+    else:
+        rl_runs = [r for r in runs if r.rl]
+        chosen = (rl_runs or runs)[-1]
+    if len(runs) > 1:
+        parts = "; ".join(f"run {s.index}: lines {s.first_line}-{s.last_line}, {s.records} records, {s.label}" for s in out.segments)
+        out.notes.append(f"this file holds {len(runs)} training runs ({parts}); reading run {chosen.index} "
+                         "(--segment N reads another)")
+    header = {k: v for k, v in chosen.header.items()}
+    if chosen.total() and "max_steps" not in header:
+        header["max_steps"] = chosen.total()
+    apply_settings(out, header, f"the training header at line {chosen.header_line}" if chosen.header_line else "the training bar")
+    if chosen.summary is not None:
+        out.settings["train_runtime"] = chosen.summary.get(_SUMMARY_KEY)
+    out.records.extend(_assign_steps(chosen, out))
+    if out.records and all(r.elapsed_s is not None for r in out.records):
+        out.clock = CLOCK_ELAPSED
+    else:
+        for r in out.records:
+            r.elapsed_s = None

@@ -1,0 +1,117 @@
+"""verl's loggers: the file logger (JSON lines) and the console logger (``step:N - key:value``).
+
+The console log is what people keep (``tee``, ``nohup``, W&B's ``output.log``): Ray prefixes and
+ANSI colours before each line, the Hydra config pretty-printed before training (read here as the
+run's settings, never as records), ``np.float64(x)`` values (newer verl formats with
+``pprint.pformat``), and W&B's 4096-character line limit, which cuts validation lines mid-token.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from .._runfolder import Problem
+from ._log import ANSI_RE, ParsedLog, StepRecord, clock_from_step_durations, json_lines, number_text, parse_timestamp, short, timestamp_clock
+from ._settings import apply_settings, config_dump, verl_settings
+
+
+def read_verl_jsonl(path: Path, text: str, out: ParsedLog) -> None:
+    name = path.name
+    nulls = 0
+    previous: int | None = None
+    for number, _, obj in json_lines(name, text, out):
+        if not isinstance(obj, dict) or not isinstance(obj.get("data"), dict):
+            out.problems.append(Problem(name, number, "not a verl file-logger line ({\"step\": N, \"data\": {...}})"))
+            continue
+        step = obj.get("step")
+        if not isinstance(step, int) or isinstance(step, bool):
+            step = (previous or 0) + 1
+            out.problems.append(Problem(name, number, f"step {obj.get('step')!r} is not an integer; taken as {step}"))
+        data = obj["data"]
+        values = {k: v for k, v in data.items() if v is not None}
+        nulls += len(data) - len(values)
+        previous = step
+        out.records.append(StepRecord(step, values, number))
+    if nulls:
+        out.notes.append(f"{nulls} null value(s) skipped (verl's orjson writes NaN and infinities as null)")
+    clock_from_step_durations(out)
+
+
+STEP_RE = re.compile(r"(?:^|\s|\))step:(-?\d+)((?: - [^\s].*)?)$")
+_RAY_REPEATED_RE = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
+_PFORMAT_RE = re.compile(r"^(?:np|numpy|torch)\.\w+\((.*)\)$")
+# W&B's output.log keeps at most this many characters of a line; the rest is lost.
+WANDB_LINE_LIMIT = 4096
+
+
+def _verl_value(text: str) -> Any:
+    text = text.strip()
+    wrapped = _PFORMAT_RE.match(text)
+    if wrapped:
+        text = wrapped.group(1).split(",")[0].strip()
+    if text in ("True", "False"):
+        return text == "True"
+    number = number_text(text)
+    if isinstance(number, str):
+        raise ValueError(f"value {text!r} is not a number")
+    return number
+
+
+def is_step_line(line: str) -> bool:
+    """A verl console metric line (after ANSI codes are removed)."""
+    m = STEP_RE.search(line)
+    return m is not None and ":" in m.group(2)
+
+
+def read_verl_console(path: Path, text: str, out: ParsedLog) -> None:
+    name = path.name
+    lines = text.splitlines()
+    dump = config_dump(lines[:20_000])
+    if dump is not None:
+        config, first, last = dump
+        apply_settings(out, verl_settings(config), f"the config printed at lines {first}-{last}")
+        out.notes.append(f"lines {first}-{last}: the run's config (read as settings, not records)")
+    for number, raw in enumerate(lines, start=1):
+        if "step:" not in raw:
+            continue
+        line = _RAY_REPEATED_RE.sub("", ANSI_RE.sub("", raw)).rstrip()
+        m = STEP_RE.search(line)
+        if m is None:
+            continue
+        step = int(m.group(1))
+        parts = m.group(2).split(" - ")[1:]
+        cut = len(raw) >= WANDB_LINE_LIMIT
+        if cut and parts:
+            parts.pop()  # cut mid-token: the last "key:value" is a fragment, whatever it parses as
+            out.truncated_steps.append(step)
+        values: dict[str, Any] = {}
+        bad: list[str] = []
+        for part in parts:
+            key, sep, value = part.rpartition(":")
+            if not sep or not key:
+                bad.append(part)
+                continue
+            try:
+                values[key.strip()] = _verl_value(value)
+            except ValueError:
+                bad.append(part)
+        if bad:
+            out.problems.append(Problem(name, number, f"{len(bad)} part(s) not 'key:number' skipped: {short(bad[0])}"))
+        if not values and bad:
+            continue
+        stamp = parse_timestamp(line[: m.start()]) if m.start() else None
+        out.records.append(StepRecord(step, values, number, time_ns=stamp))
+    if out.truncated_steps:
+        out.notes.append(
+            f"{len(out.truncated_steps)} line(s) cut at {WANDB_LINE_LIMIT} characters (W&B's output.log limit), at steps "
+            f"{_steps_text(out.truncated_steps)}: their last key was dropped, and the keys after the cut are missing there "
+            "(missing, not zero)")
+    if not timestamp_clock(out):
+        clock_from_step_durations(out)
+
+
+def _steps_text(steps: list[int], limit: int = 6) -> str:
+    head = ", ".join(str(s) for s in steps[:limit])
+    return head + (f" and {len(steps) - limit} more" if len(steps) > limit else "")
