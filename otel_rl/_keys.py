@@ -59,7 +59,7 @@ _SEMCONV_DIR = Path(__file__).resolve().parent.parent / "semconv"
 # unique garbage keys cannot grow memory without bound (past it, resolution still works, uncached).
 _CACHE_LIMIT = 1 << 16
 
-_RULE_FIELDS = frozenset({"key", "metric", "attributes", "values", "transform"})
+_RULE_FIELDS = frozenset({"key", "metric", "attributes", "values", "transform", "except"})
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$")
 _FRAMEWORK_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 _PLACEHOLDER_RE = re.compile(r"\{([^{}]*)\}")
@@ -211,7 +211,7 @@ class _Part:
 class _Rule:
     __slots__ = (
         "framework", "index", "line", "key", "metric", "fixed", "values", "inverse_values",
-        "transform_name", "transform", "parts", "placeholders", "pattern", "groups",
+        "transform_name", "transform", "parts", "placeholders", "pattern", "groups", "excepted",
     )
 
     def __init__(self, framework: str, index: int, raw: Mapping[str, Any], enum_members: Mapping[str, Iterable[str]]):
@@ -241,6 +241,12 @@ class _Rule:
             raise _RuleError(f"unknown transform {name!r} (known: {', '.join(sorted(TRANSFORMS))})")
         self.transform_name: str | None = name
         self.transform = TRANSFORMS[name] if name is not None else None
+        # Keys the template would match that mean something else (TRL's DPO rewards/chosen under
+        # the old GRPO rewards/{function} shape).
+        excepted = raw.get("except") or ()
+        if isinstance(excepted, str) or not all(isinstance(k, str) for k in excepted):
+            raise _RuleError("`except` must be a list of keys")
+        self.excepted = frozenset(excepted)
         self.parts = _parse_template(key, self.values, enum_members)
         self.placeholders = tuple(p.attribute for p in self.parts if p.attribute is not None)
         for attr in self.placeholders:
@@ -263,7 +269,7 @@ class _Rule:
 
     def match(self, key: str) -> dict[str, str] | None:
         m = self.pattern.fullmatch(key)
-        if m is None:
+        if m is None or key in self.excepted:
             return None
         attributes = dict(self.fixed)
         for group, attr in self.groups:
@@ -299,6 +305,8 @@ class _Rule:
             out["values"] = {a: dict(r) for a, r in self.values.items()}
         if self.transform_name:
             out["transform"] = self.transform_name
+        if self.excepted:
+            out["except"] = sorted(self.excepted)
         return out
 
 
@@ -747,6 +755,10 @@ def _rule_problems(
             if str(attr) in enums and _scalar(target) not in enums[str(attr)]:
                 out.append(f"`values` target {target!r} of {attr!r} is not a member")
 
+    excepted = raw.get("except")
+    if excepted is not None and (isinstance(excepted, str) or not isinstance(excepted, (list, tuple))
+                                 or not all(isinstance(k, str) for k in excepted)):
+        out.append("`except` must be a list of keys")
     transform = raw.get("transform")
     if transform is not None and (not isinstance(transform, str) or transform not in TRANSFORMS):
         out.append(f"unknown transform {transform!r} (known: {', '.join(sorted(TRANSFORMS))})")

@@ -174,6 +174,19 @@ def test_enum_placeholder_matches_only_members(resolver):
     assert resolver.resolve("perf/mfu/actor_infer", "verl").fallback
 
 
+def test_excepted_keys_do_not_match_the_template(resolver):
+    # TRL < 0.16 GRPO logged each reward function's mean as rewards/{fn}; DPO's rewards/chosen is
+    # not a reward function and stays unmapped.
+    old = resolver.resolve("rewards/correctness_reward_func", "trl")
+    assert old.metric == "rl.reward.component"
+    assert dict(old.attributes) == {"rl.reward.function": "correctness_reward_func", "rl.statistic": "mean"}
+    assert resolver.resolve("rewards/chosen", "trl").fallback
+    assert resolver.resolve("rewards/accuracies", "trl").fallback
+    # the per-statistic shape is still preferred when writing a key back
+    assert resolver.to_key("trl", "rl.reward.component", {"rl.reward.function": "fmt", "rl.statistic": "mean"}) == \
+        "rewards/fmt/mean"
+
+
 def test_resolution_is_cached_and_immutable(resolver):
     first = resolver.resolve("actor/kl_loss", "roll")
     assert resolver.resolve("actor/kl_loss", "roll") is first
@@ -363,7 +376,10 @@ def test_validate_reports_file_index_line_and_problem(tmp_path, registry):
         "  - key: f/{rl.statistic\n"
         "    metric: rl.reward\n"
         "  - key: a\n"
-        "    metric: rl.loss\n",
+        "    metric: rl.loss\n"
+        "  - key: g/{rl.statistic}\n"
+        "    metric: rl.reward\n"
+        "    except: g/mean\n",
         encoding="utf-8",
     )
     problems = validate_mappings(load_mapping_files(tmp_path), metrics, attributes, enums)
@@ -375,6 +391,7 @@ def test_validate_reports_file_index_line_and_problem(tmp_path, registry):
     assert "'nonsense' is not a member" in text and "'rl.step' must not be set" in text
     assert "keys[5]" in text and "unbalanced braces" in text
     assert "keys[6]" in text and "same key as keys[0]" in text
+    assert "keys[7]" in text and "`except` must be a list of keys" in text
     # the resolver refuses rules it cannot compile, naming them
     with pytest.raises(ValueError, match="keys\\[2\\].*unknown transform"):
         KeyResolver(load_mapping_files(tmp_path), metrics, enums)

@@ -275,6 +275,8 @@ ALIASES = [
     {"verl:timing_s/step", "verl:perf/time_per_step"},  # both are timing_raw["step"]
     {"swift:train_speed(iter/s)", "swift:train_speed(s/it)"},  # steps/s, the second through `inverse`
     {"trl:completion_length", "trl:completions/mean_length"},  # TRL < 0.16 name of the same mean
+    # TRL < 0.16 logged a reward function's mean without the /mean (two of the real logs differ so)
+    {"trl:rewards/correctness_reward_func", "trl:rewards/correctness_reward_func/mean"},
     {"swift:clip_ratio", "swift:clip_ratio/region_mean"},  # older single name of the region clip mean
 ]
 
