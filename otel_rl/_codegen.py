@@ -139,6 +139,7 @@ def render(registry: Registry, mappings: list[dict[str, Any]], templates_dir: Pa
     metric_ctx = []
     for g in metric_groups:
         name = g.metric_name or ""
+        danger = g.otel_rl.get("danger") if isinstance(g.otel_rl.get("danger"), dict) else {}
         attributes = ", ".join(f"{r.id} ({r.requirement_level})" for r in g.attributes) or "none"
         doc = f"{g.brief}\n\nInstrument: {g.instrument}\nUnit: {g.unit}\nAttributes: {attributes}"
         if g.note:
@@ -148,6 +149,10 @@ def render(registry: Registry, mappings: list[dict[str, Any]], templates_dir: Pa
             "unit": g.unit, "doc": _docstring(doc), "brief_repr": repr(_oneline(g.brief)),
             "buckets": g.otel_rl.get("buckets"), "buckets_repr": repr(g.otel_rl.get("buckets")),
             "direction_repr": repr(g.otel_rl.get("direction")),
+            "floor_repr": repr(_float_or_none(g.otel_rl.get("floor"))),
+            "danger_above_repr": repr(_float_or_none(danger.get("above"))),
+            "danger_below_repr": repr(_float_or_none(danger.get("below"))),
+            "danger_why_repr": repr(_oneline(str(danger["why"])) if danger.get("why") else None),
             "attributes_repr": repr(tuple(r.id for r in g.attributes)),
         })
     metric_all = sorted([m["const"] for m in metric_ctx] + [f"create_{m['func']}" for m in metric_ctx])
@@ -190,6 +195,17 @@ def _group_heading(g: Group) -> str:
     return g.display_name or f"Attributes `{g.id}`"
 
 
+def _float_or_none(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _danger_text(danger: Any) -> str | None:
+    if not isinstance(danger, dict):
+        return None
+    bound = "above" if "above" in danger else "below"
+    return f"{bound} {danger.get(bound)}: {_oneline(str(danger.get('why', '')))}"
+
+
 def _render_docs(env: jinja2.Environment, registry: Registry, mappings: list[dict[str, Any]]) -> list[GeneratedFile]:
     docs = []
     template = env.get_template("registry.md.j2")
@@ -209,6 +225,7 @@ def _render_docs(env: jinja2.Environment, registry: Registry, mappings: list[dic
                 "metric_name": g.metric_name, "instrument": g.instrument, "unit": g.unit,
                 "prom_name": prometheus_name(g.metric_name or "", str(g.unit), str(g.instrument)) if g.type == "metric" else "",
                 "direction": g.otel_rl.get("direction"), "rows": rows,
+                "floor": g.otel_rl.get("floor"), "danger": _danger_text(g.otel_rl.get("danger")),
             })
         docs.append(GeneratedFile(Path(f"docs/semconv/{stem}.md"), template.render(
             md_header=MD_HEADER, title=f"Semantic conventions: {stem.replace('_', ' ')}",

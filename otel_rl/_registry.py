@@ -37,6 +37,7 @@ ATTRIBUTE_FIELDS = {
 NAMESPACES = ("rl.", "hw.", "process.", "gen_ai.", "host.", "service.", "telemetry.")
 HISTOGRAM_BUCKET_SETS = ("duration", "tokens", "signed", "ratio", "count")
 DIRECTIONS = ("higher", "lower", "range")
+DANGER_FIELDS = ("above", "below", "why")
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$")
 MEMBER_ID_RE = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -360,3 +361,34 @@ def _check_metric(g: Group, seen: dict[str, Group]) -> Iterable[Problem]:
     direction = g.otel_rl.get("direction")
     if direction is not None and direction not in DIRECTIONS:
         yield Problem(g.file, g.line, "direction", f"metric `{name}`: direction `{direction}` is not one of {DIRECTIONS}")
+    floor = g.otel_rl.get("floor")
+    if floor is not None and not (_is_number(floor) and floor > 0):
+        yield Problem(g.file, g.line, "floor", f"metric `{name}`: floor `{floor}` is not a positive number (the smallest "
+                      "change of the metric that can matter; write 0.001, not 1e-3, which YAML reads as text)")
+    danger = g.otel_rl.get("danger")
+    if danger is not None:
+        problem = _danger_problem(danger)
+        if problem:
+            yield Problem(g.file, g.line, "danger", f"metric `{name}`: danger {problem}")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _danger_problem(danger: Any) -> str | None:
+    """Why ``danger`` is not ``{above: X, why: ...}`` or ``{below: X, why: ...}``, or None."""
+    if not isinstance(danger, dict):
+        return f"is a mapping {{above: X, why: ...}} or {{below: X, why: ...}}, got `{danger}`"
+    unknown = sorted(set(danger) - set(DANGER_FIELDS))
+    if unknown:
+        return f"has unknown field(s) {unknown}; known: {list(DANGER_FIELDS)}"
+    bounds = [k for k in ("above", "below") if k in danger]
+    if len(bounds) != 1:
+        return "needs exactly one of `above` or `below`"
+    if not _is_number(danger[bounds[0]]):
+        return f"`{bounds[0]}` is not a number: `{danger[bounds[0]]}`"
+    why = danger.get("why")
+    if not isinstance(why, str) or not why.strip():
+        return "needs `why`: one sentence saying what the threshold means and where it comes from"
+    return None

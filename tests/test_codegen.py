@@ -336,6 +336,10 @@ def test_tables_match_the_registry():
         assert mdef.attributes == tuple(r.id for r in g.attributes)
         assert mdef.buckets == g.otel_rl.get("buckets")
         assert mdef.direction == g.otel_rl.get("direction")
+        assert mdef.floor == g.otel_rl.get("floor")
+        danger = g.otel_rl.get("danger") or {}
+        assert (mdef.danger_above, mdef.danger_below) == (danger.get("above"), danger.get("below"))
+        assert (mdef.danger_why is None) == ("why" not in danger)
         assert mdef.brief == _oneline(g.brief)
     assert _tables.BUCKETS == BUCKETS
     assert _tables.ENUM_MEMBERS == REGISTRY.enum_members()

@@ -233,6 +233,8 @@ FIXTURE_CASES = [
     ("event_without_name", "event-name"),
     ("metric_without_name", "metric-name"),
     ("bad_direction", "direction"),
+    ("bad_danger", "danger"),
+    ("bad_floor", "floor"),
     ("not_a_groups_list", "schema"),
 ]
 

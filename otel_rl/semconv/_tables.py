@@ -18,6 +18,10 @@ class MetricDef:
     attributes: tuple[str, ...]
     buckets: str | None = None
     direction: str | None = None
+    floor: float | None = None  # the smallest absolute change of the metric that can matter
+    danger_above: float | None = None  # a value above this is a danger in itself, whatever the baseline
+    danger_below: float | None = None  # ... below this
+    danger_why: str | None = None  # what the danger threshold means and where it comes from
 
 
 BUCKETS: dict[str, tuple[float, ...]] = {
@@ -316,6 +320,7 @@ METRICS: dict[str, MetricDef] = {
         attributes=('rl.model.role',),
         buckets=None,
         direction='lower',
+        floor=0.01,
     ),
     "rl.kl.coefficient": MetricDef(
         name="rl.kl.coefficient",
@@ -370,6 +375,7 @@ METRICS: dict[str, MetricDef] = {
         attributes=('rl.model.role', 'rl.loss.type'),
         buckets=None,
         direction='lower',
+        floor=0.001,
     ),
     "rl.mfu": MetricDef(
         name="rl.mfu",
@@ -397,6 +403,9 @@ METRICS: dict[str, MetricDef] = {
         attributes=('rl.statistic',),
         buckets=None,
         direction='range',
+        floor=0.001,
+        danger_below=0.01,
+        danger_why='A token entropy near 0 means the policy has become deterministic and no longer explores; sampled responses no longer differ, so group-relative advantages vanish.',
     ),
     "rl.policy.kl": MetricDef(
         name="rl.policy.kl",
@@ -406,6 +415,9 @@ METRICS: dict[str, MetricDef] = {
         attributes=('rl.policy', 'rl.kl.estimator'),
         buckets=None,
         direction='range',
+        floor=0.001,
+        danger_above=10.0,
+        danger_why='A KL to the reference above 10 meant the policy had left the reference in a 6000-step GRPO analysis (it rose from about 0.02 to 6-19 before length, grad-norm and reward collapsed); it is a common roll-back threshold.',
     ),
     "rl.policy.ratio": MetricDef(
         name="rl.policy.ratio",
@@ -541,6 +553,8 @@ METRICS: dict[str, MetricDef] = {
         attributes=(),
         buckets=None,
         direction='lower',
+        danger_above=0.3,
+        danger_why='More than 30% of the responses cut at the length limit came with format-reward collapse in a 6000-step GRPO analysis; truncated answers are incomplete and score badly, and 0.3 is the roll-back threshold used there.',
     ),
     "rl.response.length": MetricDef(
         name="rl.response.length",
@@ -604,6 +618,7 @@ METRICS: dict[str, MetricDef] = {
         attributes=('rl.statistic',),
         buckets=None,
         direction='higher',
+        floor=0.001,
     ),
     "rl.reward.batch_tokens": MetricDef(
         name="rl.reward.batch_tokens",
@@ -622,6 +637,7 @@ METRICS: dict[str, MetricDef] = {
         attributes=('rl.reward.function', 'rl.statistic'),
         buckets=None,
         direction='higher',
+        floor=0.001,
     ),
     "rl.reward.duration": MetricDef(
         name="rl.reward.duration",
@@ -811,6 +827,7 @@ METRICS: dict[str, MetricDef] = {
         attributes=('rl.statistic',),
         buckets=None,
         direction='higher',
+        floor=0.001,
     ),
     "rl.shape_ledger.mismatches": MetricDef(
         name="rl.shape_ledger.mismatches",
@@ -973,6 +990,7 @@ METRICS: dict[str, MetricDef] = {
         attributes=('rl.statistic', 'rl.data_source', 'rl.data_source.namespace', 'rl.validation.variable', 'rl.validation.n'),
         buckets=None,
         direction='higher',
+        floor=0.001,
     ),
     "rl.value": MetricDef(
         name="rl.value",
@@ -1208,6 +1226,10 @@ MAPPINGS: list[dict[str, Any]] = [{'framework': 'roll',
            {'key': 'reward_std', 'metric': 'rl.reward', 'attributes': {'rl.statistic': 'std'}},
            {'key': 'frac_reward_zero_std', 'metric': 'rl.reward.zero_std_ratio'},
            {'key': 'rewards/{rl.reward.function}/{rl.statistic}', 'metric': 'rl.reward.component'},
+           {'key': 'rewards/{rl.reward.function}',
+            'metric': 'rl.reward.component',
+            'attributes': {'rl.statistic': 'mean'},
+            'except': ['rewards/chosen', 'rewards/rejected', 'rewards/margins', 'rewards/accuracies']},
            {'key': 'completions/{rl.statistic}_length', 'metric': 'rl.response.length'},
            {'key': 'completions/{rl.statistic}_terminated_length', 'metric': 'rl.response.terminated_length'},
            {'key': 'completions/clipped_ratio', 'metric': 'rl.response.clipped_ratio'},
