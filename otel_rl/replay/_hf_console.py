@@ -42,6 +42,8 @@ _BARE_NONFINITE_RE = re.compile(r"(?<=: )(-?inf|nan)(?=, |\})")
 _TENSOR_RE = re.compile(r"tensor\(\s*([-+0-9.eE]+|-?nan|-?inf)\s*(?:,[^()]*)?\)")
 _NUMPY_RE = re.compile(r"np\.(?:float|int|uint|bool_)\w*\(\s*([^()]*?)\s*\)")
 _RUN_START_RE = re.compile(r"\*{5} Running training \*{5}|Total steps = [\d,]+")
+# Trainer._inner_training_loop when resuming from a checkpoint (5.x, then 4.x wording).
+_RESUME_RE = re.compile(r"(?:Resuming training from checkpoint with epoch \d+ and|Continuing training from) global step (\d+)")
 # Keys that make a dict a Trainer log record rather than any other dict a program printed.
 _TRAINER_KEYS = ("loss", "grad_norm", "learning_rate", "epoch", "reward", "kl", "train_runtime")
 _SUMMARY_KEY = "train_runtime"
@@ -83,6 +85,7 @@ class _Run:
     summary: dict[str, Any] | None = None
     first_line: int = 0
     last_line: int = 0
+    resumed_at: int | None = None  # the global step a resumed run restarts from (its header says)
 
     @property
     def rl(self) -> bool:
@@ -131,6 +134,9 @@ def _scan(path: Path, text: str, out: ParsedLog) -> list[_Run]:
             if fields and not run.train:  # an eval header ("Num examples = 500") mid-run is not this run's
                 run.header.update(fields)
                 run.header_line = run.header_line or number
+            resume = _RESUME_RE.search(segment) if "global step" in segment and not run.train else None
+            if resume is not None:
+                run.resumed_at = int(resume.group(1))
             dict_match = DICT_RE.search(segment) if "{" in segment else None
             if "%|" in segment:
                 end = dict_match.start() if dict_match else len(segment)
@@ -191,26 +197,33 @@ def _interval(run: _Run) -> tuple[int | None, str, list[str]]:
     """The logging interval, how it was found, and disagreements between the ways of finding it."""
     n = len(run.train)
     total = run.total()
+    start = run.resumed_at or 0
     candidates: list[tuple[int, str]] = []
     bar = run.train_bar()
     finished = run.summary is not None or (total is not None and total in bar)
-    if finished and total:
-        # n dicts over T steps: the interval L satisfies n = floor(T / L)
-        fits = [L for L in range(max(1, total // (n + 1)), total // n + 1) if total // L == n]
+    if finished and total and total > start:
+        # n dicts over the T - start steps this run made: the interval L satisfies n = floor((T - start) / L)
+        span = total - start
+        fits = [L for L in range(max(1, span // (n + 1)), span // n + 1) if span // L == n]
         if len(fits) == 1:
             why = "a train_runtime summary" if run.summary is not None else "the training bar at its total"
-            candidates.append((fits[0], f"{n} records over {total} steps (the run finished: {why})"))
+            candidates.append((fits[0], f"{n} records over {span} steps (the run finished: {why})"))
     per_epoch = run.header.get("steps_per_epoch")
+    # Without "Num update steps per epoch", total / epochs is a guess: right when the epochs set the
+    # total, too small when max_steps cut the first epoch short. A guess only counts where nothing
+    # firmer (a finished run) tells the interval, and never makes a disagreement.
+    guessed = False
     if not per_epoch and run.header.get("num_epochs") and total and "max_steps" in run.header:
-        per_epoch = total / float(run.header["num_epochs"])
+        per_epoch, guessed = total / float(run.header["num_epochs"]), True
     epochs = [v.get("epoch") for _, v in run.train]
-    if per_epoch and all(isinstance(e, (int, float)) for e in epochs) and epochs[-1] > 0:
-        estimate = float(epochs[-1]) * float(per_epoch) / n
+    if per_epoch and all(isinstance(e, (int, float)) for e in epochs) and epochs[-1] > 0 and not (guessed and candidates):
+        estimate = (float(epochs[-1]) * float(per_epoch) - start) / n
         whole = round(estimate)
         if whole >= 1 and abs(estimate - whole) <= 0.15 * whole:
-            candidates.append((whole, f"the epoch field x {float(per_epoch):g} steps per epoch (header)"))
+            source = "total steps / epochs (header)" if guessed else "steps per epoch (header)"
+            candidates.append((whole, f"the epoch field x {float(per_epoch):g} {source}"))
     if not finished and bar and total:
-        reached = max(bar)
+        reached = max(bar) - start
         estimate = reached / n
         if estimate >= 1 and reached // math.floor(estimate) == n:
             candidates.append((math.floor(estimate), f"the training bar's last position ({reached}) over {n} records"))
@@ -240,7 +253,8 @@ def _assign_steps(run: _Run, out: ParsedLog) -> list[StepRecord]:
             out.step_source = f"the record's position x {interval} (logging interval from {why})"
             apply_settings(out, {"logging_steps": interval}, why)
         out.doubts.extend(disagree)
-        steps = [(i + 1) * interval for i in range(len(run.train))]
+        start = run.resumed_at or 0
+        steps = [start + (i + 1) * interval for i in range(len(run.train))]
     bar = run.train_bar()
     for (line, values), step in zip(run.train, steps):
         clean = {k: v for k, v in values.items() if k not in ("step", "global_step")}
@@ -253,24 +267,37 @@ def _assign_steps(run: _Run, out: ParsedLog) -> list[StepRecord]:
 
 
 def read_hf_console(path: Path, text: str, out: ParsedLog, segment: int | None = None) -> None:
-    runs = _scan(path, text, out)
-    if not runs:
+    scanned = _scan(path, text, out)
+    if not scanned:
         return
-    out.segments = [Segment(index=i, first_line=r.first_line, last_line=r.last_line, records=len(r.train),
-                            label="RL (reward / KL keys)" if r.rl else "no RL keys (SFT or pre-training)", rl=r.rl)
-                    for i, r in enumerate(runs, start=1)]
-    for seg, run in zip(out.segments, runs):
-        run.index = seg.index
+    # A run that resumes from a checkpoint continues the run before it: one segment, read together
+    # (the steps it repeats keep its records, see settle_steps).
+    groups: list[list[_Run]] = []
+    for run in scanned:
+        if run.resumed_at is not None and groups:
+            groups[-1].append(run)
+            out.notes.append(f"line {run.header_line}: the run resumed from global step {run.resumed_at} of a checkpoint")
+        else:
+            groups.append([run])
+    out.segments = [Segment(index=i, first_line=g[0].first_line, last_line=g[-1].last_line,
+                            records=sum(len(r.train) for r in g),
+                            label="RL (reward / KL keys)" if g[0].rl else "no RL keys (SFT or pre-training)", rl=g[0].rl)
+                    for i, g in enumerate(groups, start=1)]
+    for seg, group in zip(out.segments, groups):
+        for run in group:
+            run.index = seg.index
     if segment is not None:
-        if not 1 <= segment <= len(runs):
-            raise ValueError(f"segment {segment} does not exist: this file holds {len(runs)} run(s)")
-        chosen = runs[segment - 1]
+        if not 1 <= segment <= len(groups):
+            raise ValueError(f"segment {segment} does not exist: this file holds {len(groups)} run(s)")
+        group = groups[segment - 1]
     else:
-        rl_runs = [r for r in runs if r.rl]
-        chosen = (rl_runs or runs)[-1]
-    if len(runs) > 1:
-        parts = "; ".join(f"run {s.index}: lines {s.first_line}-{s.last_line}, {s.records} records, {s.label}" for s in out.segments)
-        out.notes.append(f"this file holds {len(runs)} training runs ({parts}); reading run {chosen.index} "
+        rl_groups = [g for g in groups if g[0].rl]
+        group = (rl_groups or groups)[-1]
+    chosen = group[-1]
+    if len(groups) > 1:
+        parts = "; ".join(f"run {s.index}: lines {s.first_line}-{s.last_line}, {s.records} records, {s.label}" for s in out.segments[:5])
+        parts += f"; and {len(out.segments) - 5} more" if len(out.segments) > 5 else ""
+        out.notes.append(f"this file holds {len(groups)} training runs ({parts}); reading run {chosen.index} "
                          "(--segment N reads another)")
     header = {k: v for k, v in chosen.header.items()}
     if chosen.total() and "max_steps" not in header:
@@ -278,8 +305,10 @@ def read_hf_console(path: Path, text: str, out: ParsedLog, segment: int | None =
     apply_settings(out, header, f"the training header at line {chosen.header_line}" if chosen.header_line else "the training bar")
     if chosen.summary is not None:
         out.settings["train_runtime"] = chosen.summary.get(_SUMMARY_KEY)
-    out.records.extend(_assign_steps(chosen, out))
-    if out.records and all(r.elapsed_s is not None for r in out.records):
+    for run in group:
+        out.records.extend(_assign_steps(run, out))
+    # a resumed run's bar restarts its clock: elapsed seconds of two processes are no one timeline
+    if out.records and len(group) == 1 and all(r.elapsed_s is not None for r in out.records):
         out.clock = CLOCK_ELAPSED
     else:
         for r in out.records:

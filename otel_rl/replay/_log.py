@@ -171,12 +171,9 @@ def number_text(value: str) -> Any:
     if not text or text[0] not in "+-.0123456789ni":
         return value
     try:
-        number = float(text)
-    except ValueError:
+        return int(text) if text.lstrip("+-").isdigit() else float(text)
+    except ValueError:  # "+-3", "1²"
         return value
-    if number.is_integer() and re.fullmatch(r"[+-]?\d+", text):
-        return int(text)
-    return number
 
 
 

@@ -167,6 +167,8 @@ def replay_file(
     t0 = time.perf_counter()
     parsed = parsed if parsed is not None else parse_file(p, format, segment=segment)
     parse_seconds = time.perf_counter() - t0
+    for doubt in parsed.doubts:  # first, before anything is sent: the steps below may be wrong
+        out.write(f"otel-rl replay: WARNING: {p}: {doubt}\n")
     framework = parsed.framework if parsed.framework else FRAMEWORK_OF.get(parsed.format)
     service = service_name or os.environ.get("OTEL_SERVICE_NAME") or f"otel-rl-replay-{parsed.format}"
     content_hash = _content_hash(p)

@@ -79,10 +79,11 @@ _HF_NAMES: dict[str, tuple[str, ...]] = {
     "group_size": ("num_generations",),
 }
 
-# "  Total optimization steps = 200" (transformers Trainer), "Num Epochs = 3 | Total steps = 1,404" (unsloth).
+# "  Total optimization steps = 200" (transformers Trainer), "Num Epochs = 3 | Total steps = 1,404" and
+# "Total batch size (2 x 4 x 1) = 8" (unsloth's banner).
 _HEADER_RE = re.compile(
     r"(Num examples|Num Epochs|Num update steps per epoch|Total optimization steps|Total steps|"
-    r"Total train batch size[^=|\n]*|Gradient Accumulation steps|Instantaneous batch size per device|"
+    r"Total (?:train )?batch size[^=|\n]*|Gradient Accumulation steps|Instantaneous batch size per device|"
     r"Batch size per device|Logging steps)\s*=\s*([\d,]+(?:\.\d+)?)")
 HEADER_NAMES: dict[str, str] = {
     "Num examples": "num_examples", "Num Epochs": "num_epochs", "Num update steps per epoch": "steps_per_epoch",
@@ -98,7 +99,7 @@ def header_settings(segment: str) -> list[tuple[str, int | float]]:
     found = []
     for m in _HEADER_RE.finditer(segment):
         label = m.group(1)
-        name = HEADER_NAMES.get(label) or ("train_batch_size" if label.startswith("Total train batch size") else None)
+        name = HEADER_NAMES.get(label) or ("train_batch_size" if label.startswith(("Total train batch size", "Total batch size")) else None)
         if name is None:
             continue
         text = m.group(2).replace(",", "")

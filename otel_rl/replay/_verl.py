@@ -47,6 +47,10 @@ WANDB_LINE_LIMIT = 4096
 
 
 def _verl_value(text: str) -> Any:
+    try:  # the common case: a bare number (pprint of a float or an int)
+        return int(text) if text.isdigit() else float(text)
+    except ValueError:
+        pass
     text = text.strip()
     wrapped = _PFORMAT_RE.match(text)
     if wrapped:
@@ -76,7 +80,10 @@ def read_verl_console(path: Path, text: str, out: ParsedLog) -> None:
     for number, raw in enumerate(lines, start=1):
         if "step:" not in raw:
             continue
-        line = _RAY_REPEATED_RE.sub("", ANSI_RE.sub("", raw)).rstrip()
+        line = ANSI_RE.sub("", raw) if "\x1b" in raw else raw
+        if "repeated" in line:
+            line = _RAY_REPEATED_RE.sub("", line)
+        line = line.rstrip()
         m = STEP_RE.search(line)
         if m is None:
             continue
