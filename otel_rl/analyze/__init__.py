@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from .._detectors import DetectorConfig, default_rules_yaml, load_rules
-from ..replay import FORMATS, FormatError, parse_file
+from ..replay import FORMATS, FormatError, parse_file, parse_summary
 from ..replay._progress import Progress
 from ._run import RunAnalysis, analyze_parsed, key_series
 from ._report import write_reports
@@ -30,13 +30,13 @@ __all__ = ["RunAnalysis", "add_cli", "analyze"]
 
 def analyze(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str] | None = None, *, format: str = "auto",
             plots: bool = True, rules: str | None = "default", cfg: DetectorConfig = DetectorConfig(),
-            progress: bool | None = False) -> list[RunAnalysis]:
+            progress: bool | None = False, segment: int | None = None) -> list[RunAnalysis]:
     """Analyze each log (one run per file); with ``out``, write the reports (and PNG plots) there."""
     rule_set = load_rules(rules)
     runs: list[RunAnalysis] = []
     bar = Progress(len(paths), "analyze", unit="files", enabled=progress)
     for path in paths:
-        parsed = parse_file(path, format)
+        parsed = parse_file(path, format, segment=segment)
         runs.append(analyze_parsed(parsed, cfg=cfg, rules=rule_set))
         bar.update(1, parsed.points)
     bar.close()
@@ -67,16 +67,25 @@ CLI_DESCRIPTION = """\
 Analyze RL training logs the way an engineer reads them, and write report.md, report.html and
 report.json (plus PNG plots) into --out:
 
+- first, what was read and how sure it is (steps, records per step, the count against the log's own
+  header, the share of lines read; a doubtful parse is a WARNING, never a silent "healthy"), then the
+  verdict: did the run learn (reward or score, first fifth against last fifth, with 2 standard
+  errors), is it stable, and what happened when, in step order;
 - the metrics present, what each means and which direction is good (from the registry);
 - events found by robust statistics (each value against the rolling median and MAD of the values
-  before it, and large in the metric's own terms): spike, level shift, collapse, explosion,
+  before it, the first values against each other, and large in the metric's own terms: never below
+  its resolution or its registry floor): spike, level shift, collapse, explosion, drift (window
+  against window, on a log scale), fixed danger thresholds from the registry from the first point
+  (kl > 10, clipped ratio > 0.3, entropy near 0, grad norm 10x the configured clip),
   pinned-at-limit, and periodic patterns (a slow step every N steps: checkpointing, validation),
   which are told apart from anomalies;
 - chains of co-occurring events in lead/lag order (e.g. KL spike -> length and clipped ratio ->
   reward collapse -> grad-norm explosion) and when each series recovered;
 - the online alert rules replayed over the log (what would have fired during training);
-- recommendations tied to that evidence (KL coefficient, gradient clipping, LR and warm-up, max
-  completion length), using the settings the log shows.
+- recommendations given only when the values corroborate them, each citing those values (KL to
+  the reference, not to the previous policy; clipping only with norms above the clip; length only
+  with truncation), using the settings the log shows (a verl config dump, the Trainer header,
+  trainer_state.json) and saying when it does not show them.
 
 Inputs: everything otel-rl replay reads (ms-swift logging.jsonl, trainer_state.json, HF console
 output, verl JSONL / console, ROLL stdout) and otel-rl run folders. Each FILE is one run.
@@ -97,6 +106,8 @@ def add_cli(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--format", default="auto", choices=["auto", *FORMATS], help="the logs' format (default: auto)")
     parser.add_argument("--rules", default="default", metavar="FILE",
                         help="alert rules to replay: default, off, or a YAML file (see --print-rules)")
+    parser.add_argument("--segment", type=int, metavar="N",
+                        help="a file that holds several runs (an SFT run, then an RL run): analyze run N (default: the last RL run)")
     parser.add_argument("--no-plots", action="store_true", help="write no PNG plots (no matplotlib needed)")
     parser.add_argument("--z", type=float, default=DetectorConfig.z, help=f"robust z-score of an anomalous value (default {DetectorConfig.z:g})")
     parser.add_argument("--window", type=int, default=DetectorConfig.window,
@@ -125,7 +136,7 @@ def run_cli(args: argparse.Namespace) -> int:
     cfg = DetectorConfig(z=args.z, window=args.window)
     try:
         runs = analyze(args.files, args.out, format=args.format, plots=not args.no_plots, rules=args.rules, cfg=cfg,
-                       progress=False if args.quiet else None)
+                       progress=False if args.quiet else None, segment=args.segment)
     except (FileNotFoundError, FormatError, ValueError, ImportError) as exc:
         print(f"otel-rl analyze: {exc}", file=sys.stderr)
         return 1
@@ -134,6 +145,11 @@ def run_cli(args: argparse.Namespace) -> int:
         critical = sum(1 for f in events if f.severity == "critical")
         print(f"otel-rl analyze: {run.parsed.path}: {len(run.parsed.records)} steps, {len(run.series)} series, "
               f"{len(events)} event(s) ({critical} critical), {len(run.chains)} chain(s), {len(run.alerts)} alert(s) replayed")
+        for line in parse_summary(run.parsed):
+            print(f"  {line}")
+        if run.verdict is not None:
+            print(f"  did it learn? {run.verdict.learned_text}")
+            print(f"  is it stable? {run.verdict.stable_text}")
         if run.parsed.problems:
             print(f"  {len(run.parsed.problems)} malformed line(s) skipped, first at line {run.parsed.problems[0].line}")
     print(f"  report: {Path(args.out) / 'report.md'} (also report.html, report.json)")

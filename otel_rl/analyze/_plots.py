@@ -63,8 +63,9 @@ def plot_series(series: Series, findings: list[Finding], path: Path, *, title: s
         ax.set_xlabel("step", fontsize=8)
         ax.tick_params(labelsize=7)
         if seen:
-            ax.legend(fontsize=7, loc="best", frameon=False)
-        fig.tight_layout()
+            # a fixed corner and fixed margins: "best" placement and tight_layout cost ~0.3 s a plot
+            ax.legend(fontsize=7, loc="upper right", frameon=False)
+        fig.subplots_adjust(left=0.1, right=0.98, top=0.88, bottom=0.2)
         path.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(path)
     finally:

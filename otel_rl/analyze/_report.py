@@ -13,6 +13,7 @@ from .._detectors import Finding
 from .._runfolder import format_problems
 from .._version import __version__
 from ..semconv import METRICS
+from ..replay import parse_summary
 from ._run import RunAnalysis, fmt
 
 _DIRECTION = {"higher": "higher", "lower": "lower", "range": "in range", None: "-"}
@@ -116,10 +117,18 @@ def _run_section(doc: _Doc, run: RunAnalysis, heading: int) -> None:
     parsed = run.parsed
     doc.h(heading, f"Run: {parsed.path.name}")
     steps = f"steps {run.first_step}-{run.last_step}" if run.first_step is not None else "no steps"
+    if parsed.doubts:
+        doc.p("WARNING: this parse is doubtful, so no verdict below is a verdict of health: " + " ".join(parsed.doubts))
     doc.p(f"Source {parsed.path} ({parsed.format}, keys mapped as {parsed.framework or 'any framework'}): "
           f"{len(parsed.records)} logged steps ({steps}, every {run.step_interval} step(s)), {len(run.series)} numeric series.")
-    if parsed.notes:
-        doc.ul([f"note: {n}" for n in parsed.notes[:5]])
+    doc.ul(parse_summary(parsed) + [f"note: {n}" for n in parsed.notes[:5]])
+    v = run.verdict
+    if v is not None:
+        doc.h(heading + 1, "Verdict")
+        doc.ul([f"Did it learn? {v.learned_text}", f"Is it stable? {v.stable_text}"])
+        if v.timeline:
+            doc.p("What happened when:")
+            doc.ol(v.timeline)
 
     events = run.events
     kinds = Counter(f.kind for f in run.findings)
@@ -129,6 +138,8 @@ def _run_section(doc: _Doc, run: RunAnalysis, heading: int) -> None:
         worst = Counter(f.severity for f in events)
         summary.append(f"{len(events)} event(s): " + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()) if k != "periodic")
                        + f" ({', '.join(f'{n} {s}' for s, n in sorted(worst.items()))})")
+    elif parsed.doubts:
+        summary.append("No anomalies found in what was read, but the parse is doubtful (see the warning above).")
     else:
         summary.append("No anomalies found.")
     if kinds.get("periodic"):
@@ -216,6 +227,10 @@ def _run_json(run: RunAnalysis) -> dict[str, Any]:
         "source": str(parsed.path), "format": parsed.format, "framework": parsed.framework,
         "records": len(parsed.records), "first_step": run.first_step, "last_step": run.last_step,
         "step_interval": run.step_interval, "clock": parsed.clock,
+        "doubts": parsed.doubts, "parse_check": parsed.check.as_dict() if parsed.check is not None else None,
+        "step_source": parsed.step_source, "segments": [s.__dict__ for s in parsed.segments],
+        "truncated_steps": parsed.truncated_steps, "setting_sources": parsed.setting_sources,
+        "verdict": run.verdict.as_dict() if run.verdict is not None else None,
         "settings": {k: (v if isinstance(v, (int, str, bool, list)) or v is None else float(f"{v:.6g}") if isinstance(v, float) else str(v))
                      for k, v in run.settings.items()},
         "metrics": [m.as_dict() for m in run.metrics],
@@ -253,7 +268,8 @@ def write_reports(runs: Sequence[RunAnalysis], out_dir: Path) -> dict[str, Path]
     doc = _Doc()
     title = "Training log analysis" + (f": {runs[0].parsed.path.name}" if len(runs) == 1 else f" ({len(runs)} runs)")
     doc.h(1, title)
-    doc.p(f"otel-rl analyze {__version__}. Findings: spike, level shift, collapse, explosion, pinned-at-limit, periodic; "
+    doc.p(f"otel-rl analyze {__version__}. Findings: threshold, spike, level shift, collapse, explosion, drift, "
+          "pinned-at-limit, periodic; "
           "severity critical / warning / info (info: the good direction, or a schedule).")
     for run in runs:
         _run_section(doc, run, 2)

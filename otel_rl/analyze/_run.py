@@ -17,6 +17,7 @@ from ..semconv import METRICS
 from ..semconv import attributes as A
 from ..semconv import metrics as M
 from ._series import Series, SeriesKey, build_series, resolved_records
+from ._verdict import Verdict, verdict
 
 # Schedules, counters and clocks: they move by design, so their changes are context, not events.
 NOT_JUDGED = frozenset({
@@ -26,7 +27,7 @@ NOT_JUDGED = frozenset({
 _DIRECTION_TEXT = {"higher": "higher is better", "lower": "lower is better",
                    "range": "stay in its normal range", None: "no good direction (context)"}
 
-# Plot and summary order: the metrics seed 002's stability panel and seed 003's analysis read first.
+# Plot and summary order: the metrics a stability panel and a by-hand analysis of a GRPO run read first.
 KEY_FAMILIES: tuple[tuple[str, dict[str, str]], ...] = (
     (M.RL_POLICY_KL, {}),
     (M.RL_LOSS, {A.RL_LOSS_TYPE: A.RlLossTypeValues.KL.value}),
@@ -116,6 +117,7 @@ class RunAnalysis:
     recommendations: list[Recommendation]
     step_interval: int
     plots: list[str] = field(default_factory=list)
+    verdict: Verdict | None = None
 
     @property
     def first_step(self) -> int | None:
@@ -136,7 +138,7 @@ def _matches(series: Series, metric: str, attrs: dict[str, str]) -> bool:
 
 
 def key_series(series: dict[SeriesKey, Series]) -> list[Series]:
-    """The run's headline series, in seed-003 reading order (one per family, plus the reward components)."""
+    """The run's headline series, in reading order (one per family, plus the reward components)."""
     out: list[Series] = []
     for metric, attrs in KEY_FAMILIES:
         found = sorted((s for s in series.values() if _matches(s, metric, attrs)),
@@ -221,7 +223,8 @@ def _settings(parsed: ParsedLog, series: dict[SeriesKey, Series], findings: list
             settings["warm-up (steps to 95% of the peak LR, from the log)"] = reach
             settings["LR >= 80% of its peak (steps, from the log)"] = f"{int(held[0])}-{int(held[-1])}"
     for f in findings:
-        if f.kind == "pinned-at-limit" and f.metric == M.RL_RESPONSE_LENGTH and f.limit:
+        if (f.kind == "pinned-at-limit" and f.metric == M.RL_RESPONSE_LENGTH and f.limit and f.direction == "up"
+                and f.attributes.get(A.RL_STATISTIC, "max") == "max"):
             settings["max completion length (from the log: lengths pinned there)"] = int(f.limit)
             break
     return settings
@@ -235,7 +238,24 @@ def _find_setting(settings: dict[str, Any], pattern: re.Pattern[str]) -> tuple[s
 
 
 def _is_kl(f: Finding | Series) -> bool:
-    return f.metric == M.RL_POLICY_KL or (f.metric == M.RL_LOSS and f.attributes.get(A.RL_LOSS_TYPE) == A.RlLossTypeValues.KL.value)
+    """KL to the REFERENCE model (or the KL loss term): what a KL coefficient controls. KL to the
+    previous policy (verl's actor/ppo_kl) is not: with one update per batch it is 0 by construction."""
+    if f.metric == M.RL_LOSS:
+        return f.attributes.get(A.RL_LOSS_TYPE) == A.RlLossTypeValues.KL.value
+    return f.metric == M.RL_POLICY_KL and f.attributes.get(A.RL_POLICY) != A.RlPolicyValues.OLD.value
+
+
+def _setting(run: RunAnalysis, name: str) -> tuple[Any, str] | None:
+    """A canonical setting the log shows, with where it shows it."""
+    value = run.parsed.settings.get(name)
+    if value is None:
+        return None
+    return value, run.parsed.setting_sources.get(name, "the log")
+
+
+def _setting_text(run: RunAnalysis, name: str) -> str | None:
+    found = _setting(run, name)
+    return f"{name} = {found[0]} ({found[1]})" if found else None
 
 
 def _where(findings: Sequence[Finding], limit: int = 4) -> str:
@@ -258,36 +278,53 @@ def recommend(run: RunAnalysis) -> list[Recommendation]:
     for s in kl_series:
         steps, x = s.arrays()
         kl_high.extend(int(st) for st in steps[x > 10])
+    kl_coef = _setting(run, "kl_coef")
+    kl_text = _setting_text(run, "kl_coef")
+    logged_coef = next((s for s in series if s.metric == M.RL_KL_COEFFICIENT), None)
+    if kl_text is None and logged_coef is not None:
+        value = float(logged_coef.arrays()[1][-1])
+        kl_coef, kl_text = (value, f"the logged {logged_coef.label}"), f"{logged_coef.label} = {fmt(value)} (logged)"
     if kl_up or kl_high:
-        setting = _find_setting(run.settings, _KL_SETTING)
         evidence = []
         if kl_up:
-            evidence.append(f"KL left its baseline {len(kl_up)} time(s): {_where(kl_up)}")
+            evidence.append(f"KL to the reference left its baseline {len(kl_up)} time(s): {_where(kl_up)}")
         if kl_high:
-            evidence.append(f"KL > 10 (seed 003's roll-back threshold) on {len(kl_high)} logged step(s), first at step {kl_high[0]}")
-        action = ("Raise the KL coefficient (beta) so the policy is held nearer the reference, or make it adaptive "
-                  "(target a KL and adjust beta each step).")
-        action += (f" The log shows {setting[0]} = {setting[1]}: try 2-5x that." if setting else
-                   " The log does not show the coefficient; seed 003's run went from 0.04 to 0.1-0.2.")
-        recs.append(Recommendation("KL coefficient", action, evidence, f"{setting[0]} = {setting[1]}" if setting else None))
+            evidence.append(f"KL to the reference > 10 (a common roll-back threshold) on {len(kl_high)} logged step(s), "
+                            f"first at step {kl_high[0]}")
+        if kl_coef is not None and kl_coef[0] == 0:
+            action = ("Nothing holds the policy near the reference (the log's settings give no KL term): add one, e.g. "
+                      "a KL loss with a coefficient of 0.001-0.04, or an adaptive KL controller.")
+        else:
+            action = ("Raise the KL coefficient so the policy is held nearer the reference, or make it adaptive "
+                      "(target a KL and adjust the coefficient each step).")
+            action += (f" The log shows {kl_text}: try 2-5x that." if kl_text else
+                       " The log does not show the coefficient (no config or header with it); common values are 0.001-0.1.")
+        recs.append(Recommendation("KL coefficient", action, evidence, kl_text))
     elif kl_series and all(np.all(s.arrays()[1] == 0) for s in kl_series):
         recs.append(Recommendation(
             "KL coefficient", "Nothing holds the policy near the reference (KL is 0 at every step: beta = 0, or KL not "
             "computed). That is a valid GRPO setting; if the run drifts (entropy falling, lengths growing), a small beta "
-            "(0.01-0.04) is the first brake.", [f"{s.label} = 0 on all {len(s.by_step)} logged steps" for s in kl_series[:1]]))
+            "(0.01-0.04) is the first brake.", [f"{s.label} = 0 on all {len(s.by_step)} logged steps" for s in kl_series[:1]],
+            kl_text))
 
     grad_up = [f for f in bad if f.metric == M.RL_GRAD_NORM and f.direction == "up"]
-    if grad_up:
-        setting = _find_setting(run.settings, _GRAD_CLIP_SETTING)
-        g = next(s for s in series if s.metric == M.RL_GRAD_NORM)
-        median = float(np.nanmedian(g.arrays()[1]))
-        action = ("Clip gradients harder: set max_grad_norm (1.0, or 0.5 as seed 003 suggests) and consider skipping "
-                  "the optimizer step when the norm is far above its running median.")
-        if setting:
-            action += f" The log shows {setting[0]} = {setting[1]}; the logged norm is measured before clipping."
-        recs.append(Recommendation("gradient clipping", action,
-                                   [f"grad_norm median {fmt(median)}; excursions at {_where(grad_up)}"],
-                                   f"{setting[0]} = {setting[1]}" if setting else None))
+    g = next((s for s in series if s.metric == M.RL_GRAD_NORM), None)
+    if grad_up and g is not None:
+        clip = _setting(run, "grad_clip")
+        limit = float(clip[0]) if clip is not None and isinstance(clip[0], (int, float)) and clip[0] > 0 else 1.0
+        _, gx = g.arrays()
+        over = [f for f in grad_up if f.peak_value > limit]
+        # Advice to clip needs norms above the clip: a norm that never reaches it is clipped by nothing.
+        if over:
+            median = float(np.nanmedian(gx))
+            where = (f"the log shows grad_clip = {clip[0]} ({clip[1]})" if clip is not None else
+                     "the log does not show the clip; 1.0 (the Trainer's and verl's default) is assumed")
+            action = (f"Gradient norms far above the clip ({fmt(limit)}) mean updates hit the clip hard: lower the "
+                      "learning rate, or skip the optimizer step when the norm is far above its running median; "
+                      f"{where}. The logged norm is measured before clipping.")
+            recs.append(Recommendation("gradient clipping", action,
+                                       [f"{g.label} median {fmt(median)}, max {fmt(float(np.nanmax(gx)))}; above the clip at "
+                                        f"{_where(over)}"], _setting_text(run, "grad_clip")))
     zero_grad = [f for f in run.findings if f.kind == "pinned-at-limit" and f.metric == M.RL_GRAD_NORM and f.limit == 0.0]
     if zero_grad:
         f = zero_grad[0]
@@ -305,42 +342,58 @@ def recommend(run: RunAnalysis) -> list[Recommendation]:
     if lr is not None and bad:
         steps, x = lr.arrays()
         peak = float(np.nanmax(x)) if x.size else 0.0
-        if peak > 0:
-            at_peak = [f for f in bad if f.kind in ("explosion", "collapse", "spike") and
-                       _value_at(steps, x, f.first_step) >= 0.8 * peak]
-            if at_peak and len(at_peak) >= 0.5 * len([f for f in bad if f.kind in ("explosion", "collapse", "spike")]):
-                warm = _find_setting(run.settings, _WARMUP_SETTING)
-                action = (f"Lower the learning rate (peak {fmt(peak)}) and lengthen the warm-up (warmup_ratio 0.1): "
-                          f"{len(at_peak)} of the instabilities happened with the LR at >= 80% of its peak.")
-                held = run.settings.get("LR >= 80% of its peak (steps, from the log)")
-                evidence = [f"LR >= 80% of its peak over steps {held}" if held else f"peak LR {fmt(peak)}",
-                            f"instabilities at steps {', '.join(str(f.first_step) for f in at_peak[:6])}"]
-                recs.append(Recommendation("learning rate and warm-up", action, evidence,
-                                           f"{warm[0]} = {warm[1]}" if warm else None))
+        unstable = [f for f in bad if f.kind in ("explosion", "collapse", "spike")]
+        at_peak = [f for f in unstable if _value_at(steps, x, f.first_step) >= 0.8 * peak] if peak > 0 else []
+        # Only a schedule that moves (a warm-up or a decay over >= 5% of the logged steps) can be
+        # blamed for when things broke: under a constant LR every break happens "at the peak".
+        held_high = float((x >= 0.8 * peak).mean()) if x.size and peak > 0 else 0.0
+        if at_peak and len(at_peak) >= 0.5 * len(unstable) and held_high <= 0.95:
+            warm = _find_setting(run.settings, _WARMUP_SETTING)
+            action = (f"Lower the learning rate (peak {fmt(peak)}) and lengthen the warm-up (warmup_ratio 0.1): "
+                      f"{len(at_peak)} of {len(unstable)} instabilities happened with the LR at >= 80% of its peak.")
+            held = run.settings.get("LR >= 80% of its peak (steps, from the log)")
+            evidence = [f"LR >= 80% of its peak over steps {held}" if held else
+                        f"peak LR {fmt(peak)}, at >= 80% of it on {held_high:.0%} of logged steps",
+                        f"instabilities at steps {', '.join(str(s) for s in sorted({f.first_step for f in at_peak})[:6])}"]
+            recs.append(Recommendation("learning rate and warm-up", action, evidence,
+                                       f"{warm[0]} = {warm[1]}" if warm else None))
 
     clipped = [s for s in series if s.metric == M.RL_RESPONSE_CLIPPED_RATIO]
-    pinned_len = [f for f in run.findings if f.kind == "pinned-at-limit" and f.metric == M.RL_RESPONSE_LENGTH]
+    # Lengths held at the limit: the longest (or the mean) response of a step at its maximum.
+    pinned_len = [f for f in run.findings if f.kind == "pinned-at-limit" and f.metric == M.RL_RESPONSE_LENGTH and
+                  f.direction == "up" and f.attributes.get(A.RL_STATISTIC, "mean") in ("max", "mean")]
+    configured = _setting(run, "max_response_length")
+    clip_max = 0.0
     evidence = []
     for s in clipped[:1]:
         _, x = s.arrays()
-        over = int((x > 0.3).sum())
-        if over:
-            evidence.append(f"{s.label} > 0.3 on {over} of {x.size} logged steps (median {fmt(float(np.nanmedian(x)))})")
-    for f in pinned_len[:2]:
+        clip_max = float(np.nanmax(x)) if x.size else 0.0
+        if clip_max > 0:
+            over = int((x > 0.3).sum())
+            evidence.append(f"{s.label} median {fmt(float(np.nanmedian(x)))}, max {fmt(clip_max)}"
+                            + (f", > 0.3 on {over} of {x.size} logged steps" if over else ""))
+    at_limit = pinned_len
+    if configured is not None and isinstance(configured[0], (int, float)):
+        at_limit = [f for f in pinned_len if f.limit is not None and f.limit >= 0.98 * float(configured[0])]
+    for f in at_limit[:2]:
         evidence.append(f"{f.series} at {fmt(f.limit or 0)} on {f.count} logged steps")
+    mean_at_limit = any(f.attributes.get(A.RL_STATISTIC, "mean") == "mean" for f in at_limit)
     clip_events = [f for f in bad if f.metric in (M.RL_RESPONSE_CLIPPED_RATIO, M.RL_RESPONSE_LENGTH) and f.direction == "up"]
-    if clip_events:
-        evidence.append(f"length / truncation blow-ups at {_where(clip_events)}")
-    if evidence and (len(evidence) > 1 or clip_events or any("> 0.3" in e for e in evidence)):
-        setting = _find_setting(run.settings, _MAX_LEN_SETTING)
-        limit = run.settings.get("max completion length (from the log: lengths pinned there)")
+    # Length advice needs material truncation in the log: at least 10% of responses cut at some
+    # step, or the mean length at the limit. A rare long answer hitting the cap needs no change.
+    material = clip_max >= 0.1 or mean_at_limit or (not clipped and bool(at_limit))
+    if clip_events and material:
+        evidence.append(f"length / truncation growth at {_where(clip_events)}")
+    if material:
+        limit = configured[0] if configured is not None else run.settings.get("max completion length (from the log: lengths pinned there)")
         action = "Responses run into the length limit, and truncated answers score badly or break the format."
-        action += (f" Raise max_completion_length above {limit} if the task needs long answers; otherwise penalize "
-                   "length and score truncated completions 0 (seed 003 cut 512 to 256 and zeroed truncated answers)."
-                   if limit else " Raise max_completion_length if answers need the room; otherwise penalize length and "
-                   "score truncated completions 0 (seed 003 cut 512 to 256).")
-        recs.append(Recommendation("max completion length", action, evidence, f"{setting[0]} = {setting[1]}" if setting else
-                                   (f"limit seen in the log: {limit}" if limit else None)))
+        action += (f" Raise the limit above {limit} if the task needs long answers; otherwise penalize length and score "
+                   "truncated completions 0 (cutting the limit and zeroing truncated answers stopped a length blow-up in a "
+                   "6000-step GRPO run)." if limit else " Raise the limit if answers need the room; otherwise penalize "
+                   "length and score truncated completions 0.")
+        recs.append(Recommendation("max completion length", action, evidence,
+                                   _setting_text(run, "max_response_length") or (f"limit seen in the log: {limit}" if limit else
+                                                                                 "the log does not show the length limit")))
 
     entropy_drop = [f for f in bad if f.metric == M.RL_POLICY_ENTROPY and f.kind == "collapse"]
     ent = next((s for s in series if s.metric == M.RL_POLICY_ENTROPY and s.attributes.get(A.RL_STATISTIC, "mean") == "mean"), None)
@@ -357,7 +410,10 @@ def recommend(run: RunAnalysis) -> list[Recommendation]:
                                    "an entropy bonus, or loosen the upper clip (clip-higher) so low-probability tokens can grow.",
                                    evidence))
 
-    reward_down = [f for f in bad if f.metric in (M.RL_REWARD, M.RL_REWARD_COMPONENT, M.RL_SCORE) and f.direction == "down"]
+    # A reward collapse is the level (mean) going down and staying down, not one bad group's minimum.
+    reward_down = [f for f in bad if f.metric in (M.RL_REWARD, M.RL_REWARD_COMPONENT, M.RL_SCORE) and f.direction == "down"
+                   and f.attributes.get(A.RL_STATISTIC, "mean") == "mean"
+                   and (f.kind in ("collapse", "level shift") or f.severity == "critical")]
     if reward_down:
         save = run.settings.get("save_steps")
         first = min(f.first_step for f in reward_down)
@@ -386,10 +442,22 @@ def recommend(run: RunAnalysis) -> list[Recommendation]:
     if any(c.divergence for c in run.chains) or kl_high:
         recs.append(Recommendation("online alerts", "Catch this while training: otel_rl.init(alert_rules=\"default\", "
                                    "on_alert=...) fires rl.alert events for the divergence rule (KL, grad norm and entropy "
-                                   "together) and seed 003's kl > 10 / clipped_ratio > 0.3, off the training thread; poll "
+                                   "together) and the kl > 10 / clipped_ratio > 0.3 thresholds, off the training thread; poll "
                                    "tel.should_stop or tel.take_alerts() to save a snapshot or roll back.",
                                    [c.text() for c in run.chains if c.divergence][:2] or
                                    [f"KL > 10 at step {kl_high[0]}"]))
+    v = run.verdict
+    if v is not None and v.learned in ("no clear change", "worse") and not reward_down and \
+            not any(r.topic == "no learning signal" for r in recs):
+        zero_std = next((s for s in series if s.metric == M.RL_REWARD_ZERO_STD_RATIO), None)
+        evidence = [v.learned_text]
+        if zero_std is not None:
+            evidence.append(f"{zero_std.label} median {fmt(float(np.nanmedian(zero_std.arrays()[1])))}: the share of "
+                            "groups whose rewards are all equal (no advantage, no learning signal)")
+        recs.append(Recommendation(
+            "no learning", "The reward did not improve over the run. Check that the reward can differ within a group "
+            "(a component that never fires, or one pinned at its maximum, gives no signal), that prompts are neither "
+            "always solved nor never solved, and that the learning rate is not too small.", evidence))
     if not recs:
         recs.append(Recommendation("none", "No instability found that calls for a change of settings.",
                                    [f"{len(run.series)} series checked over {len(run.parsed.records)} logged steps"]))
@@ -416,12 +484,15 @@ def analyze_parsed(parsed: ParsedLog, *, cfg: DetectorConfig = DetectorConfig(),
     resolver = resolver or KeyResolver.default(unmapped_key_limit=1 << 20)
     series, unmapped = build_series(parsed, resolver)
     findings: list[Finding] = []
+    clip = parsed.settings.get("grad_clip")
+    known = {"grad_clip": float(clip)} if isinstance(clip, (int, float)) and not isinstance(clip, bool) and clip > 0 else {}
     for s in series.values():
         mdef = METRICS.get(s.metric)
         if s.metric in NOT_JUDGED or (mdef is not None and mdef.instrument == "counter"):
             continue
         steps, x = s.arrays()
-        findings.extend(detect_series(steps, x, series=s.label, metric=s.metric, attributes=s.attributes, cfg=cfg))
+        findings.extend(detect_series(steps, x, series=s.label, metric=s.metric, attributes=s.attributes, cfg=cfg,
+                                      settings=known))
     findings.sort(key=lambda f: (f.first_step, f.series))
     interval = _step_interval(series)
     chains = build_chains(findings, gap_steps=2 * interval)
@@ -429,5 +500,6 @@ def analyze_parsed(parsed: ParsedLog, *, cfg: DetectorConfig = DetectorConfig(),
     run = RunAnalysis(parsed=parsed, series=series, unmapped=unmapped, metrics=_metric_rows(series), findings=findings,
                       chains=chains, alerts=alerts, settings={}, recommendations=[], step_interval=interval)
     run.settings = _settings(parsed, series, findings)
+    run.verdict = verdict(series, findings, chains, parsed.doubts)
     run.recommendations = recommend(run)
     return run

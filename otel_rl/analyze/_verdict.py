@@ -1,0 +1,172 @@
+"""The verdict a reader wants first: did the run learn, is it stable, and what happened when.
+
+"Did it learn" compares the reward (or score) of the first logged steps (a fifth of them, at most
+10) with the last as many: the change, and two standard errors of it (Welch), so a flat score over 300 steps and a
+score rising 0 -> 0.23 do not read alike. "Is it stable" counts critical and warning events.
+"What happened when" lists the events and chains in step order, as an engineer would write it up.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from .._detectors import Chain, Finding
+from ..semconv import attributes as A
+from ..semconv import metrics as M
+from ._series import Series, SeriesKey
+
+# Which series says whether the run learned, in order of preference: the task's score (verl's
+# critic/score is the reward before any KL penalty), then the training reward.
+_LEARNING_SIGNALS = (M.RL_SCORE, M.RL_REWARD)
+_MIN_POINTS = 6
+_MIN_CHANGE = 1e-3  # rewards are rounded or quantized; a change below this is not learning
+# A change that is statistically clear but under this share of the reward's level (or spread) is a
+# drift, not learning: a reward that goes 0.95 -> 1.02 over 1,000 steps has not learned much.
+_MIN_RELATIVE = 0.1
+
+
+@dataclass
+class Verdict:
+    learned: str  # "yes" | "worse" | "no clear change" | "unknown"
+    learned_text: str
+    stable: str  # "stable" | "warnings" | "unstable" | "unknown"
+    stable_text: str
+    timeline: list[str] = field(default_factory=list)
+    doubts: list[str] = field(default_factory=list)
+    reward_series: str | None = None
+    change: float | None = None
+    change_2se: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def _fmt(value: float) -> str:
+    if value == 0 or not math.isfinite(value):
+        return str(value)
+    return f"{value:.3g}" if abs(value) >= 1e5 or abs(value) < 1e-3 else f"{value:.4g}"
+
+
+def _mean_statistic(s: Series) -> bool:
+    return s.attributes.get(A.RL_STATISTIC, A.RlStatisticValues.MEAN.value) == A.RlStatisticValues.MEAN.value
+
+
+def learning_series(series: dict[SeriesKey, Series]) -> Series | None:
+    """The series that says whether the run learned (task score, else training reward), mean statistic."""
+    for metric in _LEARNING_SIGNALS:
+        found = sorted((s for s in series.values() if s.metric == metric and _mean_statistic(s) and len(s.by_step) >= _MIN_POINTS),
+                       key=lambda s: (len(s.attributes), s.label))
+        if found:
+            return found[0]
+    return None
+
+
+def did_it_learn(series: dict[SeriesKey, Series]) -> tuple[str, str, Series | None, float | None, float | None]:
+    s = learning_series(series)
+    if s is None:
+        return "unknown", "no reward or score series with enough points to tell", None, None, None
+    steps, x = s.arrays()
+    keep = np.isfinite(x)
+    steps, x = steps[keep], x[keep]
+    n = x.size
+    if n < _MIN_POINTS:
+        return "unknown", f"{s.label} has only {n} finite values", s, None, None
+    # The first and last tenth-to-fifth of the run, at most 10 points each: a run that breaks early
+    # and stays broken must not have its start averaged into the broken part.
+    w = max(3, min(n // 5, 10))
+    first, last = x[:w], x[-w:]
+    change = float(last.mean() - first.mean())
+    se = math.sqrt(float(first.var(ddof=1)) / w + float(last.var(ddof=1)) / w)
+    where = (f"{s.label} {_fmt(float(first.mean()))} (mean of steps {int(steps[0])}-{int(steps[w - 1])}) -> "
+             f"{_fmt(float(last.mean()))} (steps {int(steps[-w])}-{int(steps[-1])}): {change:+.3g} ± {2 * se:.2g} (2 s.e.)")
+    level = max(abs(float(first.mean())), abs(float(last.mean())), float(x.std()))
+    # Where the reward stood at its best: a run that rose, then fell back, says so.
+    windows = np.convolve(x, np.ones(w) / w, mode="valid")
+    best = int(np.argmax(windows))
+    peak = float(windows[best])
+    if best + w < n - w and peak - float(last.mean()) > max(2 * se, _MIN_RELATIVE * level, _MIN_CHANGE) and peak > float(first.mean()):
+        where += (f"; it peaked at {_fmt(peak)} (steps {int(steps[best])}-{int(steps[best + w - 1])}) and ended "
+                  f"{_fmt(peak - float(last.mean()))} lower")
+    if abs(change) < _MIN_CHANGE or abs(change) <= 2 * se:
+        flat = " (constant)" if float(x.max()) == float(x.min()) else ""
+        return "no clear change", f"No clear change{flat}: {where}", s, change, 2 * se
+    if abs(change) < _MIN_RELATIVE * level:
+        return "no clear change", (f"No clear change: {where}, under {_MIN_RELATIVE:.0%} of its level "
+                                   f"({_fmt(level)})"), s, change, 2 * se
+    if change > 0:
+        return "yes", f"Yes: {where}", s, change, 2 * se
+    return "worse", f"No, it got worse: {where}", s, change, 2 * se
+
+
+def _validation_text(series: dict[SeriesKey, Series]) -> str | None:
+    found = sorted((s for s in series.values() if s.metric == M.RL_VALIDATION_SCORE and _mean_statistic(s)
+                    and len(s.by_step) >= 2), key=lambda s: (-len(s.by_step), s.label))
+    if not found:
+        return None
+    s = found[0]
+    steps, x = s.arrays()
+    return (f"validation {s.label}: {_fmt(float(x[0]))} (step {int(steps[0])}) -> {_fmt(float(x[-1]))} "
+            f"(step {int(steps[-1])}), best {_fmt(float(np.nanmax(x)))}")
+
+
+def _event_text(f: Finding) -> str:
+    span = f"step {f.first_step}" if f.first_step == f.last_step else f"steps {f.first_step}-{f.last_step}"
+    return f"{span}: {f.series} {f.kind} {f.direction} ({_fmt(f.peak_value)} vs {_fmt(f.baseline)}) [{f.severity}]"
+
+
+def timeline(findings: Sequence[Finding], chains: Sequence[Chain], limit: int = 14) -> list[str]:
+    """Events of warning or critical severity and the chains they form, in step order."""
+    out: list[tuple[int, int, str]] = []
+    in_chain: set[int] = set()
+    for c in chains:
+        # a chain is told through its members that matter; info-level companions stay in the Events table
+        members = [f for f in c.findings if f.severity in ("critical", "warning")]
+        if len(members) < 2:
+            continue
+        first = members[0].first_step
+        parts = " -> ".join(f"{f.series} {f.kind} {f.direction} @{f.first_step}"
+                            + (f" (+{f.first_step - first})" if f.first_step != first else "") for f in members)
+        out.append((first, 0, f"step {first}: " + ("divergence: " if c.divergence else "together: ") + parts))
+        in_chain.update(id(f) for f in members)
+    for f in findings:
+        if f.kind == "periodic" or f.severity not in ("critical", "warning") or id(f) in in_chain:
+            continue
+        out.append((f.first_step, 1, _event_text(f)))
+    out.sort()
+    lines = [text for _, _, text in out[:limit]]
+    if len(out) > limit:
+        lines.append(f"... and {len(out) - limit} more (see Events)")
+    return lines
+
+
+def verdict(series: dict[SeriesKey, Series], findings: Sequence[Finding], chains: Sequence[Chain],
+            doubts: Sequence[str]) -> Verdict:
+    learned, learned_text, s, change, two_se = did_it_learn(series)
+    validation = _validation_text(series)
+    if validation:
+        learned_text += f"; {validation}"
+    events = [f for f in findings if f.kind != "periodic"]
+    critical = [f for f in events if f.severity == "critical"]
+    warnings = [f for f in events if f.severity == "warning"]
+    if critical:
+        first = min(critical, key=lambda f: f.first_step)
+        stable, stable_text = "unstable", (f"Unstable: {len(critical)} critical event(s), the first at step {first.first_step} "
+                                           f"({first.series} {first.kind} {first.direction})"
+                                           + (f", and {len(warnings)} warning(s)" if warnings else ""))
+    elif warnings:
+        first = min(warnings, key=lambda f: f.first_step)
+        stable, stable_text = "warnings", (f"No critical event; {len(warnings)} warning(s), the first at step {first.first_step} "
+                                           f"({first.series} {first.kind} {first.direction})")
+    else:
+        stable, stable_text = "stable", f"Stable: no critical or warning event in {len(series)} series"
+    result = Verdict(learned=learned, learned_text=learned_text, stable=stable, stable_text=stable_text,
+                     timeline=timeline(findings, chains), doubts=list(doubts),
+                     reward_series=s.label if s is not None else None, change=change, change_2se=two_se)
+    if doubts:
+        # A doubtful parse gives no verdict of health: the events may sit at the wrong steps.
+        result.stable_text = "Not judged as healthy: the steps read are doubtful (see the warnings). " + result.stable_text
+    return result
