@@ -52,7 +52,8 @@ s = ThreadingHTTPServer(("127.0.0.1", 0), H); print(s.server_address[1], flush=T
 
 def rows(steps: int) -> list[tuple[int, dict[str, float]]]:
     rng = random.Random(0)
-    return [(s, {k: rng.random() for k in KEYS}) for s in range(1, steps + 1)]
+    # epoch grows with the step, as every trainer logs it (an epoch that goes back starts another run)
+    return [(s, {k: (s / steps if k == "epoch" else rng.random()) for k in KEYS}) for s in range(1, steps + 1)]
 
 
 def write_logs(folder: Path, steps: int) -> dict[str, Path]:
