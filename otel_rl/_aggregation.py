@@ -135,6 +135,16 @@ class _HistogramState:
         self.attributes = attributes
 
 
+def _add(state: _HistogramState, value: float) -> None:
+    state.counts[bisect.bisect_left(state.bounds, value)] += 1
+    state.count += 1
+    state.total += value
+    if value < state.min:
+        state.min = value
+    if value > state.max:
+        state.max = value
+
+
 class BulkHistograms:
     """Cumulative explicit-bucket histograms fed with whole arrays or single values."""
 
@@ -161,15 +171,19 @@ class BulkHistograms:
         """Record one value (no numpy call: a single bisect is cheaper)."""
         with self._lock:
             state = self._state(name, attrs)
-            if state is None:
-                return
-            state.counts[bisect.bisect_left(state.bounds, value)] += 1
-            state.count += 1
-            state.total += value
-            if value < state.min:
-                state.min = value
-            if value > state.max:
-                state.max = value
+            if state is not None:
+                _add(state, value)
+
+    def series_state(self, name: str, attrs: Attrs = ()) -> _HistogramState | None:
+        """The state of one series (created if the series cap admits it), for :meth:`record_states`."""
+        with self._lock:
+            return self._state(name, attrs)
+
+    def record_states(self, pairs: Iterable[tuple[_HistogramState, float]]) -> None:
+        """Record one value into each of several series' states, under one lock (a step's timers)."""
+        with self._lock:
+            for state, value in pairs:
+                _add(state, value)
 
     def record_many(self, name: str, values: np.ndarray, attrs: Attrs = ()) -> None:
         """Record a whole 1-D float array of finite values at once."""

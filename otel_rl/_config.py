@@ -184,6 +184,10 @@ class TelemetryConfig:
     endpoint: str | None = field(default=None, metadata={"env": "OTEL_EXPORTER_OTLP_ENDPOINT", "parse": _parse_str})
     protocol: str = field(default="http/protobuf", metadata={"env": "OTEL_EXPORTER_OTLP_PROTOCOL", "parse": _parse_protocol})
     metric_export_interval_s: float = field(default=10.0, metadata={"env": "OTEL_METRIC_EXPORT_INTERVAL", "parse": _parse_interval_ms, "arg_parse": _parse_positive_float})
+    # The run folder's files get each step's spans and events within this many seconds: what a
+    # SIGKILL can lose of them (metric points: up to metric_export_interval_s; the events hold
+    # every value of every step).
+    file_flush_interval_s: float = field(default=0.02, metadata={"env": "OTEL_RL_FILE_FLUSH_INTERVAL", "parse": _parse_interval_ms, "arg_parse": _parse_positive_float})
     console: bool = field(default=True, metadata={"env": "OTEL_RL_CONSOLE", "parse": _parse_bool})
     strict: bool = field(default=False, metadata={"env": "OTEL_RL_STRICT", "parse": _parse_bool})
     unmapped_key_limit: int = field(default=256, metadata={"env": "OTEL_RL_UNMAPPED_KEY_LIMIT", "parse": _parse_non_negative_int})
@@ -204,6 +208,9 @@ class TelemetryConfig:
     # Per process: at most series_limit attribute sets per metric (0: no cap), string attribute
     # values cut at attribute_value_limit characters (spans, events, metrics; 0: no cap).
     series_limit: int = field(default=2000, metadata={"env": "OTEL_RL_SERIES_LIMIT", "parse": _parse_non_negative_int})
+    # Items (log() / record() calls, stage and step ends) the worker may lag behind the training
+    # loop; past it log() / record() calls are dropped, never blocking (0: no bound).
+    max_queue: int = field(default=1000, metadata={"env": "OTEL_RL_MAX_QUEUE", "parse": _parse_non_negative_int})
     attribute_value_limit: int = field(default=1024, metadata={"env": "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", "parse": _parse_non_negative_int})
     # Text (prompts, completions: long strings, or strings under keys that name text) stays out of
     # the exported events unless this is on.

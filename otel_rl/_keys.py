@@ -157,15 +157,21 @@ TRANSFORMS: Mapping[str, Callable[[Any], float]] = {
 }
 
 
+#: The transforms that are ``float(value) * factor``: a float value's result is ``value * factor``
+#: exactly, which lets a whole step's values be converted without a call per key.
+LINEAR_TRANSFORMS: Mapping[str, float] = {"gib": 1073741824.0, "gb": 1073741824.0, "ms": 0.001, "percent": 0.01}
+
+
 class _BoundTransform:
     """A transform bound to the key it converts, so a failure names both the key and the value."""
 
-    __slots__ = ("_fn", "__name__", "key")
+    __slots__ = ("_fn", "__name__", "key", "factor")
 
     def __init__(self, fn: Callable[[Any], float], name: str, key: str) -> None:
         self._fn = fn
         self.__name__ = name
         self.key = key
+        self.factor: float | None = LINEAR_TRANSFORMS.get(name)  # None: not linear
 
     def __call__(self, value: Any) -> float:
         try:

@@ -36,6 +36,9 @@ LOG, RECORD, STAGE, STEP_END, ADD, CALL = range(6)
 _REASONS = A.RlTelemetryReasonValues
 
 
+_QUEUE_FULL = ((A.RL_TELEMETRY_DROP_REASON, A.RlTelemetryDropReasonValues.QUEUE_FULL.value), (A.RL_TELEMETRY_SIGNAL, "logs"))
+
+
 class Rejected(Exception):
     """A value that cannot become a metric measurement; ``reason`` is an rl.telemetry.reason value."""
 
@@ -170,6 +173,55 @@ class Plan:
         self.counter_overflow = counter_overflow
 
 
+_FLOAT = {float}
+_FLOATS = frozenset({float, np.float64, np.float32, np.float16})
+
+
+class StepPlan:
+    """What a step whose keys are exactly ``keys`` does, built once from the per-key plans after a
+    step took the per-key path: the latest-value slot each value goes to, the linear transforms
+    (``scaled``: index, factor) and the console summary's values (``headline``: index, label).
+    Only steps whose every key is a plain gauge or a linearly transformed one get a plan."""
+
+    __slots__ = ("keys", "slots", "series", "scaled", "headline", "histograms")
+
+    def __init__(self, keys: list[str], slots: list[list[Any]], series: list[tuple[str, Attrs]],
+                 scaled: list[tuple[int, float]], headline: list[tuple[int, str]], histograms: list[tuple[int, Any]]) -> None:
+        self.keys, self.slots, self.series, self.scaled, self.headline = keys, slots, series, scaled, headline
+        self.histograms = histograms  # (index, histogram state) of the keys recorded into histograms (timers)
+
+    @classmethod
+    def build(cls, pipeline: Pipeline, values: Mapping[Any, Any]) -> StepPlan | None:
+        keys = list(values)
+        slots: list[list[Any]] = []
+        series, scaled, headline, histograms = [], [], [], []
+        for index, key in enumerate(keys):
+            if type(key) is not str:
+                return None
+            plan = pipeline._plans.get(key)
+            if plan is None or plan.counter_overflow:
+                return None
+            if plan.transform is not None:
+                factor = getattr(plan.transform, "factor", None)
+                if factor is None:
+                    return None
+                scaled.append((index, factor))
+            if plan.histogram:
+                state = pipeline._histograms.series_state(plan.metric, plan.attrs)
+                if state is None:  # refused by the series cap: per key, which counts the refusal
+                    return None
+                histograms.append((index, state))
+                slots.append([0.0])  # the converted value, recorded from here
+            else:
+                slot = pipeline._latest.series(plan.metric).get(plan.attrs)
+                slots.append(slot if slot is not None else [0.0])  # refused by the series cap: nowhere
+            series.append((plan.metric, plan.attrs))
+            label = _HEADLINE.get(plan.metric)
+            if label is not None:
+                headline.append((index, label(plan.attrs)))
+        return cls(keys, slots, series, scaled, headline, histograms)
+
+
 class Pipeline:
     """Drains the hot path's queue on a daemon thread; ``flush`` drains it on the caller's thread."""
 
@@ -196,6 +248,7 @@ class Pipeline:
         self._event_logger = event_logger
         self._on_step_end = on_step_end
         self._plans: dict[str, Plan] = {}
+        self._fast_plan: StepPlan | None = None
         self._reported: set[tuple[str, str]] = set()
         self._span_measured: dict[int | None, set[tuple[str, Attrs]]] = {}
         self._headline: dict[int | None, dict[str, float]] = {}
@@ -204,6 +257,9 @@ class Pipeline:
         self._stopping = False
         self._poll = poll_interval_s
         self.processed = 0
+        # log() / record() calls the caller dropped (queue full); the worker publishes the count.
+        self.dropped_queued = 0
+        self._dropped_published = 0
         # Called with (step, time_ns, [(metric, attrs, value), ...], span_context) after each log()'s
         # values are resolved: the online alert detectors, on this worker thread.
         self.observer: Callable[[int | None, int, list[tuple[str, Attrs, float]], Any], Any] | None = None
@@ -223,8 +279,26 @@ class Pipeline:
             self.wake.clear()
             self.drain()
 
+    def drop_queued(self) -> None:
+        """On the caller's thread: one call dropped because the queue is full (counted, said once)."""
+        self.dropped_queued += 1
+        if self.dropped_queued == 1:
+            self.wake.set()
+
+    def _publish_dropped(self) -> None:
+        dropped = self.dropped_queued
+        if dropped != self._dropped_published:
+            self._latest.add(M.RL_TELEMETRY_DROPPED, _QUEUE_FULL, dropped - self._dropped_published)
+            self._dropped_published = dropped
+            self.report_once("<queue>", "queue_full", "otel-rl: the telemetry worker fell max_queue items behind the training "
+                             "loop; log() / record() calls past that are dropped (never blocking training) and counted in "
+                             "rl.telemetry.dropped{rl.telemetry.drop_reason=queue_full}. Log less often, or raise "
+                             "max_queue / OTEL_RL_MAX_QUEUE (reported once)")
+
     def drain(self) -> None:
         with self._drain_lock:
+            if self.dropped_queued != self._dropped_published:
+                self._publish_dropped()
             queue = self.queue
             while queue:
                 item = queue.popleft()
@@ -313,6 +387,59 @@ class Pipeline:
     def _process_log(self, step: int | None, time_ns: int, span_context: Any, values: Mapping[Any, Any]) -> None:
         if type(time_ns) is not int:  # log(time_ns=...) is checked here, off the caller's thread
             time_ns = self._event_time(time_ns)
+        fast = self._fast_plan
+        if fast is not None and fast.keys == list(values) and self._process_log_fast(fast, step, time_ns, span_context, values):
+            return
+        self._process_log_slow(step, time_ns, span_context, values)
+        self._fast_plan = StepPlan.build(self, values) if self.stamped is None else None
+
+    def _process_log_fast(self, plan: StepPlan, step: int | None, time_ns: int, span_context: Any,
+                          values: Mapping[Any, Any]) -> bool:
+        """The same keys as the step before, every value a finite float: store the step's values in
+        bulk and emit its event. False (nothing done) for anything else: the per-key path decides."""
+        raw = list(values.values())
+        kinds = set(map(type, raw))
+        if kinds == _FLOAT:
+            floats = raw
+            body = values if isinstance(values, dict) else dict(values)
+        elif kinds <= _FLOATS:  # numpy float scalars: the event carries the Python float (as item() gives)
+            floats = list(map(float, raw))
+            body = dict(zip(plan.keys, floats))
+        else:
+            return False
+        total = sum(floats)
+        if total - total != 0.0:  # a NaN or an infinity (or a sum past the float range): per key
+            return False
+        if plan.scaled:  # converted before any is stored: a metric reader never sees a raw value
+            floats = list(floats)
+            for index, factor in plan.scaled:
+                floats[index] *= factor
+        slots = plan.slots
+        for slot, value in zip(slots, floats):
+            slot[0] = value
+        skipped: set[int] = set()
+        if plan.histograms:
+            measured = self._span_measured.get(step)
+            if measured:  # a stage span of this step already measured these series
+                skipped = {i for i, _ in plan.histograms if plan.series[i] in measured}
+            self._histograms.record_states([(state, floats[i]) for i, state in plan.histograms if i not in skipped])
+        if plan.headline:
+            head = self._headline.setdefault(step, {})
+            for index, label in plan.headline:
+                head[label] = plan.slots[index][0]
+        self.emit_event(N.RL_LOG_EVENT, body, {A.RL_STEP: step} if step is not None else {}, time_ns, span_context,
+                        plain=True)
+        observer = self.observer
+        if observer is not None:
+            resolved = [(metric, attrs, slot[0]) for i, ((metric, attrs), slot) in enumerate(zip(plan.series, slots))
+                        if i not in skipped]
+            try:
+                observer(step, time_ns, resolved, span_context)
+            except Exception as exc:  # detectors must never stop telemetry
+                self.report_once("<alerts>", type(exc).__name__, f"otel-rl: the alert detectors failed on step {step}: {exc!r}")
+        return True
+
+    def _process_log_slow(self, step: int | None, time_ns: int, span_context: Any, values: Mapping[Any, Any]) -> None:
         observer, stamped = self.observer, self.stamped
         resolved: list[tuple[str, Attrs, float]] | None = [] if observer is not None or stamped is not None else None
         body: dict[str, Any] = {}
@@ -366,9 +493,10 @@ class Pipeline:
         return now_ns()
 
     def emit_event(self, name: str, body: dict[str, Any], attributes: dict[str, Any], time_ns: int | None = None,
-                   span_context: Any = None) -> None:
-        """One otel-rl event as a log record, linked to a step's trace when given its span context."""
-        if self.text_policy is not None:
+                   span_context: Any = None, plain: bool = False) -> None:
+        """One otel-rl event as a log record, linked to a step's trace when given its span context.
+        ``plain``: the body holds numbers only (no text to withhold)."""
+        if self.text_policy is not None and not plain:
             body = self.text_policy(body)
         time_ns = time_ns or now_ns()
         ctx = trace.set_span_in_context(trace.NonRecordingSpan(span_context)) if span_context is not None else Context()

@@ -9,6 +9,7 @@ import logging
 import math
 import os
 import socket
+import sys
 import time
 import weakref
 from pathlib import Path
@@ -343,6 +344,8 @@ class Telemetry:
         self._pipeline.stamped = self._stamped
         # Bound once: log() is two attribute loads away from the queue.
         self._append = self._pipeline.queue.append
+        self._queue = self._pipeline.queue
+        self._max_queue = config.max_queue or sys.maxsize
         self._wake = self._pipeline.wake
         # Online alert rules: evaluated by the pipeline's worker after it resolves each log().
         self._alerts = build_alert_engine(config.alert_rules, self._pipeline, self._latest) if config.alert_rules else None
@@ -406,6 +409,11 @@ class Telemetry:
     def closed(self) -> bool:
         """Whether ``shutdown()`` ran: nothing is recorded any more."""
         return self._closed
+
+    @property
+    def dropped_steps(self) -> int:
+        """``log()`` / ``record()`` calls dropped because the worker was ``max_queue`` items behind."""
+        return self._pipeline.dropped_queued
 
     @property
     def dropped_calls(self) -> int:
@@ -534,6 +542,8 @@ class Telemetry:
         """
         if self._closed:
             return self._drop_call()
+        if len(self._queue) >= self._max_queue:
+            return self._pipeline.drop_queued()
         if self.config.strict:
             self._check_strict(values)
         try:
@@ -552,6 +562,8 @@ class Telemetry:
         """Record a registry metric: a whole array into a histogram, or a value into a gauge/counter."""
         if self._closed:
             return self._drop_call()
+        if len(self._queue) >= self._max_queue:
+            return self._pipeline.drop_queued()
         if metric not in METRICS:
             if self.config.strict:
                 raise ValueError(f"otel-rl: record() needs a registry metric name (from otel_rl.semconv.metrics), got {metric!r}")

@@ -300,7 +300,7 @@ progress as a metric is `rl.progress.step`."""
 RL_TELEMETRY_DROP_REASON: Final = "rl.telemetry.drop_reason"
 """Why otel-rl dropped telemetry it had accepted.
 
-Type: enum. Values: spool_full, backend_rejected, series_limit. Examples: spool_full."""
+Type: enum. Values: spool_full, backend_rejected, series_limit, queue_full. Examples: spool_full."""
 
 RL_TELEMETRY_REASON: Final = "rl.telemetry.reason"
 """Why otel-rl rejected a value.
@@ -739,6 +739,9 @@ class RlTelemetryDropReasonValues(str, Enum):
 
     SERIES_LIMIT = 'series_limit'
     """A metric already had series_limit series in this process; values of new series are dropped."""
+
+    QUEUE_FULL = 'queue_full'
+    """The telemetry worker fell behind the training loop by max_queue items; log() / record() calls past that were dropped."""
 
 
 class RlTelemetryReasonValues(str, Enum):

@@ -1805,8 +1805,10 @@ Attributes: rl.telemetry.signal (required), rl.telemetry.drop_reason (required)
 
 OTLP exports go through a bounded disk spool (spool_dir, spool_max_bytes): during a
 collector outage they wait on disk and are delivered after recovery. Past the bound the
-oldest are dropped and counted here with reason spool_full; reported once. Zero in a
-healthy run. Lower is better."""
+oldest are dropped and counted here with reason spool_full; reported once. When the
+telemetry worker falls behind the training loop by max_queue items, log() / record()
+calls past that are dropped on the caller's side (never blocking it) and counted with
+reason queue_full. Zero in a healthy run. Lower is better."""
 
 
 def create_rl_telemetry_dropped(meter: Meter) -> Counter:

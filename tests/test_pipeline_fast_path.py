@@ -1,0 +1,79 @@
+"""A step with the same keys as the step before takes the pipeline's bulk path: it must store,
+record and emit exactly what the per-key path does, and leave to it anything unusual."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from otel_rl._runfolder import read_log_records, read_metrics
+from otel_rl.semconv import metrics as M
+
+ROLL_STEP = {
+    "critic/score/mean": 0.25,  # a headline value
+    "actor/pg_loss": -0.0125,
+    "memory/actor_train/train_step/end/onload/allocated/0": 12.5,  # the gib transform
+    "time/actor_train/train_step/total": 3.5,  # a stage timer: a histogram
+    "actor/grad_norm": np.float64(0.75),  # a numpy scalar: the event carries the Python float
+}
+
+
+def _state(tel):
+    latest = tel._latest
+    gauges = {(m, a): latest.get(m, a) for m in latest.metrics() for a in latest.series(m)}
+    hist = tel._histograms.snapshot(M.RL_STAGE_DURATION, next(iter(tel._histograms._states[M.RL_STAGE_DURATION])))
+    return gauges, hist
+
+
+def _steps(tel, values_per_step):
+    for step, values in enumerate(values_per_step, start=1):
+        tel.log(values, step=step)
+    tel.flush()
+
+
+def test_bulk_path_matches_the_per_key_path(make_telemetry):
+    steps = [{k: (v * (1 + 0.1 * i) if not isinstance(v, np.floating) else np.float64(float(v) * (1 + 0.1 * i)))
+              for k, v in ROLL_STEP.items()} for i in range(4)]
+    fast = make_telemetry(framework="roll")
+    slow = make_telemetry(framework="roll")
+    slow._pipeline.stamped = None
+    _steps(fast, steps)
+    for step, values in enumerate(steps, start=1):  # the per-key path every time
+        slow.log(values, step=step)
+        slow.flush()
+        slow._pipeline._fast_plan = None
+    assert fast._pipeline._fast_plan is not None
+    assert _state(fast) == _state(slow)
+    # the gib transform applied, exactly as the per-key path converts it
+    gib = [v for (m, _), v in _state(fast)[0].items() if m == M.RL_GPU_MEMORY_USAGE]
+    assert gib == [12.5 * 1.3 * 2**30]
+    fast.shutdown()
+    slow.shutdown()
+    events_fast = [r["body"] for r in read_log_records(fast.run_dir) if r["event_name"] == "rl.log"]
+    events_slow = [r["body"] for r in read_log_records(slow.run_dir) if r["event_name"] == "rl.log"]
+    assert events_fast == events_slow and len(events_fast) == 4
+    assert all(type(v) is float for body in events_fast for v in body.values())
+    assert events_fast[3]["actor/grad_norm"] == float(np.float64(0.75 * 1.3))
+
+
+def test_unusual_values_take_the_per_key_path(make_telemetry, caplog):
+    tel = make_telemetry(framework="roll")
+    base = {"actor/pg_loss": 0.5, "actor/grad_norm": 1.0}
+    tel.log(base, step=1)
+    tel.log(base, step=2)
+    tel.log({"actor/pg_loss": math.nan, "actor/grad_norm": 2.0}, step=3)  # NaN: rejected, named
+    tel.log({"actor/pg_loss": 7, "actor/grad_norm": 3.0}, step=4)  # an int stays an int in the event
+    tel.log({"actor/pg_loss": "high", "actor/grad_norm": 4.0}, step=5)
+    tel.flush()
+    latest = tel._latest
+    assert latest.get(M.RL_GRAD_NORM, (("rl.model.role", "actor"),)) == 4.0
+    rejected = {a: v for a, v in latest.series(M.RL_TELEMETRY_REJECTED).items()}
+    assert sum(slot[0] for slot in rejected.values()) == 2
+    tel.shutdown()
+    bodies = {r["attributes"]["rl.step"]: r["body"] for r in read_log_records(tel.run_dir) if r["event_name"] == "rl.log"}
+    assert bodies[4]["actor/pg_loss"] == 7 and type(bodies[4]["actor/pg_loss"]) is int
+    assert bodies[5]["actor/pg_loss"] == "high"
+    assert math.isnan(bodies[3]["actor/pg_loss"])
+    points = read_metrics(tel.run_dir)
+    assert any(p.name == M.RL_GRAD_NORM and p.value == 4.0 for p in points)
