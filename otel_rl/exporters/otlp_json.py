@@ -95,6 +95,17 @@ def to_otlp_json(message: Message) -> str:
 # The direct encoders build plain trees (no cycles): skipping the check saves ~15% of the dump.
 _COMPACT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, check_circular=False)
 
+try:  # orjson formats floats ~20x faster than json (shortest round-trip digits, "1e-5" for "1e-05")
+    import orjson
+
+    def _dumps(tree: Any) -> str:
+        return orjson.dumps(tree).decode()
+
+    _ENCODE_ERRORS: tuple[type[Exception], ...] = (orjson.JSONEncodeError,)
+except ImportError:  # a platform without its wheel: the same JSON values, more slowly
+    _dumps = _COMPACT.encode
+    _ENCODE_ERRORS = ()
+
 
 class _NotPlain(Exception):
     """A value the direct log encoder does not handle: use the protobuf path for the batch."""
@@ -154,7 +165,7 @@ def _resource_entry(resource: Any, scopes_field: str, scopes: list[Any]) -> dict
     return entry
 
 
-def _log_record(readable: ReadableLogRecord) -> dict[str, Any]:
+def _log_record(readable: ReadableLogRecord, with_body: bool = True) -> dict[str, Any]:
     record = readable.log_record
     out: dict[str, Any] = {}
     if record.timestamp:
@@ -164,7 +175,7 @@ def _log_record(readable: ReadableLogRecord) -> dict[str, Any]:
         out["severityNumber"] = severity
     if record.severity_text:
         out["severityText"] = record.severity_text
-    out["body"] = _any_value(record.body) if record.body is not None else {}
+    out["body"] = _any_value(record.body) if with_body and record.body is not None else {}
     if record.attributes:
         out["attributes"] = _attributes(record.attributes)
     if readable.dropped_attributes:
@@ -182,6 +193,35 @@ def _log_record(readable: ReadableLogRecord) -> dict[str, Any]:
     return out
 
 
+# '{"key":"<key>","value":{"doubleValue":' of each key seen in a float-only body (bounded).
+_DOUBLE_PREFIX: dict[str, str] = {}
+_DOUBLE_PREFIX_LIMIT = 1 << 16
+_FLOAT_ONLY = {float}
+
+
+def _float_kvlist(body: dict[str, Any]) -> str | None:
+    """A body of finite floats under non-empty string keys (a step's scalars) as its OTLP/JSON
+    AnyValue text, numbers formatted by the C encoder in one call; None for anything else."""
+    values = list(body.values())
+    if set(map(type, values)) != _FLOAT_ONLY:
+        return None
+    total = sum(values)
+    if total - total != 0.0:  # NaN / infinity: written as strings, by the general path
+        return None
+    prefixes = []
+    for key in body:
+        prefix = _DOUBLE_PREFIX.get(key)
+        if prefix is None:
+            if type(key) is not str or not key:
+                return None
+            prefix = '{"key":' + _COMPACT.encode(key) + ',"value":{"doubleValue":'
+            if len(_DOUBLE_PREFIX) < _DOUBLE_PREFIX_LIMIT:
+                _DOUBLE_PREFIX[key] = prefix
+        prefixes.append(prefix)
+    numbers = _dumps(values)[1:-1].split(",")
+    return '{"kvlistValue":{"values":[' + "}},".join(map(str.__add__, prefixes, numbers)) + "}}]}}"
+
+
 def logs_to_otlp_json(batch: Sequence[ReadableLogRecord]) -> str:
     """An ExportLogsServiceRequest for ``batch`` as OTLP/JSON, built straight from the records.
 
@@ -191,9 +231,17 @@ def logs_to_otlp_json(batch: Sequence[ReadableLogRecord]) -> str:
     """
     try:
         grouped: dict[Any, dict[Any, list[dict[str, Any]]]] = {}
+        bodies: list[str] = []  # float-only bodies, as text, put in place of their placeholders
+        token = os.urandom(6).hex()
         for readable in batch:
             scope = readable.instrumentation_scope or None
-            grouped.setdefault(readable.resource, {}).setdefault(scope, []).append(_log_record(readable))
+            body = readable.log_record.body
+            text = _float_kvlist(body) if type(body) is dict and body else None
+            record = _log_record(readable, text is None)
+            if text is not None:
+                record["body"] = f"\x00otel-rl body {token} {len(bodies)}\x00"
+                bodies.append(text)
+            grouped.setdefault(readable.resource, {}).setdefault(scope, []).append(record)
         resource_logs = []
         for resource, scopes in grouped.items():
             scope_logs = []
@@ -203,9 +251,117 @@ def logs_to_otlp_json(batch: Sequence[ReadableLogRecord]) -> str:
                     entry["schemaUrl"] = scope.schema_url
                 scope_logs.append(entry)
             resource_logs.append(_resource_entry(resource, "scopeLogs", scope_logs))
-        return _COMPACT.encode({"resourceLogs": resource_logs})
-    except (_NotPlain, KeyError, AttributeError, TypeError, ValueError):
+        line = _dumps({"resourceLogs": resource_logs})
+        if not bodies:
+            return line
+        # One pass: cut at each placeholder (NULs and a random token: no user string reads the same).
+        parts = line.split(f'"\\u0000otel-rl body {token} ')
+        out = [parts[0]]
+        for part in parts[1:]:
+            index, _, rest = part.partition('\\u0000"')
+            out.append(bodies[int(index)])
+            out.append(rest)
+        return "".join(out)
+    except (_NotPlain, KeyError, AttributeError, TypeError, ValueError, *_ENCODE_ERRORS):
         return to_otlp_json(encode_logs(batch))
+
+
+# SpanFlags of the OTLP protos: the encoder always says whether the parent is remote.
+_HAS_IS_REMOTE, _IS_REMOTE = 0x100, 0x200
+_SPAN_KINDS = {"INTERNAL": 1, "SERVER": 2, "CLIENT": 3, "PRODUCER": 4, "CONSUMER": 5}
+
+
+def _span_flags(context: Any) -> int:
+    return _HAS_IS_REMOTE | (_IS_REMOTE if context is not None and context.is_remote else 0)
+
+
+def _trace_state(context: Any) -> str:
+    state = context.trace_state
+    return ",".join(f"{k}={v}" for k, v in state.items()) if state is not None else ""
+
+
+def _span(span: ReadableSpan) -> dict[str, Any]:
+    """One span, its fields in proto field-number order, defaults left out (as MessageToDict)."""
+    context = span.get_span_context()
+    out: dict[str, Any] = {"traceId": format(context.trace_id, "032x"), "spanId": format(context.span_id, "016x")}
+    state = _trace_state(context)
+    if state:
+        out["traceState"] = state
+    parent = span.parent
+    if parent is not None:
+        out["parentSpanId"] = format(parent.span_id, "016x")
+    if span.name:
+        out["name"] = span.name
+    out["kind"] = _SPAN_KINDS[span.kind.name]
+    if span.start_time:
+        out["startTimeUnixNano"] = str(span.start_time)
+    if span.end_time:
+        out["endTimeUnixNano"] = str(span.end_time)
+    if span.attributes:
+        out["attributes"] = _attributes(span.attributes)
+    if span.dropped_attributes:
+        out["droppedAttributesCount"] = span.dropped_attributes
+    if span.events:
+        events = []
+        for event in span.events:
+            entry: dict[str, Any] = {}
+            if event.timestamp:
+                entry["timeUnixNano"] = str(event.timestamp)
+            if event.name:
+                entry["name"] = event.name
+            if event.attributes:
+                entry["attributes"] = _attributes(event.attributes)
+            if event.dropped_attributes:
+                entry["droppedAttributesCount"] = event.dropped_attributes
+            events.append(entry)
+        out["events"] = events
+    if span.dropped_events:
+        out["droppedEventsCount"] = span.dropped_events
+    if span.links:
+        links = []
+        for link in span.links:
+            entry = {"traceId": format(link.context.trace_id, "032x"), "spanId": format(link.context.span_id, "016x")}
+            if link.attributes:
+                entry["attributes"] = _attributes(link.attributes)
+            if link.dropped_attributes:
+                entry["droppedAttributesCount"] = link.dropped_attributes
+            entry["flags"] = _span_flags(link.context)
+            links.append(entry)
+        out["links"] = links
+    if span.dropped_links:
+        out["droppedLinksCount"] = span.dropped_links
+    status: dict[str, Any] = {}
+    if span.status.description:
+        status["message"] = span.status.description
+    if span.status.status_code.value:
+        status["code"] = span.status.status_code.value
+    out["status"] = status
+    out["flags"] = _span_flags(parent)
+    return out
+
+
+def spans_to_otlp_json(spans: Sequence[ReadableSpan]) -> str:
+    """An ExportTraceServiceRequest for ``spans`` as OTLP/JSON, built straight from the spans: the
+    same JSON as ``to_otlp_json(encode_spans(spans))`` (a test holds them equal), several times
+    faster. Anything unusual takes the protobuf path."""
+    try:
+        grouped: dict[Any, dict[Any, list[dict[str, Any]]]] = {}
+        for span in spans:
+            scope = span.instrumentation_scope or None
+            grouped.setdefault(span.resource, {}).setdefault(scope, []).append(_span(span))
+        resource_spans = []
+        for resource, scopes in grouped.items():
+            scope_spans = []
+            for scope, encoded in scopes.items():
+                entry: dict[str, Any] = {"scope": _scope(scope)} if scope is not None else {}
+                entry["spans"] = encoded
+                if scope is not None and scope.schema_url:
+                    entry["schemaUrl"] = scope.schema_url
+                scope_spans.append(entry)
+            resource_spans.append(_resource_entry(resource, "scopeSpans", scope_spans))
+        return _dumps({"resourceSpans": resource_spans})
+    except (_NotPlain, KeyError, AttributeError, TypeError, ValueError, *_ENCODE_ERRORS):
+        return to_otlp_json(encode_spans(spans))
 
 
 def _double(value: float) -> Any:
@@ -313,8 +469,9 @@ def metrics_to_otlp_json(metrics_data: MetricsData) -> str:
                     entry["schemaUrl"] = scope_metrics.scope.schema_url
                 scopes[scope_metrics.scope] = entry  # type: ignore[assignment]
         resource_entries = [_resource_entry(resource, "scopeMetrics", list(scopes.values())) for resource, scopes in grouped.items()]
+        # byte-identical to the protobuf path (json's float format): exported per interval, not per step
         return _COMPACT.encode({"resourceMetrics": resource_entries})
-    except (_NotPlain, KeyError, AttributeError, TypeError, ValueError):
+    except (_NotPlain, KeyError, AttributeError, TypeError, ValueError, *_ENCODE_ERRORS):
         return to_otlp_json(encode_metrics(metrics_data))
 
 
@@ -424,7 +581,7 @@ class OtlpJsonSpanExporter(SpanExporter):
         def make_line() -> str | None:
             if not spans:
                 return None
-            return to_otlp_json(encode_spans(spans))
+            return spans_to_otlp_json(spans)
 
         ok = self._out.write_line(make_line)
         return SpanExportResult.SUCCESS if ok else SpanExportResult.FAILURE

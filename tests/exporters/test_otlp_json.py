@@ -582,3 +582,60 @@ def test_stamped_replay_points_take_the_direct_path(monkeypatch, make_telemetry)
     tel.shutdown()
     assert exported and any(len(m["gauge"]["dataPoints"]) == 3 for line in exported for r in line["resourceMetrics"]
                             for s in r["scopeMetrics"] for m in s["metrics"] if m["name"] == "rl.loss")
+
+
+# ---- the direct span encoder equals the protobuf path ----------------------------------------
+
+def _spans_of(names, attributes, event_attrs, link, status, remote_parent, kind, scope_name):
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
+
+    memory = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource({"service.name": "s", "rl.rank": 1}))
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracer = provider.get_tracer(scope_name, "2.0") if scope_name else provider.get_tracer("")
+    parent_ctx = None
+    if remote_parent:
+        parent_ctx = trace.set_span_in_context(NonRecordingSpan(SpanContext(
+            0xABC, 0xDEF, True, TraceFlags(1), TraceState([("vendor", "v1")]))))
+    links = [Link(SpanContext(0x1, 0x2, remote_parent, TraceFlags(1)), {"why": "previous step"})] if link else []
+    with tracer.start_as_current_span(names[0], context=parent_ctx, kind=getattr(SpanKind, kind), links=links,
+                                      attributes=attributes) as outer:
+        outer.add_event("rl.alert", event_attrs)
+        with tracer.start_as_current_span(names[1]) as inner:
+            if status:
+                inner.set_status(Status(StatusCode.ERROR, status))
+        if status == "":
+            outer.set_status(Status(StatusCode.OK))
+    provider.shutdown()
+    return memory.get_finished_spans()
+
+
+@settings(max_examples=150, deadline=None)
+@given(names=st.tuples(st.text(max_size=6), st.text(min_size=1, max_size=6)),
+       attributes=st.dictionaries(st.text(min_size=1, max_size=6), _scalars.filter(lambda v: v is not None), max_size=4),
+       event_attrs=st.dictionaries(st.text(min_size=1, max_size=4), st.floats(allow_nan=True), max_size=2),
+       link=st.booleans(), status=st.sampled_from([None, "", "boom"]), remote_parent=st.booleans(),
+       kind=st.sampled_from(["INTERNAL", "SERVER", "CLIENT", "PRODUCER", "CONSUMER"]),
+       scope_name=st.sampled_from([None, "otel_rl"]))
+def test_direct_span_encoding_is_the_protobuf_encoding(names, attributes, event_attrs, link, status, remote_parent, kind,
+                                                       scope_name):
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+    from otel_rl.exporters.otlp_json import spans_to_otlp_json
+
+    spans = _spans_of(names, attributes, event_attrs, link, status, remote_parent, kind, scope_name)
+    assert json.loads(spans_to_otlp_json(spans)) == json.loads(to_otlp_json(encode_spans(spans)))
+
+
+def test_step_spans_take_the_direct_path(tmp_path, monkeypatch):
+    import otel_rl.exporters.otlp_json as module
+
+    spans = _spans_of(("rl.step", "rl.generate"), {"rl.step": 3, "rl.stage": "generate"}, {"x": 1.0}, True, None,
+                      False, "INTERNAL", "otel_rl")
+    expected = json.loads(module.to_otlp_json(module.encode_spans(spans)))
+    monkeypatch.setattr(module, "encode_spans", lambda s: (_ for _ in ()).throw(AssertionError("protobuf path")))
+    assert json.loads(module.spans_to_otlp_json(spans)) == expected
