@@ -138,8 +138,8 @@ def _shutdown(exporter: Any, timeout_millis: float | None) -> None:
 # The SDK's batch processors flush into the exporter but do not flush the exporter itself; the
 # spool's exporters deliver asynchronously, so Telemetry.flush() must reach them too.
 class _SpanProcessor(BatchSpanProcessor):
-    def __init__(self, exporter: SpanExporter) -> None:
-        super().__init__(exporter)
+    def __init__(self, exporter: SpanExporter, delay_s: float | None = None) -> None:
+        super().__init__(exporter, schedule_delay_millis=delay_s * 1000.0 if delay_s else None)
         self._otel_rl_exporter = exporter
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
@@ -148,8 +148,8 @@ class _SpanProcessor(BatchSpanProcessor):
 
 
 class _LogProcessor(BatchLogRecordProcessor):
-    def __init__(self, exporter: LogRecordExporter) -> None:
-        super().__init__(exporter)
+    def __init__(self, exporter: LogRecordExporter, delay_s: float | None = None) -> None:
+        super().__init__(exporter, schedule_delay_millis=delay_s * 1000.0 if delay_s else None)
         self._otel_rl_exporter = exporter
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
@@ -358,10 +358,10 @@ def build_providers(config: TelemetryConfig, resource: Resource, histograms: Bul
     destinations = []
     interval_ms = config.metric_export_interval_s * 1000.0
 
-    def add(span_exporter: Any, metric_exporter: MetricExporter, log_exporter: Any) -> None:
-        span_processors.append(_SpanProcessor(_ForkSafeSpanExporter(span_exporter)))
+    def add(span_exporter: Any, metric_exporter: MetricExporter, log_exporter: Any, delay_s: float | None = None) -> None:
+        span_processors.append(_SpanProcessor(_ForkSafeSpanExporter(span_exporter), delay_s))
         tracer_provider.add_span_processor(span_processors[-1])
-        logger_provider.add_log_record_processor(_LogProcessor(_ForkSafeLogExporter(log_exporter)))
+        logger_provider.add_log_record_processor(_LogProcessor(_ForkSafeLogExporter(log_exporter), delay_s))
         readers.append(PeriodicExportingMetricReader(
             _ForkSafeMetricExporter(MergingMetricExporter(metric_exporter, histograms, resource, scope, stamped)),
             export_interval_millis=interval_ms))
@@ -370,7 +370,9 @@ def build_providers(config: TelemetryConfig, resource: Resource, histograms: Bul
         run_dir = Path(str(config.run_dir))
         run_dir.mkdir(parents=True, exist_ok=True)
         files = [run_dir / rank_file_name(name, config.rank) for name in (TRACES_FILE, METRICS_FILE, LOGS_FILE)]
-        add(OtlpJsonSpanExporter(files[0]), OtlpJsonMetricExporter(files[1]), OtlpJsonLogExporter(files[2]))
+        # Spans and events reach the files within file_flush_interval_s: a killed process loses at most that.
+        add(OtlpJsonSpanExporter(files[0]), OtlpJsonMetricExporter(files[1]), OtlpJsonLogExporter(files[2]),
+            config.file_flush_interval_s)
         destinations.append(f"files in {run_dir}")
     spool: Spool | None = None
     if config.otlp_enabled:

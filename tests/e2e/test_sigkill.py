@@ -1,0 +1,117 @@
+"""A real training process SIGKILLed mid-run at ~100 steps/s: what its run folder (or its disk
+spool, pushed later) holds against the steps its loop finished."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from otlp_sink import OtlpSink
+
+from otel_rl import _push
+from otel_rl._runfolder import read_log_records, read_metrics, read_spans
+from otel_rl.semconv import attributes as A
+from otel_rl.semconv import names as N
+from otel_rl.stack._process import free_port
+
+pytestmark = pytest.mark.e2e
+
+# Steps of 250 keys (TRL-style per-reward-function keys) at ~100 steps/s; after each finished step
+# the loop writes its number where the test reads it (pwrite: one atomic write, no buffer).
+CHILD = """
+import os, time
+import otel_rl
+tel = otel_rl.init(service_name="sigkill", run_dir={run_dir!r}, console=False, framework="trl", {options})
+values = {{f"rewards/fn{{i}}/mean": 0.001 * i for i in range(250)}}
+progress = os.open({progress!r}, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+step = 0
+while True:
+    step += 1
+    with tel.step(step):
+        with tel.stage("generate"):
+            time.sleep(0.005)
+        with tel.stage("train"):
+            pass
+        tel.log(values, step=step)
+    os.pwrite(progress, b"%10d" % step, 0)
+    time.sleep(0.004)
+"""
+
+MAX_MISSING = 5
+
+
+def kill_mid_run(tmp_path: Path, options: str, after_steps: int = 300) -> tuple[int, float]:
+    """Start the child, SIGKILL it once it finished ``after_steps``; the last finished step and the kill time."""
+    progress = tmp_path / "progress"
+    code = CHILD.format(run_dir=str(tmp_path / "run"), options=options, progress=str(progress))
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            text = progress.read_bytes().strip() if progress.exists() else b""
+            if text and int(text) >= after_steps:
+                break
+            if child.poll() is not None:
+                raise AssertionError(f"the child ended early: {child.stderr.read().decode()[-2000:]}")
+            time.sleep(0.05)
+        else:
+            raise AssertionError("the child did not reach its steps in 60 s")
+        child.send_signal(signal.SIGKILL)
+        killed_at = time.time()
+        assert child.wait(10) == -signal.SIGKILL
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(10)
+    finished = int(progress.read_bytes().strip())
+    return finished, killed_at
+
+
+def missing(steps: set[int], finished: int) -> list[int]:
+    return [s for s in range(1, finished + 1) if s not in steps]
+
+
+def test_a_sigkill_loses_at_most_the_last_few_steps_of_the_run_folder(tmp_path: Path) -> None:
+    finished, killed_at = kill_mid_run(tmp_path, "metric_export_interval_s=1")
+    run = tmp_path / "run"
+    events = read_log_records(run)
+    logged = {r["attributes"][A.RL_STEP] for r in events if r["event_name"] == N.RL_LOG_EVENT}
+    lost = missing(logged, finished)
+    assert len(lost) <= MAX_MISSING and all(s > finished - MAX_MISSING for s in lost), (finished, lost[:10])
+    assert all(len(r["body"]) == 250 for r in events if r["event_name"] == N.RL_LOG_EVENT)
+    spans = read_spans(run)
+    traced = {s.attributes.get(A.RL_STEP) for s in spans if s.name == N.RL_STEP_SPAN}
+    lost_spans = missing(traced, finished)
+    assert len(lost_spans) <= MAX_MISSING, (finished, lost_spans[:10])
+    # Metric points: written every metric_export_interval_s (here 1 s), so at most that much is lost.
+    points = read_metrics(run)
+    assert points, "no metric point reached the run folder"
+    newest = max(p.time_ns for p in points) / 1e9
+    assert killed_at - newest <= 2.0, f"the newest metric point is {killed_at - newest:.1f} s older than the kill"
+    # A torn last line is the worst case: every reader skips it and says so; nothing else is bad.
+    for result in (events, spans, points):
+        assert all(p.reason == "truncated JSON" for p in result.problems), result.problems
+
+
+# Over OTLP the SDK's batch processors hand events to the spool every second (OTEL_BLRP_SCHEDULE_DELAY):
+# at ~110 steps/s a kill can lose up to that second's steps, never older ones.
+OTLP_MAX_MISSING = 150
+
+
+def test_a_sigkill_during_a_collector_outage_leaves_a_spool_that_push_delivers(tmp_path: Path) -> None:
+    dead = f"http://127.0.0.1:{free_port()}"
+    finished, _ = kill_mid_run(tmp_path, f"endpoint={dead!r}, exporters='otlp', metric_export_interval_s=1")
+    with OtlpSink() as sink:
+        reports = _push.push(tmp_path / "run", endpoint=sink.endpoint, say=lambda line: None)
+        assert reports and not any(sum(r.left.values()) for r in reports), reports
+        logged = {r[1][A.RL_STEP] for r in sink.received.events(N.RL_LOG_EVENT)}
+        lost = missing(logged, finished)
+        assert len(lost) <= OTLP_MAX_MISSING and all(s > finished - OTLP_MAX_MISSING for s in lost), (finished, lost[:10])
+        steps = [r[1][A.RL_STEP] for r in sink.received.events(N.RL_LOG_EVENT)]
+        assert len(steps) == len(set(steps)), "a step was delivered twice"
+        assert sink.received.points, "no metric point was delivered"
