@@ -193,33 +193,55 @@ def _log_record(readable: ReadableLogRecord, with_body: bool = True) -> dict[str
     return out
 
 
+def _group(grouped: dict[Any, Any], by_id: dict[int, Any], resource: Any) -> dict[Any, Any]:
+    """The scopes of ``resource`` in ``grouped`` (equal resources share one entry, as the protobuf
+    encoder groups them). Resource.__hash__ serializes the attributes on every call: it runs once
+    per resource object of a batch, not once per record."""
+    group = by_id.get(id(resource))
+    if group is None:
+        group = by_id[id(resource)] = grouped.setdefault(resource, {})
+    return group
+
+
 # '{"key":"<key>","value":{"doubleValue":' of each key seen in a float-only body (bounded).
 _DOUBLE_PREFIX: dict[str, str] = {}
 _DOUBLE_PREFIX_LIMIT = 1 << 16
+# (keys, the text around their numbers) of the last float-only body, one tuple: a thread reads a
+# consistent pair
+_LAST_KEYS: list[tuple[list[str] | None, list[str]]] = [(None, [])]
 _FLOAT_ONLY = {float}
 
 
 def _float_kvlist(body: dict[str, Any]) -> str | None:
     """A body of finite floats under non-empty string keys (a step's scalars) as its OTLP/JSON
-    AnyValue text, numbers formatted by the C encoder in one call; None for anything else."""
+    AnyValue text, numbers formatted by orjson in one call; None for anything else."""
     values = list(body.values())
     if set(map(type, values)) != _FLOAT_ONLY:
         return None
     total = sum(values)
     if total - total != 0.0:  # NaN / infinity: written as strings, by the general path
         return None
-    prefixes = []
-    for key in body:
-        prefix = _DOUBLE_PREFIX.get(key)
-        if prefix is None:
-            if type(key) is not str or not key:
-                return None
-            prefix = '{"key":' + _COMPACT.encode(key) + ',"value":{"doubleValue":'
-            if len(_DOUBLE_PREFIX) < _DOUBLE_PREFIX_LIMIT:
-                _DOUBLE_PREFIX[key] = prefix
-        prefixes.append(prefix)
-    numbers = _dumps(values)[1:-1].split(",")
-    return '{"kvlistValue":{"values":[' + "}},".join(map(str.__add__, prefixes, numbers)) + "}}]}}"
+    keys = list(body)
+    last = _LAST_KEYS[0]
+    if keys == last[0]:  # a step with the same keys as the one before (the common case)
+        template = last[1]
+    else:
+        template = []
+        for key in keys:
+            prefix = _DOUBLE_PREFIX.get(key)
+            if prefix is None:
+                if type(key) is not str or not key:
+                    return None
+                prefix = '{"key":' + _COMPACT.encode(key) + ',"value":{"doubleValue":'
+                if len(_DOUBLE_PREFIX) < _DOUBLE_PREFIX_LIMIT:
+                    _DOUBLE_PREFIX[key] = prefix
+            template.append("}}," + prefix if template else '{"kvlistValue":{"values":[' + prefix)
+            template.append("")  # the number's place
+        template.append("}}]}}")
+        _LAST_KEYS[0] = (keys, template)
+    parts = list(template)  # the cached template stays untouched: other threads may read it
+    parts[1:-1:2] = _dumps(values)[1:-1].split(",")
+    return "".join(parts)
 
 
 def logs_to_otlp_json(batch: Sequence[ReadableLogRecord]) -> str:
@@ -231,6 +253,7 @@ def logs_to_otlp_json(batch: Sequence[ReadableLogRecord]) -> str:
     """
     try:
         grouped: dict[Any, dict[Any, list[dict[str, Any]]]] = {}
+        by_id: dict[int, dict[Any, list[dict[str, Any]]]] = {}
         bodies: list[str] = []  # float-only bodies, as text, put in place of their placeholders
         token = os.urandom(6).hex()
         for readable in batch:
@@ -241,7 +264,7 @@ def logs_to_otlp_json(batch: Sequence[ReadableLogRecord]) -> str:
             if text is not None:
                 record["body"] = f"\x00otel-rl body {token} {len(bodies)}\x00"
                 bodies.append(text)
-            grouped.setdefault(readable.resource, {}).setdefault(scope, []).append(record)
+            _group(grouped, by_id, readable.resource).setdefault(scope, []).append(record)
         resource_logs = []
         for resource, scopes in grouped.items():
             scope_logs = []
@@ -346,9 +369,10 @@ def spans_to_otlp_json(spans: Sequence[ReadableSpan]) -> str:
     faster. Anything unusual takes the protobuf path."""
     try:
         grouped: dict[Any, dict[Any, list[dict[str, Any]]]] = {}
+        by_id: dict[int, dict[Any, list[dict[str, Any]]]] = {}
         for span in spans:
             scope = span.instrumentation_scope or None
-            grouped.setdefault(span.resource, {}).setdefault(scope, []).append(_span(span))
+            _group(grouped, by_id, span.resource).setdefault(scope, []).append(_span(span))
         resource_spans = []
         for resource, scopes in grouped.items():
             scope_spans = []
