@@ -184,9 +184,9 @@ class TelemetryConfig:
     endpoint: str | None = field(default=None, metadata={"env": "OTEL_EXPORTER_OTLP_ENDPOINT", "parse": _parse_str})
     protocol: str = field(default="http/protobuf", metadata={"env": "OTEL_EXPORTER_OTLP_PROTOCOL", "parse": _parse_protocol})
     metric_export_interval_s: float = field(default=10.0, metadata={"env": "OTEL_METRIC_EXPORT_INTERVAL", "parse": _parse_interval_ms, "arg_parse": _parse_positive_float})
-    # The run folder's files get each step's spans and events within this many seconds: what a
-    # SIGKILL can lose of them (metric points: up to metric_export_interval_s; the events hold
-    # every value of every step).
+    # The run folder's files (and, over OTLP, the disk spool) get each step's spans and events
+    # within this many seconds: what a SIGKILL can lose of them (metric points: up to
+    # metric_export_interval_s; the events hold every value of every step).
     file_flush_interval_s: float = field(default=0.02, metadata={"env": "OTEL_RL_FILE_FLUSH_INTERVAL", "parse": _parse_interval_ms, "arg_parse": _parse_positive_float})
     console: bool = field(default=True, metadata={"env": "OTEL_RL_CONSOLE", "parse": _parse_bool})
     strict: bool = field(default=False, metadata={"env": "OTEL_RL_STRICT", "parse": _parse_bool})

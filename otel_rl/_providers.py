@@ -380,7 +380,8 @@ def build_providers(config: TelemetryConfig, resource: Resource, histograms: Bul
         spool = open_spool(config, latest)
         if spool is not None:
             exporters, spool = _spooled(spool, exporters)
-        add(*exporters)
+        # With the spool, what lies between log() and the disk obeys the same bound as the files.
+        add(*exporters, config.file_flush_interval_s if spool is not None else None)
         destinations.append(f"OTLP {config.protocol} to {config.endpoint or 'the OTEL_EXPORTER_OTLP_*_ENDPOINT'}"
                             + (f" (spool {spool.directory})" if spool is not None else ""))
     meter_provider = MeterProvider(resource=resource, metric_readers=readers)

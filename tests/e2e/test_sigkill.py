@@ -98,8 +98,9 @@ def test_a_sigkill_loses_at_most_the_last_few_steps_of_the_run_folder(tmp_path: 
         assert all(p.reason == "truncated JSON" for p in result.problems), result.problems
 
 
-# Over OTLP the SDK's batch processors hand events to the spool every second (OTEL_BLRP_SCHEDULE_DELAY):
-# at ~110 steps/s a kill can lose up to that second's steps, never older ones.
+# Over OTLP each batch is encoded by the SDK's protobuf exporter before it reaches the spool; at
+# ~110 steps/s of 250 keys that encoder runs behind on a 2-core machine (26-107 steps lost in four
+# runs), so the bound here is the backlog it can hold, not the run folder's few steps.
 OTLP_MAX_MISSING = 150
 
 
