@@ -175,9 +175,10 @@ class BulkHistograms:
                 _add(state, value)
 
     def series_state(self, name: str, attrs: Attrs = ()) -> _HistogramState | None:
-        """The state of one series (created if the series cap admits it), for :meth:`record_states`."""
+        """The state of one existing series (None before its first value, or when the series cap
+        refused it), for :meth:`record_states`."""
         with self._lock:
-            return self._state(name, attrs)
+            return self._states.get(name, {}).get(attrs)
 
     def record_states(self, pairs: Iterable[tuple[_HistogramState, float]]) -> None:
         """Record one value into each of several series' states, under one lock (a step's timers)."""

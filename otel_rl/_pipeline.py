@@ -36,7 +36,8 @@ LOG, RECORD, STAGE, STEP_END, ADD, CALL = range(6)
 _REASONS = A.RlTelemetryReasonValues
 
 
-_QUEUE_FULL = ((A.RL_TELEMETRY_DROP_REASON, A.RlTelemetryDropReasonValues.QUEUE_FULL.value), (A.RL_TELEMETRY_SIGNAL, "logs"))
+_SIGNALS = A.RlTelemetrySignalValues
+_QUEUE_FULL = (A.RL_TELEMETRY_DROP_REASON, A.RlTelemetryDropReasonValues.QUEUE_FULL.value)
 
 
 class Rejected(Exception):
@@ -174,12 +175,15 @@ class Plan:
 
 
 _FLOAT = {float}
+_UNPLANNED = object()
+_STEP_PLANS = 8  # key sets whose plans are kept
+_PLAN_TRIES = 3  # steps of a key set with a series that has no value yet, before it goes per key for good
 _FLOATS = frozenset({float, np.float64, np.float32, np.float16})
 
 
 class StepPlan:
-    """What a step whose keys are exactly ``keys`` does, built once from the per-key plans after a
-    step took the per-key path: the latest-value slot each value goes to, the linear transforms
+    """What a step whose keys are exactly ``keys`` does, built once from the per-key plans after the
+    first step with those keys took the per-key path: the latest-value slot each value goes to, the linear transforms
     (``scaled``: index, factor) and the console summary's values (``headline``: index, label).
     Only steps whose every key is a plain gauge or a linearly transformed one get a plan."""
 
@@ -191,7 +195,8 @@ class StepPlan:
         self.histograms = histograms  # (index, histogram state) of the keys recorded into histograms (timers)
 
     @classmethod
-    def build(cls, pipeline: Pipeline, values: Mapping[Any, Any]) -> StepPlan | None:
+    def build(cls, pipeline: Pipeline, values: Mapping[Any, Any]) -> Any:
+        """The plan; None when these keys always go per key; ``_UNPLANNED`` to try again later."""
         keys = list(values)
         slots: list[list[Any]] = []
         series, scaled, headline, histograms = [], [], [], []
@@ -206,15 +211,19 @@ class StepPlan:
                 if factor is None:
                     return None
                 scaled.append((index, factor))
+            # A series with no value yet (the first one was NaN, or a stage span measured it) or
+            # refused by the series cap: no plan now; the per-key path stores or counts it.
             if plan.histogram:
                 state = pipeline._histograms.series_state(plan.metric, plan.attrs)
-                if state is None:  # refused by the series cap: per key, which counts the refusal
-                    return None
+                if state is None:
+                    return _UNPLANNED
                 histograms.append((index, state))
                 slots.append([0.0])  # the converted value, recorded from here
             else:
                 slot = pipeline._latest.series(plan.metric).get(plan.attrs)
-                slots.append(slot if slot is not None else [0.0])  # refused by the series cap: nowhere
+                if slot is None:
+                    return _UNPLANNED
+                slots.append(slot)
             series.append((plan.metric, plan.attrs))
             label = _HEADLINE.get(plan.metric)
             if label is not None:
@@ -248,7 +257,8 @@ class Pipeline:
         self._event_logger = event_logger
         self._on_step_end = on_step_end
         self._plans: dict[str, Plan] = {}
-        self._fast_plan: StepPlan | None = None
+        self._step_plans: dict[tuple[Any, ...], StepPlan | None] = {}  # None: that key set goes per key
+        self._plan_tries: dict[tuple[Any, ...], int] = {}
         self._reported: set[tuple[str, str]] = set()
         self._span_measured: dict[int | None, set[tuple[str, Attrs]]] = {}
         self._headline: dict[int | None, dict[str, float]] = {}
@@ -257,9 +267,10 @@ class Pipeline:
         self._stopping = False
         self._poll = poll_interval_s
         self.processed = 0
-        # log() / record() calls the caller dropped (queue full); the worker publishes the count.
-        self.dropped_queued = 0
-        self._dropped_published = 0
+        # log() (a step's event: logs) and record() (metric points) calls the caller dropped with the
+        # queue full; the worker publishes the counts.
+        self.dropped_queued = {_SIGNALS.LOGS.value: 0, _SIGNALS.METRICS.value: 0}
+        self._dropped_published = dict(self.dropped_queued)
         # Called with (step, time_ns, [(metric, attrs, value), ...], span_context) after each log()'s
         # values are resolved: the online alert detectors, on this worker thread.
         self.observer: Callable[[int | None, int, list[tuple[str, Attrs, float]], Any], Any] | None = None
@@ -279,17 +290,21 @@ class Pipeline:
             self.wake.clear()
             self.drain()
 
-    def drop_queued(self) -> None:
-        """On the caller's thread: one call dropped because the queue is full (counted, said once)."""
-        self.dropped_queued += 1
-        if self.dropped_queued == 1:
+    def drop_queued(self, signal: str) -> None:
+        """On the caller's thread: one log() (signal "logs") or record() ("metrics") call dropped
+        because the queue is full (counted, said once)."""
+        self.dropped_queued[signal] += 1
+        if self.dropped_queued[signal] == 1:
             self.wake.set()
 
     def _publish_dropped(self) -> None:
-        dropped = self.dropped_queued
-        if dropped != self._dropped_published:
-            self._latest.add(M.RL_TELEMETRY_DROPPED, _QUEUE_FULL, dropped - self._dropped_published)
-            self._dropped_published = dropped
+        for signal, dropped in self.dropped_queued.items():
+            published = self._dropped_published[signal]
+            if dropped == published:
+                continue
+            # attribute pairs in key order, as every other series of the metric
+            self._latest.add(M.RL_TELEMETRY_DROPPED, (_QUEUE_FULL, (A.RL_TELEMETRY_SIGNAL, signal)), dropped - published)
+            self._dropped_published[signal] = dropped
             self.report_once("<queue>", "queue_full", "otel-rl: the telemetry worker fell max_queue items behind the training "
                              "loop; log() / record() calls past that are dropped (never blocking training) and counted in "
                              "rl.telemetry.dropped{rl.telemetry.drop_reason=queue_full}. Log less often, or raise "
@@ -387,16 +402,32 @@ class Pipeline:
     def _process_log(self, step: int | None, time_ns: int, span_context: Any, values: Mapping[Any, Any]) -> None:
         if type(time_ns) is not int:  # log(time_ns=...) is checked here, off the caller's thread
             time_ns = self._event_time(time_ns)
-        fast = self._fast_plan
-        if fast is not None and fast.keys == list(values) and self._process_log_fast(fast, step, time_ns, span_context, values):
+        if self.stamped is not None:  # metrics_at_log_time keeps every value as a point: per key
+            return self._process_log_slow(step, time_ns, span_context, values)
+        keys = tuple(values)
+        plans = self._step_plans
+        plan = plans.get(keys, _UNPLANNED)
+        if plan is not None and plan is not _UNPLANNED and self._process_log_fast(plan, step, time_ns, span_context, values):
             return
         self._process_log_slow(step, time_ns, span_context, values)
-        self._fast_plan = StepPlan.build(self, values) if self.stamped is None else None
+        if plan is _UNPLANNED:  # built once per key set (a run logs a few: train steps, validation steps)
+            built = StepPlan.build(self, values)
+            if built is _UNPLANNED:  # a series has no value yet: try again after the next steps, a few times
+                if len(self._plan_tries) >= 8 * _STEP_PLANS:  # key sets that change every step: forget them
+                    self._plan_tries.clear()
+                tries = self._plan_tries[keys] = self._plan_tries.get(keys, 0) + 1
+                if tries < _PLAN_TRIES:
+                    return
+                built = None
+            if len(plans) >= _STEP_PLANS:
+                plans.pop(next(iter(plans)))
+            plans[keys] = built
+            self._plan_tries.pop(keys, None)
 
     def _process_log_fast(self, plan: StepPlan, step: int | None, time_ns: int, span_context: Any,
                           values: Mapping[Any, Any]) -> bool:
-        """The same keys as the step before, every value a finite float: store the step's values in
-        bulk and emit its event. False (nothing done) for anything else: the per-key path decides."""
+        """A key set with a plan, every value a finite float: store the step's values in bulk and
+        emit its event. False (nothing done) for anything else: the per-key path decides."""
         raw = list(values.values())
         kinds = set(map(type, raw))
         if kinds == _FLOAT:

@@ -42,8 +42,8 @@ def test_bulk_path_matches_the_per_key_path(make_telemetry):
     for step, values in enumerate(steps, start=1):  # the per-key path every time
         slow.log(values, step=step)
         slow.flush()
-        slow._pipeline._fast_plan = None
-    assert fast._pipeline._fast_plan is not None
+        slow._pipeline._step_plans.clear()
+    assert any(plan is not None for plan in fast._pipeline._step_plans.values())
     assert _state(fast) == _state(slow)
     # the gib transform applied, exactly as the per-key path converts it
     gib = [v for (m, _), v in _state(fast)[0].items() if m == M.RL_GPU_MEMORY_USAGE]
@@ -77,3 +77,27 @@ def test_unusual_values_take_the_per_key_path(make_telemetry, caplog):
     assert math.isnan(bodies[3]["actor/pg_loss"])
     points = read_metrics(tel.run_dir)
     assert any(p.name == M.RL_GRAD_NORM and p.value == 4.0 for p in points)
+
+
+def test_a_series_whose_first_value_was_rejected_is_stored_once_it_has_values(make_telemetry):
+    # The first step's NaN creates no series; the plan is built only once every series exists,
+    # so later values land in the series instead of nowhere.
+    tel = make_telemetry(framework="roll")
+    tel.log({"actor/pg_loss": math.nan, "actor/grad_norm": 1.0}, step=1)
+    for step in range(2, 8):
+        tel.log({"actor/pg_loss": 0.1 * step, "actor/grad_norm": 1.0 + step}, step=step)
+    tel.flush()
+    loss = tel._latest.get(M.RL_LOSS, (("rl.loss.type", "policy"), ("rl.model.role", "actor")))
+    assert loss == 0.1 * 7 and tel._latest.get(M.RL_GRAD_NORM, (("rl.model.role", "actor"),)) == 8.0
+    assert any(plan is not None for plan in tel._pipeline._step_plans.values())
+
+
+def test_alternating_key_sets_keep_their_plans(make_telemetry):
+    tel = make_telemetry(framework="roll")
+    train = {"actor/pg_loss": 0.5, "actor/grad_norm": 1.0}
+    val = {"val/score/mean": 0.25}
+    for step in range(1, 9):
+        tel.log(train if step % 2 else val, step=step)
+    tel.flush()
+    plans = tel._pipeline._step_plans
+    assert set(plans) == {tuple(train), tuple(val)} and all(plan is not None for plan in plans.values())
