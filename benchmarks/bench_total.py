@@ -302,7 +302,7 @@ def falls_behind(folder: Path, values: dict[str, float], seconds: float = 2.0) -
     caller = time.perf_counter() - t0
     processed = pipeline.processed - done0
     worker_s = time.perf_counter() - t0
-    dropped = tel.dropped_steps
+    dropped = tel.queue_dropped_calls
     tel.flush()
     tel.shutdown()
     return {"caller_steps_per_s": s / caller, "worker_steps_per_s": processed / worker_s, "logged": s,

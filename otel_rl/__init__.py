@@ -65,6 +65,8 @@ def init(
     attribute_value_limit: int | None = None,
     export_text: bool | None = None,
     metrics_at_log_time: bool | None = None,
+    max_queue: int | None = None,
+    file_flush_interval_s: float | None = None,
 ) -> Telemetry:
     """Start telemetry for this process and return it.
 
@@ -101,6 +103,12 @@ def init(
     ``metrics_at_log_time`` (``OTEL_RL_METRICS_AT_LOG_TIME``): every ``log()`` value becomes its own
     data point at the call's ``time_ns`` instead of the latest value at each export, so a log
     backfilled in seconds keeps its original timeline in the metrics store (``otel-rl replay``).
+
+    ``max_queue`` (``OTEL_RL_MAX_QUEUE``, 1000): items the worker may lag behind the loop; past it
+    ``log()`` / ``record()`` calls are dropped, never blocking, and counted in
+    ``rl.telemetry.dropped{drop_reason="queue_full"}``. ``file_flush_interval_s``
+    (``OTEL_RL_FILE_FLUSH_INTERVAL`` in ms, 0.02 s): spans and events reach the run folder's files
+    (and, over OTLP, the disk spool) within this, which bounds what a killed process loses.
     """
     global _current
     options: dict[str, Any] = {k: v for k, v in locals().items() if v is not None and k not in ("tracer_provider", "on_alert")}

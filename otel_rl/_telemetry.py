@@ -49,6 +49,7 @@ _ROOT = Context()  # an empty context: each step starts a new trace
 _WHEN_START, _WHEN_END = A.RlMemoryWhenValues.START.value, A.RlMemoryWhenValues.END.value
 _STATE_OFFLOAD, _STATE_ONLOAD = A.RlMemoryStateValues.OFFLOAD.value, A.RlMemoryStateValues.ONLOAD.value
 _PHASE_TOTAL = A.RlStagePhaseValues.TOTAL.value
+_SIGNAL_LOGS, _SIGNAL_METRICS = A.RlTelemetrySignalValues.LOGS.value, A.RlTelemetrySignalValues.METRICS.value
 _PHASE_EXECUTE = A.RlStagePhaseValues.EXECUTE.value
 _PHASES = tuple(m.value for m in A.RlStagePhaseValues if m is not A.RlStagePhaseValues.TOTAL)
 _FRACTION_KINDS = (A.RlMemoryKindValues.MAX_ALLOCATED.value, A.RlMemoryKindValues.MAX_RESERVED.value)
@@ -411,9 +412,9 @@ class Telemetry:
         return self._closed
 
     @property
-    def dropped_steps(self) -> int:
+    def queue_dropped_calls(self) -> int:
         """``log()`` / ``record()`` calls dropped because the worker was ``max_queue`` items behind."""
-        return self._pipeline.dropped_queued
+        return sum(self._pipeline.dropped_queued.values())
 
     @property
     def dropped_calls(self) -> int:
@@ -543,7 +544,7 @@ class Telemetry:
         if self._closed:
             return self._drop_call()
         if len(self._queue) >= self._max_queue:
-            return self._pipeline.drop_queued()
+            return self._pipeline.drop_queued(_SIGNAL_LOGS)
         if self.config.strict:
             self._check_strict(values)
         try:
@@ -563,7 +564,7 @@ class Telemetry:
         if self._closed:
             return self._drop_call()
         if len(self._queue) >= self._max_queue:
-            return self._pipeline.drop_queued()
+            return self._pipeline.drop_queued(_SIGNAL_METRICS)
         if metric not in METRICS:
             if self.config.strict:
                 raise ValueError(f"otel-rl: record() needs a registry metric name (from otel_rl.semconv.metrics), got {metric!r}")

@@ -388,3 +388,30 @@ def test_no_metric_attribute_repeats_a_resource_attribute(make_telemetry):
     resource_keys = set(tel.resource.attributes)
     for mdef in METRICS.values():
         assert not set(mdef.attributes) & resource_keys, mdef.name
+
+
+def test_a_worker_max_queue_behind_drops_calls_without_blocking_and_counts_them(make_telemetry, caplog):
+    tel = make_telemetry(framework="roll", max_queue=10)
+    pipeline = tel._pipeline
+    with pipeline._drain_lock:  # the worker stalls (a long export, a stuck GIL holder)
+        t0 = time.perf_counter()
+        for step in range(25):
+            tel.log({"actor/pg_loss": float(step)}, step=step)
+        tel.record(M.RL_RESPONSE_LENGTH, np.arange(8.0))
+        took = time.perf_counter() - t0
+    assert took < 1.0  # never waited for the worker
+    assert tel.queue_dropped_calls == 16  # 10 queued, 15 log() calls and the record() dropped
+    tel.flush()
+    dropped = {dict(attrs)[A.RL_TELEMETRY_SIGNAL]: slot[0]
+               for attrs, slot in tel._latest.series(M.RL_TELEMETRY_DROPPED).items()
+               if dict(attrs)[A.RL_TELEMETRY_DROP_REASON] == A.RlTelemetryDropReasonValues.QUEUE_FULL.value}
+    assert dropped == {A.RlTelemetrySignalValues.LOGS.value: 15, A.RlTelemetrySignalValues.METRICS.value: 1}
+    with pipeline._drain_lock:
+        for step in range(25, 40):
+            tel.log({"actor/pg_loss": float(step)}, step=step)
+    tel.flush()
+    said = [r for r in caplog.records if "max_queue" in r.getMessage()]
+    assert len(said) == 1 and "OTEL_RL_MAX_QUEUE" in said[0].getMessage()
+    tel.shutdown()
+    steps = sorted(r["attributes"][A.RL_STEP] for r in read_log_records(tel.run_dir) if r["event_name"] == N.RL_LOG_EVENT)
+    assert steps == list(range(10)) + list(range(25, 35))  # what was queued went out; nothing twice
