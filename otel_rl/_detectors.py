@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from ._baseline import MAD_TO_SIGMA, MEAN_AD_TO_SIGMA, DetectorConfig, baseline, is_anomalous, rolling_baseline  # noqa: F401
-from ._findings import (FRACTION_METRICS, KINDS, LENGTH_METRICS, Finding, _fmt, detect_series,  # noqa: F401
-                        direction_of, min_change_for)
+from ._findings import (FRACTION_METRICS, KINDS, LENGTH_METRICS, Finding, danger_bounds, format_number,  # noqa: F401
+                        detect_series, direction_of, min_change_for)
 from .semconv import METRICS
 from .semconv import attributes as A
 from .semconv import metrics as M
@@ -56,10 +56,12 @@ __all__ = [
     "baseline",
     "build_alert_engine",
     "build_chains",
+    "danger_bounds",
     "default_rules",
     "default_rules_yaml",
     "detect_series",
     "direction_of",
+    "format_number",
     "is_anomalous",
     "load_rules",
     "min_change_for",
@@ -683,9 +685,9 @@ class AlertEngine:
         parts = []
         for cond in conditions:
             name = cond.get("metric", "?")
-            text = f"{name}={_fmt(float(cond['value']))}"
+            text = f"{name}={format_number(float(cond['value']))}"
             if "baseline" in cond:
-                text += f" (baseline {_fmt(float(cond['baseline']))}, z {float(cond['z']):+.1f})"
+                text += f" (baseline {format_number(float(cond['baseline']))}, z {float(cond['z']):+.1f})"
             parts.append(text)
         where = f"step {step}" if step is not None else "a log() without a step"
         message = f"{rule.name} at {where}: " + "; ".join(parts)

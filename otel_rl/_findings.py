@@ -28,7 +28,7 @@ from .semconv import metrics as M
 
 __all__ = [
     "FRACTION_METRICS", "Finding", "GRAD_CLIP_FACTOR", "KINDS", "LENGTH_METRICS", "danger_bounds", "detect_series",
-    "direction_of", "floor_for", "min_change_for",
+    "direction_of", "floor_for", "format_number", "min_change_for",
 ]
 
 KINDS = ("threshold", "spike", "level shift", "collapse", "explosion", "drift", "pinned-at-limit", "periodic")
@@ -164,7 +164,7 @@ def danger_bounds(metric: str, attributes: Mapping[str, str] | None = None,
     if (metric == M.RL_GRAD_NORM and isinstance(clip, (int, float)) and not isinstance(clip, bool)
             and math.isfinite(clip) and clip > 0 and stat in (*_LEVEL_STATISTICS, A.RlStatisticValues.MIN.value)):
         out.append(("up", GRAD_CLIP_FACTOR * float(clip), True,
-                    f"a gradient norm of {GRAD_CLIP_FACTOR:g}x the configured clip (grad_clip = {_fmt(float(clip))}) or more "
+                    f"a gradient norm of {GRAD_CLIP_FACTOR:g}x the configured clip (grad_clip = {format_number(float(clip))}) or more "
                     "is far above the configured clip: those updates are cut to the clip, and a norm that large "
                     "usually comes with a loss or KL blow-up"))
     return out
@@ -506,7 +506,7 @@ def _from_start(s: np.ndarray, x: np.ndarray, chunks: list[np.ndarray], findings
                 z=(peak - h) / h_scale, magnitude=peak / h if peak >= 0 else (peak - h) / h_scale,
                 severity=_severity("collapse", bad, attrs, unit), bad=bad)
     f.detail = (_describe(f) + f" (against the median of the first {len(head)} logged values; the last window's "
-                f"median is {_fmt(e)})")
+                f"median is {format_number(e)})")
     return f
 
 
@@ -557,11 +557,11 @@ def _drift(s: np.ndarray, x: np.ndarray, chunks: list[np.ndarray], findings: Seq
     f.detail = _describe(f)
     if far not in (0, len(chunks) - 1) and abs(float(meds[far]) - m0) > 1.5 * abs(m1 - m0):
         f.detail += (f"; it went furthest around step {int(s[chunks[far][len(chunks[far]) // 2]])} "
-                     f"(window median {_fmt(float(meds[far]))})")
+                     f"(window median {format_number(float(meds[far]))})")
     return f
 
 
-def _fmt(value: float) -> str:
+def format_number(value: float) -> str:
     if value == 0 or not math.isfinite(value):
         return str(value)
     magnitude = abs(value)
@@ -575,27 +575,27 @@ def _describe(f: Finding) -> str:
         return (f"every {f.period:g} steps the value goes {f.direction} (x{f.magnitude:.3g} of the baseline, {f.count} times "
                 f"from step {f.first_step} to {f.last_step}): a schedule (checkpointing, validation), not an anomaly")
     if f.kind == "pinned-at-limit":
-        return f"sits at {_fmt(f.limit or 0.0)} on {f.count} logged steps (steps {f.first_step}-{f.last_step})"
+        return f"sits at {format_number(f.limit or 0.0)} on {f.count} logged steps (steps {f.first_step}-{f.last_step})"
     span = f"step {f.first_step}" if f.first_step == f.last_step else f"steps {f.first_step}-{f.last_step}"
     if f.kind == "threshold":
         side = "above" if f.direction == "up" else "below"
-        text = (f"{side} the danger threshold {_fmt(f.limit or 0.0)} at {span} ({f.count} logged point(s)): "
-                f"{'peak' if f.direction == 'up' else 'lowest'} {_fmt(f.peak_value)} at step {f.peak_step}, "
-                f"{_fmt(f.baseline)} at the other steps")
+        text = (f"{side} the danger threshold {format_number(f.limit or 0.0)} at {span} ({f.count} logged point(s)): "
+                f"{'peak' if f.direction == 'up' else 'lowest'} {format_number(f.peak_value)} at step {f.peak_step}, "
+                f"{format_number(f.baseline)} at the other steps")
         text += f"; back past the threshold at step {f.recovered_step}" if f.recovered_step is not None else \
             "; still past it at the end of the log"
         return text + (f". {f.why[0].upper()}{f.why[1:]}" if f.why else "")
     change = f"x{f.magnitude:.3g}" if f.baseline > 0 and f.peak_value >= 0 else f"{f.z:+.1f} scales"
     if f.kind == "drift":
         return (f"drift {f.direction} from step {f.first_step} to the end of the log (step {f.last_step}): the median of "
-                f"the last of {f.count} windows is {_fmt(f.peak_value)} against {_fmt(f.baseline)} in the first ({change})")
-    text = f"{f.kind} {f.direction} at {span}: peak {_fmt(f.peak_value)} at step {f.peak_step} vs baseline {_fmt(f.baseline)} ({change}, z {f.z:+.1f})"
+                f"the last of {f.count} windows is {format_number(f.peak_value)} against {format_number(f.baseline)} in the first ({change})")
+    text = f"{f.kind} {f.direction} at {span}: peak {format_number(f.peak_value)} at step {f.peak_step} vs baseline {format_number(f.baseline)} ({change}, z {f.z:+.1f})"
     if f.recovered_step is not None:
         text += f"; back near the baseline at step {f.recovered_step}"
     else:
         text += "; not back to the baseline by the end of the log"
     if f.limit is not None:
-        text += f"; past the danger threshold {_fmt(f.limit)}" + (f" ({f.why})" if f.why else "")
+        text += f"; past the danger threshold {format_number(f.limit)}" + (f" ({f.why})" if f.why else "")
     return text
 
 
@@ -664,8 +664,8 @@ def _pinned_finding(s: np.ndarray, x: np.ndarray, mask: np.ndarray, limit: float
                 first_step=int(s[idx[0]]), last_step=int(s[idx[-1]]), peak_step=int(s[idx[0]]), peak_value=limit,
                 baseline=base, scale=0.0, z=0.0, magnitude=frac, count=int(idx.size), limit=limit,
                 severity="warning" if frac >= 0.5 or limit == 0.0 else "info", bad=True)
-    f.detail = (f"at {_fmt(limit)} ({what}) on {idx.size} of {len(x)} logged steps ({frac:.0%}), "
-                f"steps {f.first_step}-{f.last_step}" + (f"; median elsewhere {_fmt(base)}" if others.size else ""))
+    f.detail = (f"at {format_number(limit)} ({what}) on {idx.size} of {len(x)} logged steps ({frac:.0%}), "
+                f"steps {f.first_step}-{f.last_step}" + (f"; median elsewhere {format_number(base)}" if others.size else ""))
     return f
 
 

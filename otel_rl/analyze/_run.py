@@ -9,8 +9,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .._detectors import (Alert, AlertEngine, Chain, DetectorConfig, Finding, Rule, build_chains, default_rules, detect_series,
-                          direction_of)
+from .._detectors import (Alert, AlertEngine, Chain, DetectorConfig, Finding, Rule, build_chains, danger_bounds, default_rules,
+                          detect_series, direction_of)
 from .._keys import KeyResolver
 from ..replay import ParsedLog
 from ..semconv import METRICS
@@ -274,10 +274,16 @@ def recommend(run: RunAnalysis) -> list[Recommendation]:
 
     kl_up = [f for f in bad if _is_kl(f) and f.direction == "up"]
     kl_series = [s for s in series if _is_kl(s)]
-    kl_high = []
+    # Past the registry's danger threshold of the KL to the reference (10), from the first point.
+    kl_high: list[int] = []
+    kl_limit = None
     for s in kl_series:
         steps, x = s.arrays()
-        kl_high.extend(int(st) for st in steps[x > 10])
+        for sign, limit, _inclusive, _why in danger_bounds(s.metric, s.attributes):
+            if sign == "up":
+                kl_limit = limit
+                kl_high.extend(int(st) for st in steps[x > limit])
+    kl_high.sort()
     kl_coef = _setting(run, "kl_coef")
     kl_text = _setting_text(run, "kl_coef")
     logged_coef = next((s for s in series if s.metric == M.RL_KL_COEFFICIENT), None)
@@ -289,8 +295,8 @@ def recommend(run: RunAnalysis) -> list[Recommendation]:
         if kl_up:
             evidence.append(f"KL to the reference left its baseline {len(kl_up)} time(s): {_where(kl_up)}")
         if kl_high:
-            evidence.append(f"KL to the reference > 10 (a common roll-back threshold) on {len(kl_high)} logged step(s), "
-                            f"first at step {kl_high[0]}")
+            evidence.append(f"KL to the reference > {fmt(kl_limit or 0.0)} (the registry's danger threshold, a common "
+                            f"roll-back point) on {len(kl_high)} logged step(s), first at step {kl_high[0]}")
         if kl_coef is not None and kl_coef[0] == 0:
             action = ("Nothing holds the policy near the reference (the log's settings give no KL term): add one, e.g. "
                       "a KL loss with a coefficient of 0.001-0.04, or an adaptive KL controller.")
@@ -445,7 +451,7 @@ def recommend(run: RunAnalysis) -> list[Recommendation]:
                                    "together) and the kl > 10 / clipped_ratio > 0.3 thresholds, off the training thread; poll "
                                    "tel.should_stop or tel.take_alerts() to save a snapshot or roll back.",
                                    [c.text() for c in run.chains if c.divergence][:2] or
-                                   [f"KL > 10 at step {kl_high[0]}"]))
+                                   [f"KL > {fmt(kl_limit or 0.0)} at step {kl_high[0]}"]))
     v = run.verdict
     if v is not None and v.learned in ("no clear change", "worse") and not reward_down and \
             not any(r.topic == "no learning signal" for r in recs):

@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .._detectors import Chain, Finding
+from .._detectors import Chain, Finding, format_number
 from ..semconv import attributes as A
 from ..semconv import metrics as M
 from ._series import Series, SeriesKey
@@ -43,12 +43,6 @@ class Verdict:
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
-
-
-def _fmt(value: float) -> str:
-    if value == 0 or not math.isfinite(value):
-        return str(value)
-    return f"{value:.3g}" if abs(value) >= 1e5 or abs(value) < 1e-3 else f"{value:.4g}"
 
 
 def _mean_statistic(s: Series) -> bool:
@@ -81,22 +75,22 @@ def did_it_learn(series: dict[SeriesKey, Series]) -> tuple[str, str, Series | No
     first, last = x[:w], x[-w:]
     change = float(last.mean() - first.mean())
     se = math.sqrt(float(first.var(ddof=1)) / w + float(last.var(ddof=1)) / w)
-    where = (f"{s.label} {_fmt(float(first.mean()))} (mean of steps {int(steps[0])}-{int(steps[w - 1])}) -> "
-             f"{_fmt(float(last.mean()))} (steps {int(steps[-w])}-{int(steps[-1])}): {change:+.3g} ± {2 * se:.2g} (2 s.e.)")
+    where = (f"{s.label} {format_number(float(first.mean()))} (mean of steps {int(steps[0])}-{int(steps[w - 1])}) -> "
+             f"{format_number(float(last.mean()))} (steps {int(steps[-w])}-{int(steps[-1])}): {change:+.3g} ± {2 * se:.2g} (2 s.e.)")
     level = max(abs(float(first.mean())), abs(float(last.mean())), float(x.std()))
     # Where the reward stood at its best: a run that rose, then fell back, says so.
     windows = np.convolve(x, np.ones(w) / w, mode="valid")
     best = int(np.argmax(windows))
     peak = float(windows[best])
     if best + w < n - w and peak - float(last.mean()) > max(2 * se, _MIN_RELATIVE * level, _MIN_CHANGE) and peak > float(first.mean()):
-        where += (f"; it peaked at {_fmt(peak)} (steps {int(steps[best])}-{int(steps[best + w - 1])}) and ended "
-                  f"{_fmt(peak - float(last.mean()))} lower")
+        where += (f"; it peaked at {format_number(peak)} (steps {int(steps[best])}-{int(steps[best + w - 1])}) and ended "
+                  f"{format_number(peak - float(last.mean()))} lower")
     if abs(change) < _MIN_CHANGE or abs(change) <= 2 * se:
         flat = " (constant)" if float(x.max()) == float(x.min()) else ""
         return "no clear change", f"No clear change{flat}: {where}", s, change, 2 * se
     if abs(change) < _MIN_RELATIVE * level:
         return "no clear change", (f"No clear change: {where}, under {_MIN_RELATIVE:.0%} of its level "
-                                   f"({_fmt(level)})"), s, change, 2 * se
+                                   f"({format_number(level)})"), s, change, 2 * se
     if change > 0:
         return "yes", f"Yes: {where}", s, change, 2 * se
     return "worse", f"No, it got worse: {where}", s, change, 2 * se
@@ -109,13 +103,13 @@ def _validation_text(series: dict[SeriesKey, Series]) -> str | None:
         return None
     s = found[0]
     steps, x = s.arrays()
-    return (f"validation {s.label}: {_fmt(float(x[0]))} (step {int(steps[0])}) -> {_fmt(float(x[-1]))} "
-            f"(step {int(steps[-1])}), best {_fmt(float(np.nanmax(x)))}")
+    return (f"validation {s.label}: {format_number(float(x[0]))} (step {int(steps[0])}) -> {format_number(float(x[-1]))} "
+            f"(step {int(steps[-1])}), best {format_number(float(np.nanmax(x)))}")
 
 
 def _event_text(f: Finding) -> str:
     span = f"step {f.first_step}" if f.first_step == f.last_step else f"steps {f.first_step}-{f.last_step}"
-    return f"{span}: {f.series} {f.kind} {f.direction} ({_fmt(f.peak_value)} vs {_fmt(f.baseline)}) [{f.severity}]"
+    return f"{span}: {f.series} {f.kind} {f.direction} ({format_number(f.peak_value)} vs {format_number(f.baseline)}) [{f.severity}]"
 
 
 def timeline(findings: Sequence[Finding], chains: Sequence[Chain], limit: int = 14) -> list[str]:

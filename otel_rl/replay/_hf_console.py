@@ -246,8 +246,8 @@ def _assign_steps(run: _Run, out: ParsedLog) -> list[StepRecord]:
         if interval is None:
             interval = 1
             out.doubts.append(
-                f"the records carry no step, and neither a header, an epoch field nor a finished run tells how many steps "
-                f"lie between them: step N below is the N-th logged record (true steps may be a multiple of it)")
+                "the records carry no step, and neither a header, an epoch field nor a finished run tells how many steps "
+                "lie between them: step N below is the N-th logged record (true steps may be a multiple of it)")
             out.step_source = "the record's position (logging interval unknown)"
         else:
             out.step_source = f"the record's position x {interval} (logging interval from {why})"
