@@ -203,6 +203,23 @@ def _group(grouped: dict[Any, Any], by_id: dict[int, Any], resource: Any) -> dic
     return group
 
 
+def _resources(grouped: dict[Any, dict[Any, list[dict[str, Any]]]], scopes_field: str, items_field: str, *,
+               scope_always: bool) -> list[dict[str, Any]]:
+    """The ResourceLogs / ResourceSpans entries of records grouped by resource, then scope. The
+    SDK's log encoder writes a scope message even without a scope, its span encoder does not."""
+    out = []
+    for resource, scopes in grouped.items():
+        entries = []
+        for scope, items in scopes.items():
+            entry: dict[str, Any] = {"scope": _scope(scope)} if scope_always or scope is not None else {}
+            entry[items_field] = items
+            if scope is not None and scope.schema_url:
+                entry["schemaUrl"] = scope.schema_url
+            entries.append(entry)
+        out.append(_resource_entry(resource, scopes_field, entries))
+    return out
+
+
 # '{"key":"<key>","value":{"doubleValue":' of each key seen in a float-only body (bounded).
 _DOUBLE_PREFIX: dict[str, str] = {}
 _DOUBLE_PREFIX_LIMIT = 1 << 16
@@ -265,16 +282,7 @@ def logs_to_otlp_json(batch: Sequence[ReadableLogRecord]) -> str:
                 record["body"] = f"\x00otel-rl body {token} {len(bodies)}\x00"
                 bodies.append(text)
             _group(grouped, by_id, readable.resource).setdefault(scope, []).append(record)
-        resource_logs = []
-        for resource, scopes in grouped.items():
-            scope_logs = []
-            for scope, records in scopes.items():
-                entry: dict[str, Any] = {"scope": _scope(scope), "logRecords": records}
-                if scope is not None and scope.schema_url:
-                    entry["schemaUrl"] = scope.schema_url
-                scope_logs.append(entry)
-            resource_logs.append(_resource_entry(resource, "scopeLogs", scope_logs))
-        line = _dumps({"resourceLogs": resource_logs})
+        line = _dumps({"resourceLogs": _resources(grouped, "scopeLogs", "logRecords", scope_always=True)})
         if not bodies:
             return line
         # One pass: cut at each placeholder (NULs and a random token: no user string reads the same).
@@ -373,17 +381,7 @@ def spans_to_otlp_json(spans: Sequence[ReadableSpan]) -> str:
         for span in spans:
             scope = span.instrumentation_scope or None
             _group(grouped, by_id, span.resource).setdefault(scope, []).append(_span(span))
-        resource_spans = []
-        for resource, scopes in grouped.items():
-            scope_spans = []
-            for scope, encoded in scopes.items():
-                entry: dict[str, Any] = {"scope": _scope(scope)} if scope is not None else {}
-                entry["spans"] = encoded
-                if scope is not None and scope.schema_url:
-                    entry["schemaUrl"] = scope.schema_url
-                scope_spans.append(entry)
-            resource_spans.append(_resource_entry(resource, "scopeSpans", scope_spans))
-        return _dumps({"resourceSpans": resource_spans})
+        return _dumps({"resourceSpans": _resources(grouped, "scopeSpans", "spans", scope_always=False)})
     except (_NotPlain, KeyError, AttributeError, TypeError, ValueError, *_ENCODE_ERRORS):
         return to_otlp_json(encode_spans(spans))
 
