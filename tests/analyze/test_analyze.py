@@ -8,13 +8,13 @@ import random
 from pathlib import Path
 
 import pytest
+from shared_files import LOGS, needs_shared_logs
 import yaml
 
 from otel_rl._detectors import load_rules, parse_rules
 from otel_rl.analyze import add_cli, analyze
 from otel_rl.semconv import metrics as M
 
-LOGS = Path(__file__).resolve().parents[2].parent / "shared" / "logs"
 AAIPL = LOGS / "trl_grpo_aaipl_checkpoint-500_trainer_state.json"
 TELELOGS = LOGS / "trl_grpo_telelogs_checkpoint-200_trainer_state.json"
 SWIFT = LOGS / "swift_grpo_logging_lines_from_issues.jsonl"
@@ -85,6 +85,7 @@ def test_seed003_chain_is_found_in_lead_lag_order_with_recommendations(tmp_path)
         assert (out / rel).stat().st_size > 1000
 
 
+@needs_shared_logs
 @pytest.mark.parametrize("path", [AAIPL, TELELOGS, SWIFT], ids=["aaipl", "telelogs", "swift"])
 def test_shared_logs_analyze_and_report(tmp_path, path):
     (run,) = analyze([path], tmp_path, plots=False)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from shared_files import LOGS, needs_shared_logs
 
 from otel_rl import _alerts
 from otel_rl.replay import parse_file, replay_file
@@ -24,10 +25,10 @@ from stack_support import http_json, poll, raw_samples
 
 pytestmark = pytest.mark.e2e
 
-LOGS = Path(__file__).resolve().parents[3] / "shared" / "logs"
 STEP_SECONDS = 3
 
 
+@needs_shared_logs
 def test_a_replayed_log_lands_on_its_original_timeline(stack: Any, tmp_path: Path):
     src = LOGS / "trl_grpo_aaipl_checkpoint-500_trainer_state.json"
     start = int(time.time()) - 27 * 60  # 500 steps x 3 s: from 27 to 2 minutes ago

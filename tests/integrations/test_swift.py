@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 
 import pytest
+from shared_files import LOGS, needs_shared_logs
 
 transformers = pytest.importorskip("transformers")
 
@@ -28,8 +29,7 @@ from otel_rl.semconv import names as N  # noqa: E402
 
 S = A.RlStageValues
 TRL, SWIFT = A.RlFrameworkValues.TRL.value, A.RlFrameworkValues.SWIFT.value
-SHARED_LOGS = Path(__file__).resolve().parents[2].parent / "shared" / "logs"
-SWIFT_ROWS = SHARED_LOGS / "swift_grpo_logging_lines_from_issues.jsonl"
+SWIFT_ROWS = LOGS / "swift_grpo_logging_lines_from_issues.jsonl"
 PROGRESS_KEYS = ("global_step/max_steps", "elapsed_time", "remaining_time", "train_speed(s/it)")
 
 
@@ -52,6 +52,7 @@ def latest_points(run_dir: Path) -> dict[tuple[str, frozenset], object]:
     return latest
 
 
+@needs_shared_logs
 def test_logging_rows_of_real_swift_runs_arrive_through_the_callback(tmp_path, make_telemetry):
     """Rows of ms-swift's logging.jsonl pasted in its issues, sent the way its trainer logs them."""
     rows = [json.loads(line) for line in SWIFT_ROWS.read_text(encoding="utf-8").splitlines() if line.strip()]

@@ -7,11 +7,11 @@ import math
 from pathlib import Path
 
 import pytest
+from shared_files import LOGS, needs_shared_logs
 
 import replay_samples as samples
 from otel_rl.replay import FORMATS, FormatError, detect_format, parse_file
 
-LOGS = Path(__file__).resolve().parents[2].parent / "shared" / "logs"
 SWIFT_LOG = LOGS / "swift_grpo_logging_lines_from_issues.jsonl"
 AAIPL = LOGS / "trl_grpo_aaipl_checkpoint-500_trainer_state.json"
 TELELOGS = LOGS / "trl_grpo_telelogs_checkpoint-200_trainer_state.json"
@@ -34,6 +34,7 @@ def assert_values(parsed, data, rel: float = 0.0, abs_: float = 0.0) -> None:
 # ------------------------------------------------------------------------------- real logs
 
 
+@needs_shared_logs
 def test_real_swift_rows_of_three_runs_are_split_and_read_exactly():
     # Rows pasted from three runs (max_steps 10000, 547, 4389): each is its own run, read exactly.
     rows = [json.loads(line) for line in SWIFT_LOG.read_text().splitlines() if line.strip()]
@@ -51,6 +52,7 @@ def test_real_swift_rows_of_three_runs_are_split_and_read_exactly():
         parse_file(SWIFT_LOG, segment=4)
 
 
+@needs_shared_logs
 @pytest.mark.parametrize("path, count, first, last", [(AAIPL, 50, 10, 500), (TELELOGS, 200, 1, 200)])
 def test_real_trainer_states_read_every_log_history_entry(path, count, first, last):
     parsed = parse_file(path)

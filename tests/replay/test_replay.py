@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from shared_files import LOGS, needs_shared_logs
 
 import otel_rl
 import replay_samples as samples
@@ -19,7 +20,6 @@ from otel_rl.semconv import attributes as A
 from otel_rl.semconv import metrics as M
 from otel_rl.semconv import names as N
 
-LOGS = Path(__file__).resolve().parents[2].parent / "shared" / "logs"
 
 
 @pytest.fixture(autouse=True)
@@ -34,6 +34,7 @@ def step_events(run_dir: Path) -> list[dict]:
     return [r for r in read_log_records(run_dir) if r["event_name"] == N.RL_LOG_EVENT]
 
 
+@needs_shared_logs
 def test_real_swift_log_replays_with_elapsed_times_and_mapped_metrics(tmp_path):
     src = LOGS / "swift_grpo_logging_lines_from_issues.jsonl"
     out = io.StringIO()
@@ -55,6 +56,7 @@ def test_real_swift_log_replays_with_elapsed_times_and_mapped_metrics(tmp_path):
     assert marker["format"] == "swift" and marker["steps"] == {"first": 1, "last": 2, "count": 2} and marker["segment"] == 1
 
 
+@needs_shared_logs
 def test_trainer_state_gets_the_stated_synthetic_clock(tmp_path):
     out = io.StringIO()
     result = replay_file(LOGS / "trl_grpo_aaipl_checkpoint-500_trainer_state.json", out=out, progress=False,
@@ -66,6 +68,7 @@ def test_trainer_state_gets_the_stated_synthetic_clock(tmp_path):
     assert "synthetic" in out.getvalue() and "step x 30 s" in out.getvalue()
 
 
+@needs_shared_logs
 def test_every_metric_point_lands_at_its_steps_original_time(tmp_path):
     """One point per logged step and series, stamped like the step's event: the run keeps its timeline."""
     src = LOGS / "trl_grpo_aaipl_checkpoint-500_trainer_state.json"

@@ -14,8 +14,11 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from shared_files import needs_shared
 
 from otel_rl._keys import KeyResolver, load_registry_tables
+
+pytestmark = needs_shared
 
 REPO = Path(__file__).resolve().parents[2]
 SHARED = REPO / ".." / "shared"
