@@ -145,6 +145,46 @@ def _add(state: _HistogramState, value: float) -> None:
         state.max = value
 
 
+class HistogramRows:
+    """Rows of one value per histogram state, binned in bulk (numpy per column) when the
+    histograms are read or the rows reach ``limit``: a step's timers cost one list append instead
+    of a bisect and five updates each. NaN marks a state with no value in that row. Histograms
+    are order-free (counts, sum, min, max), so binning later gives the same points."""
+
+    __slots__ = ("states", "pending", "lock", "owner_lock", "limit")
+
+    def __init__(self, states: tuple[_HistogramState, ...], owner_lock: Any, limit: int = 512) -> None:
+        self.states = states
+        self.pending: list[list[float]] = []
+        self.lock = threading.Lock()
+        self.owner_lock = owner_lock  # the lock every other update of these states holds
+        self.limit = limit
+
+    def add(self, row: list[float]) -> None:
+        with self.lock:
+            self.pending.append(row)
+            if len(self.pending) < self.limit:
+                return
+        with self.owner_lock:
+            self.fold_locked()
+
+    def fold_locked(self) -> None:
+        """Bin the pending rows (the caller holds ``owner_lock``)."""
+        with self.lock:
+            pending, self.pending = self.pending, []
+        if not pending:
+            return
+        table = np.array(pending, dtype=np.float64)
+        for column, state in zip(table.T, self.states):
+            values = column[~np.isnan(column)]
+            if values.size:
+                state.counts += np.bincount(np.searchsorted(state.bounds, values, side="left"), minlength=len(state.counts))
+                state.count += int(values.size)
+                state.total += float(values.sum())
+                state.min = min(state.min, float(values.min()))
+                state.max = max(state.max, float(values.max()))
+
+
 class BulkHistograms:
     """Cumulative explicit-bucket histograms fed with whole arrays or single values."""
 
@@ -154,6 +194,7 @@ class BulkHistograms:
         self._states: dict[str, dict[Attrs, _HistogramState]] = {}
         self._meta: dict[str, tuple[str, str, tuple[float, ...]]] = {}
         self._start_ns = time.time_ns()
+        self._row_sinks: list[HistogramRows] = []
 
     def declare(self, name: str, description: str, unit: str, bounds: Sequence[float]) -> None:
         self._meta[name] = (description, unit, tuple(float(b) for b in bounds))
@@ -176,15 +217,24 @@ class BulkHistograms:
 
     def series_state(self, name: str, attrs: Attrs = ()) -> _HistogramState | None:
         """The state of one existing series (None before its first value, or when the series cap
-        refused it), for :meth:`record_states`."""
+        refused it), for :meth:`rows`."""
         with self._lock:
             return self._states.get(name, {}).get(attrs)
 
-    def record_states(self, pairs: Iterable[tuple[_HistogramState, float]]) -> None:
-        """Record one value into each of several series' states, under one lock (a step's timers)."""
+    def rows(self, states: Sequence[_HistogramState]) -> HistogramRows:
+        """A sink for rows of one value per state (a step's timers, in ``states`` order)."""
+        rows = HistogramRows(tuple(states), self._lock)
         with self._lock:
-            for state, value in pairs:
-                _add(state, value)
+            self._row_sinks.append(rows)
+            if len(self._row_sinks) > 64:  # sinks of forgotten step plans: bin what they hold, let them go
+                for old in self._row_sinks[:-64]:
+                    old.fold_locked()
+                del self._row_sinks[:-64]
+        return rows
+
+    def _fold_rows(self) -> None:
+        for rows in self._row_sinks:
+            rows.fold_locked()
 
     def record_many(self, name: str, values: np.ndarray, attrs: Attrs = ()) -> None:
         """Record a whole 1-D float array of finite values at once."""
@@ -206,6 +256,7 @@ class BulkHistograms:
 
     def snapshot(self, name: str, attrs: Attrs = ()) -> tuple[int, float, list[int]] | None:
         with self._lock:
+            self._fold_rows()
             state = self._states.get(name, {}).get(attrs)
             return None if state is None else (state.count, state.total, state.counts.tolist())
 
@@ -213,6 +264,7 @@ class BulkHistograms:
         now = time.time_ns()
         out = []
         with self._lock:
+            self._fold_rows()
             for name, per_metric in self._states.items():
                 description, unit, bounds = self._meta[name]
                 points = [

@@ -86,3 +86,32 @@ def test_merging_exporter_joins_the_sdk_scope_instead_of_adding_a_twin():
     # With nothing from the SDK, the histograms still go out under the given resource.
     exporter.export(None)
     assert [m.name for m in sink.exported[1].resource_metrics[0].scope_metrics[0].metrics] == ["h"]
+
+
+def test_histogram_rows_bin_later_to_the_same_points_as_single_records():
+    bounds = (0.0, 1.0, 2.5, 10.0)
+    one, rows = BulkHistograms(), BulkHistograms()
+    for bulk in (one, rows):
+        bulk.declare("a", "", "s", bounds)
+        bulk.declare("b", "", "s", bounds)
+        bulk.record("a", 0.5)  # each series exists before its rows are kept
+        bulk.record("b", 0.5)
+    sink = rows.rows([rows.series_state("a"), rows.series_state("b")])
+    sink.limit = 3  # folds on its own after 3 rows, and again when read
+    table = [(1.0, 2.5), (10.0, -1.0), (11.0, float("nan")), (0.0, 2.6), (2.5, 3.0)]  # values on the bounds, NaN = no value
+    for a, b in table:
+        one.record("a", a)
+        if not np.isnan(b):
+            one.record("b", b)
+        sink.add([a, b])
+    assert len(sink.pending) == 2  # three rows were binned when the sink reached its limit
+    for name in ("a", "b"):
+        assert rows.snapshot(name) == one.snapshot(name)
+    assert sink.pending == []
+    by_name = {m.name: m.data.data_points[0] for m in rows.to_metrics()}
+    expected = {m.name: m.data.data_points[0] for m in one.to_metrics()}
+    for name in ("a", "b"):
+        got, want = by_name[name], expected[name]
+        assert (got.count, got.sum, got.min, got.max, list(got.bucket_counts)) == \
+            (want.count, want.sum, want.min, want.max, list(want.bucket_counts))
+    assert by_name["b"].count == 5  # the NaN row left b out

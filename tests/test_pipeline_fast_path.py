@@ -101,3 +101,25 @@ def test_alternating_key_sets_keep_their_plans(make_telemetry):
     tel.flush()
     plans = tel._pipeline._step_plans
     assert set(plans) == {tuple(train), tuple(val)} and all(plan is not None for plan in plans.values())
+
+
+def test_a_timer_a_stage_span_measured_is_not_counted_twice_on_the_bulk_path(make_telemetry):
+    tel = make_telemetry(framework="roll")
+    steps = 8
+    for step in range(steps):
+        with tel.step(step):
+            with tel.stage("train_step", cluster="actor_train"):
+                pass
+        # train_step's total was measured by its span; model_update's only by the logged timer
+        tel.log({"actor/pg_loss": 0.1 * step, "time/actor_train/train_step/total": 2.0,
+                 "time/actor_train/model_update/total": 1.0 + step}, step=step)
+    tel.flush()
+    assert any(plan is not None for plan in tel._pipeline._step_plans.values())
+    histograms = tel._histograms
+    measured = (("rl.cluster", "actor_train"), ("rl.stage", "train_step"), ("rl.stage.phase", "total"))
+    logged = (("rl.cluster", "actor_train"), ("rl.stage", "model_update"), ("rl.stage.phase", "total"))
+    count, total, _ = histograms.snapshot(M.RL_STAGE_DURATION, measured)
+    assert count == steps and total < 1.0  # the spans' own (near-zero) durations, never the logged 2.0
+    count, total, _ = histograms.snapshot(M.RL_STAGE_DURATION, logged)
+    assert count == steps and total == sum(1.0 + s for s in range(steps))
+    tel.shutdown()

@@ -47,6 +47,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 __all__ = [
+    "FloatBody",
     "OtlpJsonLogExporter",
     "OtlpJsonMetricExporter",
     "OtlpJsonSpanExporter",
@@ -229,16 +230,30 @@ _LAST_KEYS: list[tuple[list[str] | None, list[str]]] = [(None, [])]
 _FLOAT_ONLY = {float}
 
 
+class FloatBody(dict):  # type: ignore[type-arg]
+    """An event body its producer already found to hold finite floats only under string keys,
+    with its keys and values as lists in order: the encoder skips checking them again."""
+
+    __slots__ = ("key_list", "float_list")
+
+    def __init__(self, items: Any, keys: list[str], floats: list[float]) -> None:
+        super().__init__(items)  # a mapping of keys -> floats (or its pairs), in the lists' order
+        self.key_list, self.float_list = keys, floats
+
+
 def _float_kvlist(body: dict[str, Any]) -> str | None:
     """A body of finite floats under non-empty string keys (a step's scalars) as its OTLP/JSON
     AnyValue text, numbers formatted by orjson in one call; None for anything else."""
-    values = list(body.values())
-    if set(map(type, values)) != _FLOAT_ONLY:
-        return None
-    total = sum(values)
-    if total - total != 0.0:  # NaN / infinity: written as strings, by the general path
-        return None
-    keys = list(body)
+    if type(body) is FloatBody:
+        keys, values = body.key_list, body.float_list
+    else:
+        values = list(body.values())
+        if set(map(type, values)) != _FLOAT_ONLY:
+            return None
+        total = sum(values)
+        if total - total != 0.0:  # NaN / infinity: written as strings, by the general path
+            return None
+        keys = list(body)
     last = _LAST_KEYS[0]
     if keys == last[0]:  # a step with the same keys as the one before (the common case)
         template = last[1]
@@ -276,7 +291,7 @@ def logs_to_otlp_json(batch: Sequence[ReadableLogRecord]) -> str:
         for readable in batch:
             scope = readable.instrumentation_scope or None
             body = readable.log_record.body
-            text = _float_kvlist(body) if type(body) is dict and body else None
+            text = _float_kvlist(body) if (type(body) is dict or type(body) is FloatBody) and body else None
             record = _log_record(readable, text is None)
             if text is not None:
                 record["body"] = f"\x00otel-rl body {token} {len(bodies)}\x00"
