@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import otel_rl  # noqa: E402
 from bench_hotpath import step_values  # noqa: E402
-from otel_rl._detectors import AlertEngine, default_rules  # noqa: E402
+from otel_rl.detect.detectors import AlertEngine, default_rules  # noqa: E402
 from otel_rl.semconv import metrics as M  # noqa: E402
 
 TARGETS = {"worker_with_rules_vs_without": ("<=", 1.5), "caller_with_rules_vs_without": ("<=", 1.1)}

@@ -254,7 +254,7 @@ def bench_ranks(steps: int = 30, ranks: int = 16) -> dict[str, Any]:
     from otlp_sink import OtlpSink
 
     from otel_rl.stack import Stack
-    from otel_rl.stack._process import free_port
+    from otel_rl.stack.process import free_port
 
     data = os.environ.get("OTEL_RL_BENCH_STACK_DIR") or str(Path(tempfile.gettempdir()) / "otel-rl-bench-stack")
     stack = Stack(data, only=["rotel"], out=None)

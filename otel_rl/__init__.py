@@ -24,11 +24,11 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
-from . import semconv
-from ._config import TelemetryConfig, resolve_config
-from ._telemetry import JoinScope, Phase, Stage, StepScope, Telemetry
-from ._version import __version__
-from .exporters._tracker import Tracker, known_trackers, register_tracker
+from otel_rl import semconv
+from otel_rl._sdk.config import TelemetryConfig, resolve_config
+from otel_rl._sdk.telemetry import JoinScope, Phase, Stage, StepScope, Telemetry
+from otel_rl._version import __version__
+from otel_rl.trackers.base import Tracker, known_trackers, register_tracker
 
 _current: Telemetry | None = None
 

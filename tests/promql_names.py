@@ -1,5 +1,5 @@
 """A regex reader of the metric names in a PromQL expression, for tests: independent of
-otel_rl._dashboards' tokenizer, so the two can check each other."""
+otel_rl.ops.dashboards' tokenizer, so the two can check each other."""
 
 from __future__ import annotations
 

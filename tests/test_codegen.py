@@ -1,4 +1,4 @@
-"""Code generation (otel_rl._codegen, `otel-rl semconv generate`): the committed files match the
+"""Code generation (otel_rl.codegen.generate, `otel-rl semconv generate`): the committed files match the
 registry, --check catches drift and stale files, and the generated package is usable on a real
 OpenTelemetry SDK MeterProvider."""
 
@@ -13,10 +13,11 @@ from opentelemetry.metrics import Observation
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import Gauge, Histogram, InMemoryMetricReader, Sum
 
-from otel_rl import _codegen, cli
-from otel_rl._codegen import BUCKETS, MD_HEADER, PY_HEADER, constant_name, enum_class_name, prometheus_name
-from otel_rl._registry import load_registry
-from otel_rl.semconv import _tables
+import otel_rl.codegen.generate as _codegen
+from otel_rl import cli
+from otel_rl.codegen.generate import BUCKETS, MD_HEADER, PY_HEADER, constant_name, enum_class_name, prometheus_name
+from otel_rl.codegen.registry import load_registry
+import otel_rl.semconv._tables as _tables
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import metrics as M
 from otel_rl.semconv import names as N

@@ -15,11 +15,10 @@ from typing import Any, Iterator
 
 import yaml
 
-from otel_rl._codegen import prometheus_name
+from otel_rl.codegen.generate import prometheus_name
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv._tables import METRICS
-from otel_rl.stack import _components as stack_components
-
+import otel_rl.stack._components as stack_components
 from promql_names import promql_metric_names
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from otel_rl._detectors import Alert, AlertEngine, default_rules, default_rules_yaml, load_rules, parse_rules
-from otel_rl._runfolder import read_log_records, read_metrics
+from otel_rl.detect.detectors import Alert, AlertEngine, default_rules, default_rules_yaml, load_rules, parse_rules
+from otel_rl.runs.folder import read_log_records, read_metrics
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import metrics as M
 from otel_rl.semconv import names as N

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from loopback import in_loopback_namespace, rerun_in_loopback_namespace
 
-from otel_rl._distributed import detect_placement, from_environment
-from otel_rl._runfolder import read_spans
+from otel_rl._sdk.distributed import detect_placement, from_environment
+from otel_rl.runs.folder import read_spans
 from otel_rl.semconv import attributes as A
-from otel_rl.stack._process import free_port
+from otel_rl.stack.process import free_port
 
 
 def test_the_launchers_environment_gives_the_placement():

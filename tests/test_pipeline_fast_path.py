@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from otel_rl._runfolder import read_log_records, read_metrics
+from otel_rl.runs.folder import read_log_records, read_metrics
 from otel_rl.semconv import metrics as M
 
 ROLL_STEP = {

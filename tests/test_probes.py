@@ -10,7 +10,7 @@ import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from otel_rl._probes import CudaMemoryProbe, NvmlProbe, ProcessProbe, _visible_device_indices
+from otel_rl._sdk.probes import CudaMemoryProbe, NvmlProbe, ProcessProbe, visible_device_indices
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import metrics as M
 
@@ -172,7 +172,7 @@ def test_visible_devices(monkeypatch, visible, expected):
         monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     else:
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
-    assert _visible_device_indices(4) == expected
+    assert visible_device_indices(4) == expected
 
 
 def test_process_probe_reads_real_memory_and_cpu():

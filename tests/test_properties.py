@@ -19,8 +19,8 @@ from hypothesis.extra import numpy as hnp
 from opentelemetry.exporter.otlp.proto.common._internal import _encode_value
 
 import otel_rl
-from otel_rl._config import _FIELDS, resolve_config
-from otel_rl._providers import check_otlp_environment
+from otel_rl._sdk.config import _FIELDS, resolve_config
+from otel_rl._sdk.providers import check_otlp_environment
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import metrics as M
 from otel_rl.semconv import names as N
@@ -205,7 +205,7 @@ def test_a_config_file_loads_or_fails_naming_the_file(tmp_path_factory, doc: Any
 @SETTINGS
 @given(text=st.text(max_size=60))
 def test_a_registry_file_of_any_text_is_reported_as_problems_not_a_crash(tmp_path_factory, text: str) -> None:
-    from otel_rl._registry import load_registry
+    from otel_rl.codegen.registry import load_registry
 
     root = tmp_path_factory.mktemp("semconv")
     (root / "registry").mkdir()

@@ -1,4 +1,4 @@
-"""The registry checker (otel_rl._registry): the real registry is clean, and every rule catches its
+"""The registry checker (otel_rl.codegen.registry): the real registry is clean, and every rule catches its
 own mistake at the right file and line.
 
 Broken registries are built in tmp_path: the real ``semconv/registry`` is copied and ONE thing is
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from otel_rl._registry import Problem, is_ucum, load_registry
+from otel_rl.codegen.registry import Problem, is_ucum, load_registry
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SEMCONV = REPO_ROOT / "semconv"

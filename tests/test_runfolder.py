@@ -1,4 +1,4 @@
-"""Reading a run folder back (otel_rl._runfolder), with files written by the real SDK + exporters."""
+"""Reading a run folder back (otel_rl.runs.folder), with files written by the real SDK + exporters."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
-from otel_rl._runfolder import (
+from otel_rl.runs.folder import (
     LOGS_FILE,
     METRICS_FILE,
     TRACES_FILE,

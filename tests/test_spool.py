@@ -25,14 +25,14 @@ from opentelemetry.proto.logs.v1 import logs_pb2
 from otlp_sink import OtlpSink
 
 import otel_rl
-from otel_rl import _push
-from otel_rl._config import resolve_config
-from otel_rl._providers import open_spool
-from otel_rl._spool import BACKEND_REJECTED, LOGS, SEGMENT_SUFFIX, SPOOL_FULL, TRACES, Spool, SpoolBusy, transport_for
+import otel_rl.runs.push as _push
+from otel_rl._sdk.config import resolve_config
+from otel_rl._sdk.providers import open_spool
+from otel_rl._sdk.spool import BACKEND_REJECTED, LOGS, SEGMENT_SUFFIX, SPOOL_FULL, TRACES, Spool, SpoolBusy, transport_for
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import metrics as M
 from otel_rl.semconv import names as N
-from otel_rl.stack._process import free_port
+from otel_rl.stack.process import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 RL_LOG = N.RL_LOG_EVENT
@@ -152,7 +152,7 @@ CRASHING_WRITER = """
 import os, sys
 sys.path.insert(0, {tests!r})
 from test_spool import log_request
-from otel_rl._spool import Spool, LOGS
+from otel_rl._sdk.spool import Spool, LOGS
 spool = Spool({folder!r}, 2**20)
 for k in range(10):
     spool.append(LOGS, log_request(3 * k, 3), 3)

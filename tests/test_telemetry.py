@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import otel_rl
-from otel_rl._runfolder import find_step_trace, read_log_records, read_metrics, read_spans
+from otel_rl.runs.folder import find_step_trace, read_log_records, read_metrics, read_spans
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import metrics as M
 from otel_rl.semconv import names as N

@@ -24,7 +24,7 @@ import pytest
 from otlp_sink import GrpcSink, OtlpSink
 
 import otel_rl
-from otel_rl import _push
+import otel_rl.runs.push as _push
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import metrics as M
 from otel_rl.semconv import names as N

@@ -19,11 +19,11 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from .._detectors import DetectorConfig, default_rules_yaml, load_rules
-from ..replay import FORMATS, FormatError, parse_file, parse_summary
-from ..replay._progress import Progress
-from ._run import RunAnalysis, analyze_parsed, key_series
-from ._report import write_reports
+from otel_rl.detect.detectors import DetectorConfig, default_rules_yaml, load_rules
+from otel_rl.replay import FORMATS, FormatError, parse_file, parse_summary
+from otel_rl.replay.progress import Progress
+from otel_rl.analyze._run import RunAnalysis, analyze_parsed, key_series
+from otel_rl.analyze._report import write_reports
 
 __all__ = ["RunAnalysis", "add_cli", "analyze"]
 
@@ -49,7 +49,7 @@ def analyze(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str]
 
 
 def _plots(runs: list[RunAnalysis], out_dir: Path) -> None:
-    from ._plots import plot_series, slug
+    from otel_rl.analyze._plots import plot_series, slug
 
     for index, run in enumerate(runs, start=1):
         prefix = f"{index}-" if len(runs) > 1 else ""

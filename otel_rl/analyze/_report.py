@@ -9,12 +9,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Sequence
 
-from .._detectors import Finding
-from .._runfolder import format_problems
-from .._version import __version__
-from ..semconv import METRICS
-from ..replay import parse_summary
-from ._run import RunAnalysis, fmt
+from otel_rl.detect.detectors import Finding
+from otel_rl.runs.folder import format_problems
+from otel_rl._version import __version__
+from otel_rl.semconv import METRICS
+from otel_rl.replay import parse_summary
+from otel_rl.analyze._run import RunAnalysis, fmt
 
 _DIRECTION = {"higher": "higher", "lower": "lower", "range": "in range", None: "-"}
 

@@ -10,12 +10,12 @@ from typing import Any
 
 import numpy as np
 
-from .._keys import KeyResolver
-from .._pipeline import Rejected, to_number
-from ..replay import ParsedLog
-from ..semconv import METRICS
-from ..semconv import attributes as A
-from ..semconv import metrics as M
+from otel_rl._sdk.keys import KeyResolver
+from otel_rl._sdk.pipeline import Rejected, to_number
+from otel_rl.replay import ParsedLog
+from otel_rl.semconv import METRICS
+from otel_rl.semconv import attributes as A
+from otel_rl.semconv import metrics as M
 
 SeriesKey = tuple[str, tuple[tuple[str, str], ...]]
 _NONFINITE = (A.RlTelemetryReasonValues.NAN.value, A.RlTelemetryReasonValues.INF.value)

@@ -14,10 +14,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .._detectors import Chain, Finding, format_number
-from ..semconv import attributes as A
-from ..semconv import metrics as M
-from ._series import Series, SeriesKey
+from otel_rl.detect.detectors import Chain, Finding, format_number
+from otel_rl.semconv import attributes as A
+from otel_rl.semconv import metrics as M
+from otel_rl.analyze._series import Series, SeriesKey
 
 # Which series says whether the run learned, in order of preference: the task's score (verl's
 # critic/score is the reward before any KL penalty), then the training reward.

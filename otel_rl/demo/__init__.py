@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ._run import ALGOS, DemoConfig, DemoTrainer
+from otel_rl.demo._run import ALGOS, DemoConfig, DemoTrainer
 
 __all__ = ["DemoConfig", "DemoResult", "run_demo"]
 
@@ -121,9 +121,9 @@ def _run_ranks(cfg: DemoConfig, ranks: int, telemetry: Any, telemetry_options: d
     if telemetry is not None:
         raise ValueError("run_demo(ranks > 1) starts telemetry in each rank's process: pass telemetry_options "
                          "(otel_rl.init keywords) instead of a Telemetry object")
-    from otel_rl._config import resolve_config
+    from otel_rl._sdk.config import resolve_config
 
-    from ._ranks import run_ranks
+    from otel_rl.demo._ranks import run_ranks
 
     options = {"service_name": f"otel-rl-demo-{cfg.algo}", "framework": "roll", **(telemetry_options or {})}
     if out is not None:

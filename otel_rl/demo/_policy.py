@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._task import BOS, EOS, PAD, VOCAB_SIZE
+from otel_rl.demo._task import BOS, EOS, PAD, VOCAB_SIZE
 
 # Large finite negative instead of -inf: softmax still gives exact zeros and
 # entropy's p * logit stays 0 instead of nan.

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from ..stack._process import free_port
+from otel_rl.stack.process import free_port
 
 RESULT_FILE = "demo-result.json"
 
@@ -81,7 +81,7 @@ def _rank_main(rank: int, world: int, port: int, cfg_dict: dict[str, Any], telem
 
     import otel_rl
 
-    from ._run import DemoConfig, DemoTrainer
+    from otel_rl.demo._run import DemoConfig, DemoTrainer
 
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # the demo's ranks share this machine
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))

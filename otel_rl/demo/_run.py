@@ -25,10 +25,10 @@ import torch
 from otel_rl import dfx
 from otel_rl.semconv import metrics as M
 
-from . import _algorithms as alg
-from ._policy import HostOffload, Rollout, TinyCausalLM, generate, response_log_probs, response_values
-from ._ranks import RankContext
-from ._task import EOS, ReverseDigitsTask, RewardParts, score_response
+import otel_rl.demo._algorithms as alg
+from otel_rl.demo._policy import HostOffload, Rollout, TinyCausalLM, generate, response_log_probs, response_values
+from otel_rl.demo._ranks import RankContext
+from otel_rl.demo._task import EOS, ReverseDigitsTask, RewardParts, score_response
 
 ALGOS = ("grpo", "ppo")
 

@@ -32,9 +32,9 @@ Attributes are low-cardinality only (stage, cluster, tensor name, op, rank, devi
 
 from __future__ import annotations
 
-from ._collector import StepStats
-from .asynchronous import policy_lag, queue_depth
-from .correctness import (
+from otel_rl.dfx._collector import StepStats
+from otel_rl.dfx.asynchronous import policy_lag, queue_depth
+from otel_rl.dfx.correctness import (
     BatchId,
     LedgerEntry,
     Mismatch,
@@ -46,9 +46,9 @@ from .correctness import (
     response_mask_ratio,
     token_alignment,
 )
-from .data_quality import aborted_ratio, clipped_ratio, lengths, reward_distribution
-from .load_balance import Straggler, find_straggler, gather_columns_per_rank, gather_per_rank, rank_balance
-from .memory import (
+from otel_rl.dfx.data_quality import aborted_ratio, clipped_ratio, lengths, reward_distribution
+from otel_rl.dfx.load_balance import Straggler, find_straggler, gather_columns_per_rank, gather_per_rank, rank_balance
+from otel_rl.dfx.memory import (
     activation_peak_from_stage,
     comm_buffer_peak,
     fragmentation,
@@ -57,7 +57,7 @@ from .memory import (
     record_activation_peak,
     tensors_nbytes,
 )
-from .performance import (
+from otel_rl.dfx.performance import (
     PEAK_BF16_FLOPS,
     ModelSpec,
     SmActivityProbe,
@@ -70,9 +70,9 @@ from .performance import (
     record_sm_activity,
     throughput,
 )
-from .reward import GuardedReward, guard_reward, reward_batch
-from .rollout import RequestStats, from_sglang, from_vllm, record_requests, request_stats
-from .training import ComputeTimer, grad_norm, logprob_stage, losses
+from otel_rl.dfx.reward import GuardedReward, guard_reward, reward_batch
+from otel_rl.dfx.rollout import RequestStats, from_sglang, from_vllm, record_requests, request_stats
+from otel_rl.dfx.training import ComputeTimer, grad_norm, logprob_stage, losses
 
 __all__ = [
     "PEAK_BF16_FLOPS",

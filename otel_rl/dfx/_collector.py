@@ -18,8 +18,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from . import _tensors as T
-
+import otel_rl.dfx._tensors as T
 logger = logging.getLogger("otel_rl")
 
 OnReady = Callable[[list[Any]], None]

@@ -21,10 +21,10 @@ from typing import Any, Hashable, Mapping, NamedTuple, Sequence
 
 from opentelemetry import trace
 
-from ..semconv import attributes as A
-from ..semconv import metrics as M
-from . import _tensors as T
-from ._collector import StepStats
+from otel_rl.semconv import attributes as A
+from otel_rl.semconv import metrics as M
+import otel_rl.dfx._tensors as T
+from otel_rl.dfx._collector import StepStats
 
 logger = logging.getLogger("otel_rl")
 

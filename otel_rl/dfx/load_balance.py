@@ -13,10 +13,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..semconv import attributes as A
-from ..semconv import metrics as M
-from ..semconv import names as N
-from ._collector import StepStats
+from otel_rl.semconv import attributes as A
+from otel_rl.semconv import metrics as M
+from otel_rl.semconv import names as N
+from otel_rl.dfx._collector import StepStats
 
 _STAT = A.RlStatisticValues
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from ..semconv import attributes as A
-from ..semconv import metrics as M
-from . import _tensors as T
-from ._collector import StepStats
+from otel_rl.semconv import attributes as A
+from otel_rl.semconv import metrics as M
+import otel_rl.dfx._tensors as T
+from otel_rl.dfx._collector import StepStats
 
 _GIB = float(2**30)  # Stage.metrics reports memory in GiB, as ROLL logs it
 

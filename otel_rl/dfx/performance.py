@@ -23,10 +23,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
 
-from ..semconv import attributes as A
-from ..semconv import metrics as M
-from . import _tensors as T
-from ._collector import StepStats
+from otel_rl.semconv import attributes as A
+from otel_rl.semconv import metrics as M
+import otel_rl.dfx._tensors as T
+from otel_rl.dfx._collector import StepStats
 
 logger = logging.getLogger("otel_rl")
 
@@ -229,9 +229,9 @@ class SmActivityProbe:
             if nvml is None:
                 import pynvml as nvml
             nvml.nvmlInit()
-            from .._probes import _visible_device_indices
+            from otel_rl._sdk.probes import visible_device_indices
 
-            for i in _visible_device_indices(nvml.nvmlDeviceGetCount()):
+            for i in visible_device_indices(nvml.nvmlDeviceGetCount()):
                 handle = nvml.nvmlDeviceGetHandleByIndex(i)
                 if nvml.nvmlGpmQueryDeviceSupport(handle).isSupportedDevice:
                     self._handles.append((str(i), handle))

@@ -5,9 +5,9 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable, Generic, TypeVar
 
-from ..semconv import attributes as A
-from ..semconv import metrics as M
-from ._collector import StepStats
+from otel_rl.semconv import attributes as A
+from otel_rl.semconv import metrics as M
+from otel_rl.dfx._collector import StepStats
 
 logger = logging.getLogger("otel_rl")
 

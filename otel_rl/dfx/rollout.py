@@ -26,9 +26,9 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from ..semconv import attributes as A
-from ..semconv import metrics as M
-from ._collector import StepStats
+from otel_rl.semconv import attributes as A
+from otel_rl.semconv import metrics as M
+from otel_rl.dfx._collector import StepStats
 
 STOP, LENGTH, ABORT, TIMEOUT = "stop", "length", "abort", "timeout"
 _FAILED = {ABORT, TIMEOUT, "error", None}  # None: the engine returned an unfinished completion

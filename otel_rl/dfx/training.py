@@ -14,11 +14,11 @@ import time
 from contextlib import contextmanager
 from typing import Any, Iterator, Mapping, Sequence
 
-from ..semconv import attributes as A
-from ..semconv import metrics as M
-from . import _tensors as T
-from ._collector import StepStats
-from .correctness import response_mask_ratio
+from otel_rl.semconv import attributes as A
+from otel_rl.semconv import metrics as M
+import otel_rl.dfx._tensors as T
+from otel_rl.dfx._collector import StepStats
+from otel_rl.dfx.correctness import response_mask_ratio
 
 _OPS = tuple(op.value for op in A.RlComputeOpValues)
 _COMMUNICATION = A.RlComputeOpValues.COMMUNICATION.value

@@ -30,7 +30,7 @@ from typing import Any, Callable, TypeVar
 
 import otel_rl
 
-from .._propagation import inject_context
+from otel_rl._sdk.propagation import inject_context
 
 logger = logging.getLogger("otel_rl")
 

@@ -33,7 +33,7 @@ from typing import Any
 
 from otel_rl.semconv import attributes as A
 
-from ._hf_trainer import HFCallbackMixin
+from otel_rl.integrations._hf_trainer import HFCallbackMixin
 
 try:
     from transformers import TrainerCallback

@@ -33,7 +33,7 @@ from typing import Any
 
 from otel_rl.semconv import attributes as A
 
-from ._hf_trainer import HFCallbackMixin, hparams_from_args
+from otel_rl.integrations._hf_trainer import HFCallbackMixin, hparams_from_args
 
 try:
     from transformers import TrainerCallback

@@ -38,7 +38,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import otel_rl
-from otel_rl.integrations._verl_timers import step_stages
+from otel_rl.integrations.verl_timers import step_stages
 from otel_rl.semconv import attributes as A
 
 logger = logging.getLogger("otel_rl")

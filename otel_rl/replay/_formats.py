@@ -32,16 +32,16 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from .._keys import TRANSFORMS
-from .._runfolder import LOGS_FILE, Problem, read_log_records
-from ..semconv import attributes as A
-from ..semconv import names as N
-from ._checks import check_parse, settle_steps
-from ._hf_console import DICT_RE, TQDM_RE, read_hf_console
-from ._log import (ANSI_RE, CLOCK_ELAPSED, CLOCK_TIMESTAMP, FormatError, ParsedLog, Segment, StepRecord, json_lines, line_of,
+from otel_rl._sdk.keys import TRANSFORMS
+from otel_rl.runs.folder import LOGS_FILE, Problem, read_log_records
+from otel_rl.semconv import attributes as A
+from otel_rl.semconv import names as N
+from otel_rl.replay._checks import check_parse, settle_steps
+from otel_rl.replay._hf_console import DICT_RE, TQDM_RE, read_hf_console
+from otel_rl.replay._log import (ANSI_RE, CLOCK_ELAPSED, CLOCK_TIMESTAMP, FormatError, ParsedLog, Segment, StepRecord, json_lines, line_of,
                    line_starts, parse_timestamp, short, timestamp_clock)
-from ._settings import apply_settings, hf_settings
-from ._verl import is_step_line, read_verl_console, read_verl_jsonl
+from otel_rl.replay._settings import apply_settings, hf_settings
+from otel_rl.replay._verl import is_step_line, read_verl_console, read_verl_jsonl
 
 __all__ = [
     "FORMATS",
@@ -211,7 +211,7 @@ _METRICS_TAG = "metrics_tag: "
 
 
 def _read_roll_stdout(path: Path, text: str, out: ParsedLog) -> None:
-    from ..exporters.stdout import parse_stdout_line
+    from otel_rl.trackers.stdout import parse_stdout_line
 
     name = path.name
     previous: int | None = None

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .._runfolder import Problem
+from otel_rl.runs.folder import Problem
 
 # Clock kinds: where a record's time comes from.
 CLOCK_TIMESTAMP = "timestamp"  # absolute wall time in the log

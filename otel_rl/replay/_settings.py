@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ._log import ANSI_RE, ParsedLog
+from otel_rl.replay._log import ANSI_RE, ParsedLog
 
 #: Canonical setting -> what it is, for reports.
 CANONICAL: dict[str, str] = {

@@ -40,8 +40,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator, TextIO
 
-from . import _components, _process
-from ._components import (
+import otel_rl.stack._components as _components
+import otel_rl.stack.process as _process
+from otel_rl.stack._components import (
     ALL_COMPONENT_NAMES,
     COMPONENT_NAMES,
     COMPONENTS,
@@ -50,8 +51,8 @@ from ._components import (
     component_ports,
     user_urls,
 )
-from ._errors import HealthCheckError, InstallError, MissingBinaryError, PortInUseError, StackError
-from ._install import PACKAGES, PHOENIX_VERSION, ROTEL_VERSION, Installer, default_cache_dir, format_seconds
+from otel_rl.stack._errors import HealthCheckError, InstallError, MissingBinaryError, PortInUseError, StackError
+from otel_rl.stack._install import PACKAGES, PHOENIX_VERSION, ROTEL_VERSION, Installer, default_cache_dir, format_seconds
 
 __all__ = [
     "ALL_COMPONENT_NAMES",

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping
 
-from ._process import LOOPBACK, http_ok, tcp_open
+from otel_rl.stack.process import LOOPBACK, http_ok, tcp_open
 
 # Display order; the start order puts the stores before what writes into them. COMPONENT_NAMES are
 # what `up` starts by default; OPTIONAL_COMPONENTS only when asked for (the bridge needs a config).
@@ -286,7 +286,7 @@ def plan_launch(name: str, ctx: Context) -> Launch:
             raise ValueError("the tracker bridge needs its config file: otel-rl stack up --bridge-config FILE "
                              "(see otel-rl bridge --help)")
         config = ctx.bridge_config
-        from ..exporters.bridge import TrackerBridge, load_bridge_config
+        from otel_rl.bridge import TrackerBridge, load_bridge_config
 
         try:
             settings = load_bridge_config(config)  # a bad file fails here, before anything starts

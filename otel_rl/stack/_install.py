@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, TextIO
 
-from ._errors import InstallError
-from ._process import log_tail
+from otel_rl.stack._errors import InstallError
+from otel_rl.stack.process import log_tail
 
 ROTEL_VERSION = "0.0.1a15"
 PHOENIX_VERSION = "20.26.1"

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 import yaml
 
-from otel_rl import _alerts
-from otel_rl._codegen import differences, prometheus_name
+import otel_rl.ops.alerts as _alerts
+from otel_rl.codegen.generate import differences, prometheus_name
 from otel_rl.semconv import ENUM_MEMBERS, METRICS
 from otel_rl.semconv import attributes as A
 

@@ -11,7 +11,7 @@ import pytest
 from shared_files import LOGS, needs_shared_logs
 import yaml
 
-from otel_rl._detectors import load_rules, parse_rules
+from otel_rl.detect.detectors import load_rules, parse_rules
 from otel_rl.analyze import add_cli, analyze
 from otel_rl.semconv import metrics as M
 

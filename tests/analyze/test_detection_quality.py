@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from otel_rl._detectors import DetectorConfig, baseline, detect_series, rolling_baseline
+from otel_rl.detect.detectors import DetectorConfig, baseline, detect_series, rolling_baseline
 from otel_rl.semconv import metrics as M
 
 N = 300

@@ -9,7 +9,7 @@ import pytest
 pytest.importorskip("torch")
 
 from otel_rl import cli  # noqa: E402
-from otel_rl._runfolder import find_step_trace, read_log_records, read_metrics, read_spans  # noqa: E402
+from otel_rl.runs.folder import find_step_trace, read_log_records, read_metrics, read_spans  # noqa: E402
 from otel_rl.semconv import attributes as A  # noqa: E402
 from otel_rl.semconv import metrics as M  # noqa: E402
 from otel_rl.semconv import names as N  # noqa: E402

@@ -56,7 +56,7 @@ def test_queue_depth(stats, tel):
 
 
 def test_a_straggler_past_the_margin_is_an_event_in_the_step_trace(stats, tel):
-    from otel_rl._runfolder import read_log_records
+    from otel_rl.runs.folder import read_log_records
     from otel_rl.semconv import names as N
 
     with tel.step(5) as scope:  # balanced first: no event

@@ -6,7 +6,7 @@ own vmalert must have loaded the committed rule file.
 
 The committed rules are written for real training, where a step takes minutes (10-minute
 windows, a 1-hour baseline, ``for: 2m``, evaluation every minute). A demo run lasts seconds, so
-this test runs the same rules with every duration divided by 60 (``otel_rl._alerts``, time scale
+this test runs the same rules with every duration divided by 60 (``otel_rl.ops.alerts``, time scale
 60: 10 s windows, a 1-minute baseline, ``for: 2s``, evaluation every second) in a vmalert of its
 own, each evaluation as of EVAL_DELAY_S ago: a sample takes a few seconds from the demo through
 rotel and vmagent into VictoriaMetrics, nothing against 10-minute windows but most of a 2-second
@@ -26,8 +26,8 @@ from typing import Any, Iterator
 import pytest
 
 import otel_rl
-from otel_rl import _alerts
-from otel_rl.stack._process import free_port
+import otel_rl.ops.alerts as _alerts
+from otel_rl.stack.process import free_port
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import metrics as M
 

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 import otel_rl
-from otel_rl._runfolder import read_log_records
+from otel_rl.runs.folder import read_log_records
 from otel_rl.semconv import names as N
 
 pytestmark = pytest.mark.e2e
@@ -34,7 +34,7 @@ _INVALID_TAG_CHARS = re.compile(r"[^-/\w.]")  # TensorBoard's tag rule, as the t
 def bridge_stack(tmp_path: Path) -> Iterator[Any]:
     """rotel + the tracker bridge on a free port offset, in a data folder of the test's."""
     from otel_rl.stack import Stack, free_port_offset
-    from otel_rl.stack._process import is_alive, read_pid_file
+    from otel_rl.stack.process import is_alive, read_pid_file
 
     config_dir = tmp_path / "bridge"
     config_dir.mkdir()
@@ -131,7 +131,7 @@ def expected_tensorboard(steps: dict[int, dict[str, Any]]) -> tuple[dict[str, li
 
 def test_demo_through_rotel_and_the_bridge_into_tensorboard(bridge_stack: Any, tmp_path: Path) -> None:
     stack = bridge_stack
-    from otel_rl.stack._process import read_pid_file
+    from otel_rl.stack.process import read_pid_file
 
     # The stack routed rotel's logs exporter to the bridge (OTLP/HTTP; rotel appends /v1/logs).
     rotel = read_pid_file(stack.data_dir / "run" / "rotel.json")

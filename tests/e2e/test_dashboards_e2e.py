@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from otel_rl import _dashboards as D
-from otel_rl import _grafana_render as R
-from otel_rl._registry import load_registry
+import otel_rl.ops.dashboards as D
+import otel_rl.ops.grafana_render as R
+from otel_rl.codegen.registry import load_registry
 
 from stack_support import DemoRun, poll
 

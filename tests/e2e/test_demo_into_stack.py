@@ -9,9 +9,9 @@ from collections import defaultdict
 
 import pytest
 
-from otel_rl._codegen import prometheus_name
-from otel_rl._phoenix import PhoenixClient
-from otel_rl._runfolder import find_step_trace, read_metrics, read_spans
+from otel_rl.codegen.generate import prometheus_name
+from otel_rl.runs.phoenix import PhoenixClient
+from otel_rl.runs.folder import find_step_trace, read_metrics, read_spans
 from otel_rl.semconv import METRICS
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import names as N

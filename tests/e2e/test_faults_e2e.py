@@ -46,12 +46,12 @@ from otlp_sink import OtlpSink  # noqa: E402
 from stack_support import poll, raw_samples  # noqa: E402
 
 import otel_rl  # noqa: E402
-from otel_rl._spool import LOGS, METRICS, SPOOL_FULL, TRACES  # noqa: E402
-from otel_rl.stack._process import free_port  # noqa: E402
+from otel_rl._sdk.spool import LOGS, METRICS, SPOOL_FULL, TRACES  # noqa: E402
+from otel_rl.stack.process import free_port  # noqa: E402
 from otel_rl.semconv import attributes as A  # noqa: E402
 from otel_rl.semconv import metrics as M  # noqa: E402
 from otel_rl.semconv import names as N  # noqa: E402
-from otel_rl.stack._process import http_ok, tcp_open  # noqa: E402
+from otel_rl.stack.process import http_ok, tcp_open  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 
@@ -226,8 +226,7 @@ def test_every_step_reaches_victoria_metrics_through_a_restarted_stack_collector
     """The whole way to a metrics store: the stack's rotel (-> vmagent -> VictoriaMetrics) stopped for
     8 s mid-run; with metrics_at_log_time every step's logged loss is its own sample, so the store
     must hold exactly one sample per step, values 0..N-1, none twice, none lost."""
-    from otel_rl import _alerts
-
+    import otel_rl.ops.alerts as _alerts
     run_id = f"faults-vm-{time.time_ns()}"
     tel = otel_rl.init(service_name="otel-rl-faults", run_id=run_id, endpoint=stack.endpoints["otlp_http"],
                        protocol="http/protobuf", exporters="otlp", run_dir=str(tmp_path / "run"), console=False,

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from shared_files import LOGS, needs_shared_logs
 
-from otel_rl import _alerts
+import otel_rl.ops.alerts as _alerts
 from otel_rl.replay import parse_file, replay_file
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import metrics as M

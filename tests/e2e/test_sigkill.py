@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from otlp_sink import OtlpSink
 
-from otel_rl import _push
-from otel_rl._runfolder import read_log_records, read_metrics, read_spans
+import otel_rl.runs.push as _push
+from otel_rl.runs.folder import read_log_records, read_metrics, read_spans
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import names as N
-from otel_rl.stack._process import free_port
+from otel_rl.stack.process import free_port
 
 pytestmark = pytest.mark.e2e
 

@@ -1,4 +1,4 @@
-"""The tracker bridge (``otel_rl.exporters.bridge``), served for real on 127.0.0.1 at a free port
+"""The tracker bridge (``otel_rl.bridge``), served for real on 127.0.0.1 at a free port
 and fed by the real OpenTelemetry SDK over OTLP/HTTP (no mocks): every step read back from the
 trackers' own files, runs split apart, ranks filtered, bad bodies refused while the server keeps
 working, metrics-only runs, backpressure, shutdown, and secrets that never come out."""
@@ -31,15 +31,15 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsSer
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceResponse
 
 import otel_rl
-from otel_rl._keys import KeyResolver
+from otel_rl._sdk.keys import KeyResolver
 from otel_rl.cli import main
-from otel_rl.exporters import _tracker
-from otel_rl.exporters._tracker import Tracker, register_tracker
-from otel_rl.exporters.bridge import BridgeConfig, TrackerBridge, load_bridge_config, per_run_tracker_kwargs
-from otel_rl.exporters.jsonl import read_jsonl
-from otel_rl.exporters.stdout import parse_stdout_line
-from otel_rl.exporters.trackers import registry_key_namer
-from otel_rl.stack._process import free_port
+import otel_rl.trackers.base as _tracker
+from otel_rl.trackers.base import Tracker, register_tracker
+from otel_rl.bridge import BridgeConfig, TrackerBridge, load_bridge_config, per_run_tracker_kwargs
+from otel_rl.trackers.jsonl import read_jsonl
+from otel_rl.trackers.stdout import parse_stdout_line
+from otel_rl.trackers.fanout import registry_key_namer
+from otel_rl.stack.process import free_port
 
 SECRET = "sk-bridge-SECRET-4242"
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -477,7 +477,7 @@ def _port_open(port: int) -> bool:
 
 SECRET_TRACKER_MODULE = '''
 from otel_rl import register_tracker
-from otel_rl.exporters._tracker import Tracker
+from otel_rl.trackers.base import Tracker
 
 class LeakyTracker(Tracker):
     """A third-party tracker whose backend echoes its key in errors and writes its config."""
@@ -690,7 +690,7 @@ def test_the_stack_runs_the_bridge_only_with_a_config_and_routes_rotels_logs_to_
 
 def test_stack_up_starts_the_bridge_process_and_down_stops_it(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     from otel_rl.stack import Stack, free_port_offset
-    from otel_rl.stack._process import is_alive, read_pid_file
+    from otel_rl.stack.process import is_alive, read_pid_file
 
     config = tmp_path / "bridge.yaml"
     config.write_text("track_with: jsonl\ntracker_kwargs: {log_dir: out}\n")
@@ -740,7 +740,7 @@ def test_a_quiet_run_is_finished_and_reopened_when_it_sends_again(make_bridge, t
 def test_the_bridge_port_matches_the_gateway_overlay_and_the_stack() -> None:
     import re as regex
 
-    from otel_rl.exporters.bridge import DEFAULT_LISTEN, parse_listen
+    from otel_rl.bridge import DEFAULT_LISTEN, parse_listen
     from otel_rl.stack._components import LOGS_BRIDGE_PORT
 
     overlay = yaml.safe_load((Path(__file__).resolve().parents[2] / "collector-config" / "otelcol" /

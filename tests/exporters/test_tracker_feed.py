@@ -15,9 +15,9 @@ from test_trackers import library_homes, read_swanlab_run, read_wandb_history  #
 
 import otel_rl
 from otel_rl import Tracker
-from otel_rl._runfolder import read_log_records
-from otel_rl.exporters import _tracker
-from otel_rl.exporters.stdout import parse_stdout_line
+from otel_rl.runs.folder import read_log_records
+import otel_rl.trackers.base as _tracker
+from otel_rl.trackers.stdout import parse_stdout_line
 from otel_rl.semconv import names as N
 
 SECRET = "sk-otel-rl-SECRET-7f3a9c"

@@ -34,8 +34,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from otel_rl.exporters import _tracker
-from otel_rl.exporters._tracker import (
+import otel_rl.trackers.base as _tracker
+from otel_rl.trackers.base import (
     REDACTED,
     Tracker,
     TrackerError,
@@ -44,8 +44,8 @@ from otel_rl.exporters._tracker import (
     redact,
     register_tracker,
 )
-from otel_rl.exporters.jsonl import read_jsonl
-from otel_rl.exporters.stdout import parse_stdout_line
+from otel_rl.trackers.jsonl import read_jsonl
+from otel_rl.trackers.stdout import parse_stdout_line
 
 SECRET = "sk-test-SECRET-123"
 STEPS = range(1, 6)
@@ -192,7 +192,7 @@ def test_importing_and_creating_imports_no_backend_library(tmp_path: Path) -> No
         f"""
         import sys
         import otel_rl
-        from otel_rl.exporters._tracker import create_trackers
+        from otel_rl.trackers.base import create_trackers
         trackers = create_trackers(
             ["tensorboard", "wandb", "swanlab", "stdout", "jsonl", "mlflow"],
             {{"wandb": {{"mode": "offline"}}}}, run_name="r", run_dir={str(tmp_path)!r})
@@ -749,7 +749,7 @@ def test_mlflow_metrics_and_params_read_back_with_mlflow_client(
 
 
 def test_mlflow_key_sanitizing_matches_verl_and_mlflows_rules() -> None:
-    from otel_rl.exporters.mlflow import sanitize_key
+    from otel_rl.trackers.mlflow import sanitize_key
 
     assert sanitize_key("val-core/acc/mean@4") == "val-core/acc/mean_at_4"
     assert sanitize_key("train_speed(s/it)") == "train_speed_s/it_"

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 import yaml
 
-from otel_rl import _dashboards as D
-from otel_rl._codegen import prometheus_name
-from otel_rl._registry import load_registry
+import otel_rl.ops.dashboards as D
+from otel_rl.codegen.generate import prometheus_name
+from otel_rl.codegen.registry import load_registry
 from otel_rl.semconv import METRICS
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import metrics as M
@@ -454,13 +454,13 @@ def test_a_registry_change_reaches_the_boards(checkout: Path) -> None:
     (float("nan"), "s", "-"),
 ])
 def test_values_read_as_grafana_writes_them(value: float, unit: str, text: str) -> None:
-    from otel_rl._grafana_render import format_value
+    from otel_rl.ops.grafana_render import format_value
 
     assert format_value(value, unit) == text
 
 
 def test_legend_templates_fill_in_labels() -> None:
-    from otel_rl._grafana_render import legend_text
+    from otel_rl.ops.grafana_render import legend_text
 
     labels = {"rl_stage": "generate", "rl_cluster": "actor_infer", "__name__": "x"}
     assert legend_text("{{rl_cluster}} {{ rl_stage }}", labels) == "actor_infer generate"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any, Iterable, Mapping
 
-from otel_rl._keys import KeyResolver
+from otel_rl._sdk.keys import KeyResolver
 from otel_rl.semconv import METRICS
 
 Series = tuple[str, tuple[tuple[str, str], ...]]

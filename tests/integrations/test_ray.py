@@ -15,7 +15,7 @@ ray = pytest.importorskip("ray")
 from loopback import in_loopback_namespace, rerun_in_loopback_namespace  # noqa: E402
 
 import otel_rl  # noqa: E402
-from otel_rl._runfolder import find_step_trace, read_log_records, read_spans  # noqa: E402
+from otel_rl.runs.folder import find_step_trace, read_log_records, read_spans  # noqa: E402
 from otel_rl.integrations import ray as otel_ray  # noqa: E402
 
 from ray_actors import RolloutWorker  # noqa: E402
@@ -97,7 +97,7 @@ def test_worker_env_carries_the_run_but_never_otlp_headers(make_telemetry, monke
     assert env["OTEL_RL_RUN_ID"] == "run-7" and env["RANK"] == "3" and env["WORLD_SIZE"] == "4"
     assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://127.0.0.1:4318"
     assert "s3cret" not in repr(env)
-    from otel_rl._config import resolve_config
+    from otel_rl._sdk.config import resolve_config
 
     cfg = resolve_config({}, environ=env)  # what a worker started with that environment resolves
     assert (cfg.run_id, cfg.rank, cfg.world_size, cfg.endpoint) == ("run-7", 3, 4, tel.config.endpoint)

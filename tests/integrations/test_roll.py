@@ -19,8 +19,8 @@ from typing import Iterator
 import pytest
 
 import otel_rl
-from otel_rl._keys import KeyResolver
-from otel_rl._runfolder import read_log_records, read_metrics, read_spans
+from otel_rl._sdk.keys import KeyResolver
+from otel_rl.runs.folder import read_log_records, read_metrics, read_spans
 from otel_rl.semconv import METRICS
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import metrics as M

@@ -2,7 +2,7 @@
 
 The policy is a tiny randomly initialised Qwen2 with a character tokenizer (conftest.py), the
 dataset a handful of prompts, the reward two rule functions. What the run folder must hold is
-read back with otel_rl._runfolder and compared with what TRL itself recorded
+read back with otel_rl.runs.folder and compared with what TRL itself recorded
 (``trainer.state.log_history``).
 """
 
@@ -21,8 +21,8 @@ transformers = pytest.importorskip("transformers")
 import otel_rl  # noqa: E402
 import trl.extras.profiling as trl_profiling  # noqa: E402
 import trl.trainer.grpo_trainer as trl_grpo  # noqa: E402
-from otel_rl._keys import KeyResolver  # noqa: E402
-from otel_rl._runfolder import read_log_records, read_metrics, read_spans  # noqa: E402
+from otel_rl._sdk.keys import KeyResolver  # noqa: E402
+from otel_rl.runs.folder import read_log_records, read_metrics, read_spans  # noqa: E402
 from otel_rl.integrations._hf_trainer import hparams_from_args  # noqa: E402
 from otel_rl.integrations.trl import OtelRLCallback  # noqa: E402
 from otel_rl.semconv import METRICS  # noqa: E402

@@ -12,9 +12,9 @@ from shared_files import LOGS, needs_shared_logs
 
 import otel_rl
 import replay_samples as samples
-from otel_rl._runfolder import read_log_records, read_metrics
+from otel_rl.runs.folder import read_log_records, read_metrics
 from otel_rl.replay import MARKER_FILE, add_cli, parse_file, replay_file, run_id_for
-from otel_rl.replay._progress import Progress
+from otel_rl.replay.progress import Progress
 from otel_rl.replay._run import parse_start
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import metrics as M
@@ -85,7 +85,7 @@ def test_every_metric_point_lands_at_its_steps_original_time(tmp_path):
 
 
 def test_verl_steps_with_timers_are_replayed_as_traces_at_their_time(tmp_path):
-    from otel_rl._runfolder import read_spans
+    from otel_rl.runs.folder import read_spans
 
     timing = {"timing_s/gen": 5.0, "timing_s/reward": 1.0, "timing_s/old_log_prob": 0.5, "timing_s/adv": 0.1,
               "timing_s/update_actor": 2.0, "timing_s/step": 9.0}

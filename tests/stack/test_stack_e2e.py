@@ -21,7 +21,7 @@ import pytest
 
 from otel_rl.stack import COMPONENT_NAMES, HealthCheckError, Stack
 from otel_rl.stack._install import system_debian_mirror, write_scratch_apt
-from otel_rl.stack._process import port_free, read_pid_file
+from otel_rl.stack.process import port_free, read_pid_file
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]

@@ -18,7 +18,7 @@ from otel_rl.cli import main
 from otel_rl.stack import COMPONENT_NAMES, InstallError, MissingBinaryError, PortInUseError, Stack, StackError
 from otel_rl.stack._components import BUILTIN_ROTEL_ENV, Context, parse_rotel_env, plan_launch
 from otel_rl.stack._install import DEBIAN_KEYRING, Installer, Package, system_debian_mirror, write_scratch_apt
-from otel_rl.stack._process import PidRecord, is_alive, start_process, write_pid_file
+from otel_rl.stack.process import PidRecord, is_alive, start_process, write_pid_file
 
 REPO = Path(__file__).resolve().parents[2]
 

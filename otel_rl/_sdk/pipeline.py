@@ -1,0 +1,694 @@
+"""The off-thread half of the hot path.
+
+``Telemetry.log`` copies the caller's dict (one C-level copy) and appends it to a deque; this
+worker resolves keys, coerces values, updates the latest-value table and the histograms, and
+emits the step's ``rl.log`` event. Nothing here can raise into the training loop: problems are
+counted in ``rl.telemetry.rejected`` and reported once per key.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import operator
+import re
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Mapping
+from typing import Any, Callable
+
+import numpy as np
+from opentelemetry import trace
+from opentelemetry._logs import Logger, SeverityNumber
+from opentelemetry.context import Context
+
+from otel_rl._sdk.aggregation import Attrs, BulkHistograms, LatestValues, StampedPoints
+from otel_rl._sdk.keys import KeyResolver
+from otel_rl.exporters.otlp_json import FloatBody
+from otel_rl.semconv import METRICS
+from otel_rl.semconv import attributes as A
+from otel_rl.semconv import metrics as M
+from otel_rl.semconv import names as N
+
+logger = logging.getLogger("otel_rl")
+
+LOG, RECORD, STAGE, STEP_END, ADD, CALL = range(6)
+_REASONS = A.RlTelemetryReasonValues
+
+
+_SIGNALS = A.RlTelemetrySignalValues
+_QUEUE_FULL = (A.RL_TELEMETRY_DROP_REASON, A.RlTelemetryDropReasonValues.QUEUE_FULL.value)
+
+
+class Rejected(Exception):
+    """A value that cannot become a metric measurement; ``reason`` is an rl.telemetry.reason value."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(detail or reason)
+        self.reason = reason
+        self.detail = detail
+
+
+def event_value(raw: Any, _depth: int = 0) -> Any:
+    """The value as the step event carries it: a plain Python scalar, the exact number logged."""
+    kind = type(raw)
+    if kind is float or kind is str or kind is bool or raw is None:
+        return raw
+    if kind is int:
+        return raw if _INT64_MIN <= raw <= _INT64_MAX else _wide_int(raw)
+    try:
+        value = _event_value(raw, kind, _depth)
+    except Exception:  # an object whose attributes or repr raise: the event still goes out
+        return f"<unrepresentable {kind.__name__}>"
+    # What item() returned must still be something OTLP can carry (one bad value would fail the
+    # whole batch of events in the encoder).
+    if type(value) is int and not _INT64_MIN <= value <= _INT64_MAX:
+        return _wide_int(value)
+    if type(value) is complex:
+        return repr(value)
+    return value
+
+
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+def _wide_int(value: int) -> Any:
+    """An integer beyond OTLP's int64: a float when it is one, else its decimal text."""
+    try:
+        return float(value)
+    except OverflowError:
+        return str(value)
+
+
+def _event_value(raw: Any, kind: type, depth: int) -> Any:
+    item = getattr(raw, "item", None)
+    if item is not None and (getattr(raw, "ndim", None) == 0 or _numel(raw) == 1):
+        try:
+            return item()
+        except Exception:
+            return repr(raw)
+    if isinstance(raw, (bytes, bytearray)):
+        return raw.decode("utf-8", "replace")
+    shape = getattr(raw, "shape", None)
+    if shape is not None:
+        return f"<{kind.__name__} shape={tuple(shape)}>"
+    if isinstance(raw, (list, tuple)):
+        if depth >= _MAX_NESTING:  # a list that contains itself, or absurdly deep
+            return "<nested too deep>"
+        return [event_value(v, depth + 1) for v in raw]
+    return repr(raw)
+
+
+_MAX_NESTING = 64  # levels of nested dicts / lists a logged value may have
+
+
+def _key_text(key: Any) -> str:
+    try:
+        return repr(key)
+    except Exception:  # a key object whose repr raises
+        return f"<{type(key).__name__} key>"
+
+
+def _numel(raw: Any) -> int:
+    numel = getattr(raw, "numel", None)
+    if callable(numel):
+        try:
+            return int(numel())
+        except Exception:
+            return -1
+    try:
+        size = getattr(raw, "size", None)
+    except Exception:
+        return -1
+    return size if isinstance(size, int) else -1
+
+
+def to_number(raw: Any) -> float:
+    """Coerce a logged value to a float measurement or raise Rejected with the reason."""
+    kind = type(raw)
+    if kind is float:
+        value = raw
+    elif kind is int or kind is bool:
+        try:
+            return float(raw)
+        except OverflowError:
+            raise Rejected(_REASONS.INF.value, "an integer beyond the float range") from None
+    elif raw is None:
+        raise Rejected(_REASONS.NONE.value)
+    elif kind is str:
+        raise Rejected(_REASONS.NON_NUMERIC.value, "a string")
+    else:
+        numel = _numel(raw)
+        if numel > 1 or numel == 0:
+            raise Rejected(_REASONS.MULTI_ELEMENT.value, f"{numel} elements")
+        try:
+            value = float(raw.item() if hasattr(raw, "item") else raw)
+        except OverflowError:
+            raise Rejected(_REASONS.INF.value, f"a {kind.__name__} beyond the float range") from None
+        except Exception:  # whatever a foreign object's __float__ / item() raises
+            raise Rejected(_REASONS.NON_NUMERIC.value, f"a {kind.__name__}") from None
+    if value != value:
+        raise Rejected(_REASONS.NAN.value)
+    if value in (math.inf, -math.inf):
+        raise Rejected(_REASONS.INF.value)
+    return value
+
+
+def to_array(raw: Any) -> np.ndarray:
+    """A 1-D float64 array of a list / numpy array / torch tensor (moved to host by the worker)."""
+    if hasattr(raw, "detach"):  # torch.Tensor: leave the device copy to this worker thread
+        raw = raw.detach().float().cpu().numpy()
+    return np.asarray(raw, dtype=np.float64).ravel()
+
+
+class Plan:
+    """How a key's values are applied, computed once per key."""
+
+    __slots__ = ("metric", "attrs", "transform", "histogram", "counter_overflow")
+
+    def __init__(self, metric: str, attrs: Attrs, transform: Callable[[Any], float] | None, histogram: bool, counter_overflow: bool) -> None:
+        self.metric = metric
+        self.attrs = attrs
+        self.transform = transform
+        self.histogram = histogram
+        self.counter_overflow = counter_overflow
+
+
+_FLOAT = {float}
+_UNPLANNED = object()
+_STEP_PLANS = 8  # key sets whose plans are kept
+_PLAN_TRIES = 3  # steps of a key set with a series that has no value yet, before it goes per key for good
+_FLOATS = frozenset({float, np.float64, np.float32, np.float16})
+
+
+class StepPlan:
+    """What a step whose keys are exactly ``keys`` does, built once from the per-key plans after the
+    first step with those keys took the per-key path: the latest-value slot each value goes to, the linear transforms
+    (``scaled``: index, factor) and the console summary's values (``headline``: index, label).
+    Only steps whose every key is a plain gauge or a linearly transformed one get a plan."""
+
+    __slots__ = ("keys", "slots", "series", "scaled", "headline", "histograms", "histogram_rows", "histogram_values")
+
+    def __init__(self, keys: list[str], slots: list[list[Any]], series: list[tuple[str, Attrs]],
+                 scaled: list[tuple[int, float]], headline: list[tuple[int, str]], histograms: list[tuple[int, Any]],
+                 histogram_rows: Any = None) -> None:
+        self.keys, self.slots, self.series, self.scaled, self.headline = keys, slots, series, scaled, headline
+        self.histograms = histograms  # (index, histogram state) of the keys recorded into histograms (timers)
+        self.histogram_rows = histogram_rows  # where a step's row of those values goes (binned in bulk later)
+        indices = [i for i, _ in histograms]
+        # the row of a step's histogram values in one C call (itemgetter of one index is no tuple)
+        self.histogram_values = (operator.itemgetter(*indices) if len(indices) > 1
+                                 else (lambda floats: (floats[indices[0]],)) if indices else None)
+
+    @classmethod
+    def build(cls, pipeline: Pipeline, values: Mapping[Any, Any]) -> Any:
+        """The plan; None when these keys always go per key; ``_UNPLANNED`` to try again later."""
+        keys = list(values)
+        slots: list[list[Any]] = []
+        series, scaled, headline, histograms = [], [], [], []
+        for index, key in enumerate(keys):
+            if type(key) is not str:
+                return None
+            plan = pipeline._plans.get(key)
+            if plan is None or plan.counter_overflow:
+                return None
+            if plan.transform is not None:
+                factor = getattr(plan.transform, "factor", None)
+                if factor is None:
+                    return None
+                scaled.append((index, factor))
+            # A series with no value yet (the first one was NaN, or a stage span measured it) or
+            # refused by the series cap: no plan now; the per-key path stores or counts it.
+            if plan.histogram:
+                state = pipeline._histograms.series_state(plan.metric, plan.attrs)
+                if state is None:
+                    return _UNPLANNED
+                histograms.append((index, state))
+                slots.append([0.0])  # the converted value, recorded from here
+            else:
+                slot = pipeline._latest.series(plan.metric).get(plan.attrs)
+                if slot is None:
+                    return _UNPLANNED
+                slots.append(slot)
+            series.append((plan.metric, plan.attrs))
+            label = _HEADLINE.get(plan.metric)
+            if label is not None:
+                headline.append((index, label(plan.attrs)))
+        rows = pipeline._histograms.rows([state for _, state in histograms]) if histograms else None
+        return cls(keys, slots, series, scaled, headline, histograms, rows)
+
+
+class Pipeline:
+    """Drains the hot path's queue on a daemon thread; ``flush`` drains it on the caller's thread."""
+
+    # What happens to strings in an event body before export (see TextPolicy); Telemetry sets it
+    # from its config.
+    text_policy: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+
+    def __init__(
+        self,
+        *,
+        resolver: KeyResolver,
+        framework: str | None,
+        latest: LatestValues,
+        histograms: BulkHistograms,
+        event_logger: Logger,
+        on_step_end: Callable[[int, float, dict[str, float]], None] | None = None,
+        poll_interval_s: float = 0.2,
+        gather_s: float = 0.01,
+    ) -> None:
+        self.queue: deque[tuple] = deque()
+        self._resolver = resolver
+        self._framework = framework
+        self._latest = latest
+        self._histograms = histograms
+        self._event_logger = event_logger
+        self._on_step_end = on_step_end
+        self._plans: dict[str, Plan] = {}
+        self._step_plans: dict[tuple[Any, ...], StepPlan | None] = {}  # None: that key set goes per key
+        self._plan_tries: dict[tuple[Any, ...], int] = {}
+        self._reported: set[tuple[str, str]] = set()
+        self._span_measured: dict[int | None, set[tuple[str, Attrs]]] = {}
+        self._headline: dict[int | None, dict[str, float]] = {}
+        self._drain_lock = threading.Lock()
+        self.wake = threading.Event()
+        self._stopping = False
+        self._poll = poll_interval_s
+        self._gather = gather_s
+        self.processed = 0
+        # log() (a step's event: logs) and record() (metric points) calls the caller dropped with the
+        # queue full; the worker publishes the counts.
+        self.dropped_queued = {_SIGNALS.LOGS.value: 0, _SIGNALS.METRICS.value: 0}
+        self._dropped_published = dict(self.dropped_queued)
+        # Called with (step, time_ns, [(metric, attrs, value), ...], span_context) after each log()'s
+        # values are resolved: the online alert detectors, on this worker thread.
+        self.observer: Callable[[int | None, int, list[tuple[str, Attrs, float]], Any], Any] | None = None
+        self.stamped: StampedPoints | None = None  # metrics_at_log_time: log() values as stamped points
+        self._thread = threading.Thread(target=self._run, name="otel-rl-pipeline", daemon=True)
+        self._thread.start()
+
+    # -- queue side ---------------------------------------------------------------------------
+    def submit(self, item: tuple) -> None:
+        self.queue.append(item)
+        if not self.wake.is_set():
+            self.wake.set()
+
+    def _run(self) -> None:
+        while not self._stopping:
+            if self.wake.wait(self._poll) and self._gather and not self._stopping:
+                # Let the next steps gather: one wake-up and one GIL hand-off per batch instead of
+                # one per log() call (the wake stays set meanwhile, so callers skip Event.set()).
+                # What a killed process loses grows by at most this.
+                time.sleep(self._gather)
+            self.wake.clear()
+            self.drain()
+
+    def drop_queued(self, signal: str) -> None:
+        """On the caller's thread: one log() (signal "logs") or record() ("metrics") call dropped
+        because the queue is full (counted, said once)."""
+        self.dropped_queued[signal] += 1
+        if self.dropped_queued[signal] == 1:
+            self.wake.set()
+
+    def _publish_dropped(self) -> None:
+        for signal, dropped in self.dropped_queued.items():
+            published = self._dropped_published[signal]
+            if dropped == published:
+                continue
+            # attribute pairs in key order, as every other series of the metric
+            self._latest.add(M.RL_TELEMETRY_DROPPED, (_QUEUE_FULL, (A.RL_TELEMETRY_SIGNAL, signal)), dropped - published)
+            self._dropped_published[signal] = dropped
+            self.report_once("<queue>", "queue_full", "otel-rl: the telemetry worker fell max_queue items behind the training "
+                             "loop; log() / record() calls past that are dropped (never blocking training) and counted in "
+                             "rl.telemetry.dropped{rl.telemetry.drop_reason=queue_full}. Log less often, or raise "
+                             "max_queue / OTEL_RL_MAX_QUEUE (reported once)")
+
+    def drain(self) -> None:
+        with self._drain_lock:
+            if self.dropped_queued != self._dropped_published:
+                self._publish_dropped()
+            queue = self.queue
+            while queue:
+                item = queue.popleft()
+                try:
+                    self._process(item)
+                except Exception as exc:  # a bug here must never stop telemetry or reach training
+                    self.report_once("pipeline", type(exc).__name__, f"otel-rl: dropped one telemetry item after an internal error: {exc!r}")
+                self.processed += 1
+
+    def stop(self, timeout_s: float) -> None:
+        self._stopping = True
+        self.wake.set()
+        self._thread.join(timeout_s)
+        self.drain()
+
+    # -- reporting ----------------------------------------------------------------------------
+    def report_once(self, key: str, reason: str, message: str) -> None:
+        if (key, reason) not in self._reported:
+            self._reported.add((key, reason))
+            logger.warning(message)
+
+    def reject(self, key: str, reason: str, detail: str = "") -> None:
+        self._latest.add(M.RL_TELEMETRY_REJECTED, ((A.RL_TELEMETRY_REASON, reason),), 1)
+        what = f" ({detail})" if detail else ""
+        self.report_once(key, reason, f"otel-rl: value of {key!r} is {reason}{what}; it stays in the step's event but is not exported as a metric (reported once per key)")
+
+    # -- processing ---------------------------------------------------------------------------
+    def plan(self, key: str) -> Plan:
+        plan = self._plans.get(key)
+        if plan is None:
+            res = self._resolver.resolve(key, self._framework)
+            mdef = METRICS.get(res.metric)
+            plan = Plan(
+                res.metric, tuple(res.attributes), res.transform,
+                histogram=mdef is not None and mdef.instrument == "histogram",
+                counter_overflow=res.fallback and res.metric == M.RL_TELEMETRY_REJECTED,
+            )
+            self._plans[key] = plan
+        return plan
+
+    def _process(self, item: tuple) -> None:
+        kind = item[0]
+        if kind == LOG:
+            self._process_log(*item[1:])
+        elif kind == RECORD:
+            self._process_record(*item[1:])
+        elif kind == STAGE:
+            self._process_stage(*item[1:])
+        elif kind == STEP_END:
+            self._process_step_end(*item[1:])
+        elif kind == ADD:
+            _, metric, attrs, amount = item
+            self._latest.add(metric, attrs, amount)
+        elif kind == CALL:
+            item[1]()
+
+    def apply_value(self, key: str, raw: Any, step: int | None) -> tuple[str, Attrs, float] | None:
+        """Resolve, coerce and store one value; raises Rejected (used directly in strict mode).
+        Returns the resolved ``(metric, attributes, value)``."""
+        plan = self.plan(key)
+        if plan.counter_overflow:
+            self._latest.add(plan.metric, plan.attrs, 1)
+            self.report_once(key, "overflow", f"otel-rl: {key!r} is not mapped and the unmapped-key limit is reached; counted in rl.telemetry.rejected")
+            return
+        if plan.transform is not None:
+            try:
+                value = plan.transform(raw)
+            except (TypeError, ValueError) as exc:
+                raise Rejected(_REASONS.NON_NUMERIC.value, str(exc)) from None
+            value = to_number(value)
+        else:
+            value = to_number(raw)
+        # With metrics_at_log_time, _process_log keeps the value as a point at the log's time instead.
+        if plan.histogram:
+            measured = self._span_measured.get(step)
+            if measured is not None and (plan.metric, plan.attrs) in measured:
+                return  # a stage span of this step already measured this series
+            if self.stamped is None:
+                self._histograms.record(plan.metric, value, plan.attrs)
+        elif self.stamped is None:
+            self._latest.set(plan.metric, plan.attrs, value)
+        if plan.metric in _HEADLINE:
+            self._headline.setdefault(step, {})[_HEADLINE[plan.metric](plan.attrs)] = value
+        return plan.metric, plan.attrs, value
+
+    def _process_log(self, step: int | None, time_ns: int, span_context: Any, values: Mapping[Any, Any]) -> None:
+        if type(time_ns) is not int:  # log(time_ns=...) is checked here, off the caller's thread
+            time_ns = self._event_time(time_ns)
+        if self.stamped is not None:  # metrics_at_log_time keeps every value as a point: per key
+            return self._process_log_slow(step, time_ns, span_context, values)
+        keys = tuple(values)
+        plans = self._step_plans
+        plan = plans.get(keys, _UNPLANNED)
+        if plan is not None and plan is not _UNPLANNED and self._process_log_fast(plan, step, time_ns, span_context, values):
+            return
+        self._process_log_slow(step, time_ns, span_context, values)
+        if plan is _UNPLANNED:  # built once per key set (a run logs a few: train steps, validation steps)
+            built = StepPlan.build(self, values)
+            if built is _UNPLANNED:  # a series has no value yet: try again after the next steps, a few times
+                if len(self._plan_tries) >= 8 * _STEP_PLANS:  # key sets that change every step: forget them
+                    self._plan_tries.clear()
+                tries = self._plan_tries[keys] = self._plan_tries.get(keys, 0) + 1
+                if tries < _PLAN_TRIES:
+                    return
+                built = None
+            if len(plans) >= _STEP_PLANS:
+                plans.pop(next(iter(plans)))
+            plans[keys] = built
+            self._plan_tries.pop(keys, None)
+
+    def _process_log_fast(self, plan: StepPlan, step: int | None, time_ns: int, span_context: Any,
+                          values: Mapping[Any, Any]) -> bool:
+        """A key set with a plan, every value a finite float: store the step's values in bulk and
+        emit its event. False (nothing done) for anything else: the per-key path decides."""
+        raw = list(values.values())
+        kinds = set(map(type, raw))
+        if kinds == _FLOAT:
+            floats = raw
+        elif kinds <= _FLOATS:  # numpy float scalars: the event carries the Python float (as item() gives)
+            floats = list(map(float, raw))
+        else:
+            return False
+        total = sum(floats)
+        if total - total != 0.0:  # a NaN or an infinity (or a sum past the float range): per key
+            return False
+        # The event's body: checked here, so the file encoder need not check it again.
+        body = FloatBody(values if floats is raw else zip(plan.keys, floats), plan.keys, floats)
+        if plan.scaled:  # converted before any is stored: a metric reader never sees a raw value
+            floats = list(floats)
+            for index, factor in plan.scaled:
+                floats[index] *= factor
+        slots = plan.slots
+        for slot, value in zip(slots, floats):
+            slot[0] = value
+        skipped: set[int] = set()
+        if plan.histograms:
+            row = plan.histogram_values(floats)
+            measured = self._span_measured.get(step)
+            if measured:  # a stage span of this step already measured these series: NaN leaves them out
+                skipped = {i for i, _ in plan.histograms if plan.series[i] in measured}
+                row = [math.nan if i in skipped else value for (i, _), value in zip(plan.histograms, row)]
+            plan.histogram_rows.add(row)
+        if plan.headline:
+            head = self._headline.setdefault(step, {})
+            for index, label in plan.headline:
+                head[label] = plan.slots[index][0]
+        self.emit_event(N.RL_LOG_EVENT, body, {A.RL_STEP: step} if step is not None else {}, time_ns, span_context,
+                        plain=True)
+        observer = self.observer
+        if observer is not None:
+            resolved = [(metric, attrs, slot[0]) for i, ((metric, attrs), slot) in enumerate(zip(plan.series, slots))
+                        if i not in skipped]
+            try:
+                observer(step, time_ns, resolved, span_context)
+            except Exception as exc:  # detectors must never stop telemetry
+                self.report_once("<alerts>", type(exc).__name__, f"otel-rl: the alert detectors failed on step {step}: {exc!r}")
+        return True
+
+    def _process_log_slow(self, step: int | None, time_ns: int, span_context: Any, values: Mapping[Any, Any]) -> None:
+        observer, stamped = self.observer, self.stamped
+        resolved: list[tuple[str, Attrs, float]] | None = [] if observer is not None or stamped is not None else None
+        body: dict[str, Any] = {}
+        stack: list[tuple[str, Any]] = list(values.items())[::-1]
+        while stack:
+            key, raw = stack.pop()
+            if type(key) is not str:
+                text = _key_text(key)
+                body[text] = event_value(raw)
+                self.reject(text, _REASONS.BAD_KEY.value, f"a {type(key).__name__} key")
+                continue
+            if isinstance(raw, Mapping):  # nested dicts flatten into framework-style "a/b" keys
+                try:
+                    if key.count("/") > _MAX_NESTING:
+                        raise Rejected(_REASONS.BAD_KEY.value, f"nested more than {_MAX_NESTING} levels deep (or a mapping that contains itself)")
+                    stack.extend((f"{key}/{k}" if isinstance(k, str) else key + "/" + repr(k), v) for k, v in reversed(list(raw.items())))
+                except Rejected as rej:
+                    body[key] = "<nested too deep>"
+                    self.reject(key, rej.reason, rej.detail)
+                except Exception as exc:  # a mapping whose items() raises
+                    body[key] = event_value(raw)
+                    self.reject(key, _REASONS.NON_NUMERIC.value, f"its items could not be read: {type(exc).__name__}")
+                continue
+            body[key] = event_value(raw)
+            try:
+                got = self.apply_value(key, raw, step)
+                if resolved is not None and got is not None:
+                    resolved.append(got)
+            except Rejected as rej:
+                self.reject(key, rej.reason, rej.detail)
+            except Exception as exc:  # a transform or a foreign type failed: this value only
+                self.reject(key, _REASONS.NON_NUMERIC.value, f"{type(exc).__name__} while reading it")
+        self.emit_event(N.RL_LOG_EVENT, body, {A.RL_STEP: step} if step is not None else {}, time_ns, span_context)
+        if resolved and stamped is not None:
+            stamped.add(time_ns, resolved)
+        if resolved and observer is not None:
+            try:
+                observer(step, time_ns, resolved, span_context)  # type: ignore[misc]
+            except Exception as exc:  # detectors must never stop telemetry
+                self.report_once("<alerts>", type(exc).__name__, f"otel-rl: the alert detectors failed on step {step}: {exc!r}")
+
+    def _event_time(self, raw: Any) -> int:
+        try:
+            value = int(raw)
+            if value > 0:
+                return value
+        except (TypeError, ValueError, OverflowError):
+            pass
+        self.report_once("<log>", "time_ns", f"otel-rl: log(time_ns={raw!r}) is not a positive integer of Unix-epoch "
+                         "nanoseconds; the current time is used")
+        return now_ns()
+
+    def emit_event(self, name: str, body: dict[str, Any], attributes: dict[str, Any], time_ns: int | None = None,
+                   span_context: Any = None, plain: bool = False) -> None:
+        """One otel-rl event as a log record, linked to a step's trace when given its span context.
+        ``plain``: the body holds numbers only (no text to withhold)."""
+        if self.text_policy is not None and not plain:
+            body = self.text_policy(body)
+        time_ns = time_ns or now_ns()
+        ctx = trace.set_span_in_context(trace.NonRecordingSpan(span_context)) if span_context is not None else Context()
+        self._event_logger.emit(
+            timestamp=time_ns, observed_timestamp=time_ns, context=ctx, severity_number=SeverityNumber.INFO,
+            body=body, attributes=attributes, event_name=name,
+        )
+
+    def _process_record(self, metric: str, raw: Any, attrs: Attrs, step: int | None) -> None:
+        mdef = METRICS.get(metric)
+        if mdef is None:
+            self.reject(metric, _REASONS.BAD_KEY.value, "not a registry metric name")
+            return
+        if mdef.instrument != "histogram":
+            try:
+                value = to_number(raw)
+            except Rejected as rej:
+                self.reject(metric, rej.reason, rej.detail)
+                return
+            if mdef.instrument == "counter":
+                self._latest.add(metric, attrs, value)
+            else:
+                self._latest.set(metric, attrs, value)
+            return
+        try:
+            values = to_array(raw)
+        except (TypeError, ValueError) as exc:
+            self.reject(metric, _REASONS.NON_NUMERIC.value, str(exc))
+            return
+        finite = np.isfinite(values)
+        if not finite.all():
+            nan_count = int(np.isnan(values).sum())
+            if nan_count:
+                self.reject(metric, _REASONS.NAN.value, f"{nan_count} NaN value(s) skipped")
+            if int((~finite).sum()) > nan_count:
+                self.reject(metric, _REASONS.INF.value, "infinite value(s) skipped")
+            values = values[finite]
+        self._histograms.record_many(metric, values, attrs)
+
+    def _process_stage(self, step: int | None, durations: list[tuple[Attrs, float]], gauges: list[tuple[str, Attrs, float]]) -> None:
+        measured = self._span_measured.setdefault(step, set())
+        for attrs, seconds in durations:
+            self._histograms.record(M.RL_STAGE_DURATION, seconds, attrs)
+            measured.add((M.RL_STAGE_DURATION, attrs))
+        for metric, attrs, value in gauges:
+            self._latest.set(metric, attrs, value)
+
+    def _process_step_end(self, step: int, seconds: float) -> None:
+        self._histograms.record(M.RL_STEP_DURATION, seconds, ())
+        self._span_measured.setdefault(step, set()).add((M.RL_STEP_DURATION, ()))
+        headline = self._headline.pop(step, {})
+        if self._on_step_end is not None:
+            self._on_step_end(step, seconds, headline)
+        # Keep the de-duplication memory of the few latest steps only (logs may trail a step).
+        while len(self._span_measured) > 8:
+            self._span_measured.pop(next(iter(self._span_measured)))
+        while len(self._headline) > 8:
+            self._headline.pop(next(iter(self._headline)))
+
+
+# Keys under which a string is text (a prompt, a completion, a message), whatever its length.
+_TEXT_KEY = re.compile(r"(?:^|[/._\-(])(prompts?|completions?|responses?_?texts?|generations?|texts?|messages?|contents?|"
+                       r"chats?|conversations?|questions?|answers?|outputs?_?texts?|inputs?_?texts?)(?:$|[/._\-)])", re.I)
+
+
+class TextPolicy:
+    """Keeps text out of exported events unless ``export_text``: a string longer than
+    ``max_chars`` (64: labels, ids and statuses pass) or under a key that names text (prompt,
+    completion, message, ...) is replaced by a marker saying how long it was. With
+    ``export_text``, strings are cut at ``value_limit`` characters instead (0: no cut)."""
+
+    def __init__(self, export_text: bool = False, value_limit: int = 1024, max_chars: int = 64) -> None:
+        self.export_text = export_text
+        self.value_limit = value_limit
+        self.max_chars = max_chars
+
+    def __call__(self, body: dict[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] | None = None
+        for key, value in body.items():
+            kind = type(value)
+            if kind is str:
+                new = self._text(key, value)
+            elif kind is list and any(type(v) is str for v in value):
+                new = [self._text(key, v) if type(v) is str else v for v in value]
+                if new == value:
+                    continue
+            else:
+                continue
+            if new is not value:
+                if out is None:
+                    out = dict(body)
+                out[key] = new
+        return body if out is None else out
+
+    def _text(self, key: str, value: str) -> str:
+        if self.export_text:
+            limit = self.value_limit
+            return value[:limit] if limit and len(value) > limit else value
+        if len(value) > self.max_chars or _TEXT_KEY.search(key):
+            return f"<text withheld: {len(value)} chars; export_text=true / OTEL_RL_EXPORT_TEXT=true exports it>"
+        return value
+
+
+def _statistic_label(name: str) -> Callable[[Attrs], str]:
+    def label(attrs: Attrs) -> str:
+        stat = dict(attrs).get(A.RL_STATISTIC)
+        return name if stat in (None, "mean") else f"{name}_{stat}"
+
+    return label
+
+
+def _loss_label(attrs: Attrs) -> str:
+    d = dict(attrs)
+    return "loss" if d.get(A.RL_LOSS_TYPE) == "total" and d.get(A.RL_MODEL_ROLE, "actor") == "actor" else f"loss_{d.get(A.RL_LOSS_TYPE)}"
+
+
+# Values the one-line console summary shows when a step logs them.
+_HEADLINE: dict[str, Callable[[Attrs], str]] = {
+    M.RL_SCORE: _statistic_label("score"),
+    M.RL_REWARD: _statistic_label("reward"),
+    M.RL_POLICY_ENTROPY: _statistic_label("entropy"),
+    M.RL_VALIDATION_SCORE: _statistic_label("val"),
+    M.RL_POLICY_KL: lambda attrs: "kl" if dict(attrs).get(A.RL_POLICY) == "reference" else "kl_old",
+    M.RL_LOSS: _loss_label,
+    M.RL_RESPONSE_LENGTH: _statistic_label("resp_len"),
+    M.RL_THROUGHPUT_TOKENS: lambda attrs: "tok/s",
+    M.RL_GRAD_NORM: lambda attrs: "grad_norm",
+}
+HEADLINE_ORDER = ("score", "reward", "val", "kl", "kl_old", "entropy", "loss", "grad_norm", "resp_len", "tok/s")
+
+
+def format_summary(step: int, seconds: float, headline: dict[str, float]) -> str:
+    parts = [f"[otel-rl] step {step}", f"{seconds:.2f}s"]
+    for name in HEADLINE_ORDER:
+        if name in headline:
+            value = headline[name]
+            parts.append(f"{name} {value:,.0f}" if abs(value) >= 1000 else f"{name} {value:.4g}")
+    return " | ".join(parts)
+
+
+def print_summary(step: int, seconds: float, headline: dict[str, float]) -> None:
+    sys.stdout.write(format_summary(step, seconds, headline) + "\n")
+    sys.stdout.flush()
+
+
+def now_ns() -> int:
+    return time.time_ns()

@@ -1,0 +1,404 @@
+"""Build the SDK providers (traces, metrics, logs) and their exporters from a TelemetryConfig.
+
+No endpoint configured: everything goes to OTLP-JSON lines in the run folder (the collector's
+file exporter format), so nothing is lost and it can be pushed to a collector later. With an
+endpoint: OTLP over gRPC or HTTP/protobuf; `exporters=("otlp", "file")` does both.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+import re
+import ssl
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+from urllib.parse import urlsplit
+
+from opentelemetry.sdk._logs import LoggerProvider, LogRecordLimits
+from opentelemetry.sdk._logs.export import BatchLogRecordProcessor, LogRecordExporter, LogRecordExportResult
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult, MetricsData, PeriodicExportingMetricReader
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import SpanLimits, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+
+from otel_rl._sdk.aggregation import BulkHistograms, LatestValues, MergingMetricExporter, SeriesGuard, StampedPoints
+from otel_rl._sdk.config import TelemetryConfig
+from otel_rl.exporters.files import LOGS_FILE, METRICS_FILE, TRACES_FILE, rank_file_name
+from otel_rl._sdk.spool import (
+    LOGS,
+    METRICS,
+    TRACES,
+    Spool,
+    SpoolBusy,
+    SpoolingLogExporter,
+    SpoolingMetricExporter,
+    SpoolingSpanExporter,
+    transport_for,
+)
+from otel_rl._version import __version__
+from otel_rl.exporters.otlp_json import OtlpJsonLogExporter, OtlpJsonMetricExporter, OtlpJsonSpanExporter
+from otel_rl.semconv import attributes as A
+from otel_rl.semconv import metrics as M
+
+SCOPE_NAME = "otel_rl"
+SPOOL_FOLDER = "spool"
+logger = logging.getLogger("otel_rl")
+
+
+@dataclass
+class Providers:
+    tracer_provider: TracerProvider
+    meter_provider: MeterProvider
+    logger_provider: LoggerProvider
+    destinations: list[str] = field(default_factory=list)
+    span_processors: list[Any] = field(default_factory=list)
+    shared_tracer_provider: bool = False  # handed in by the caller, who shuts it down
+    spool: Spool | None = None  # where OTLP exports wait for the collector
+
+    def begin_shutdown(self, timeout_s: float) -> None:
+        """Start the clock that bounds delivery during shutdown (an unreachable collector)."""
+        if self.spool is not None:
+            self.spool.begin_shutdown(timeout_s)
+
+
+# -- fork safety ------------------------------------------------------------------------------
+# A forked child inherits the providers, and the SDK restarts their worker threads in it: without
+# these guards the child would append the parent's buffered data to the parent's files, spool and
+# trackers a second time. The guard is outermost, so a child never touches otel-rl's locks either.
+
+
+class _ForkSafeSpanExporter(SpanExporter):
+    def __init__(self, inner: SpanExporter) -> None:
+        self.inner = inner
+        self._pid = os.getpid()
+
+    def export(self, spans: Sequence[Any]) -> SpanExportResult:
+        if os.getpid() != self._pid:
+            return SpanExportResult.FAILURE
+        return self.inner.export(spans)
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return os.getpid() == self._pid and self.inner.force_flush(timeout_millis)
+
+    def shutdown(self, timeout_millis: float | None = None) -> None:
+        if os.getpid() == self._pid:
+            _shutdown(self.inner, timeout_millis)
+
+
+class _ForkSafeLogExporter(LogRecordExporter):
+    def __init__(self, inner: LogRecordExporter) -> None:
+        self.inner = inner
+        self._pid = os.getpid()
+
+    def export(self, batch: Sequence[Any]) -> LogRecordExportResult:
+        if os.getpid() != self._pid:
+            return LogRecordExportResult.FAILURE
+        return self.inner.export(batch)
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return os.getpid() == self._pid and self.inner.force_flush(timeout_millis)
+
+    def shutdown(self, timeout_millis: float | None = None) -> None:
+        if os.getpid() == self._pid:
+            _shutdown(self.inner, timeout_millis)
+
+
+class _ForkSafeMetricExporter(MetricExporter):
+    def __init__(self, inner: MetricExporter) -> None:
+        super().__init__(preferred_temporality=getattr(inner, "_preferred_temporality", None),
+                         preferred_aggregation=getattr(inner, "_preferred_aggregation", None))
+        self.inner = inner
+        self._pid = os.getpid()
+
+    def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any) -> MetricExportResult:
+        if os.getpid() != self._pid:
+            return MetricExportResult.FAILURE
+        return self.inner.export(metrics_data, timeout_millis=timeout_millis, **kwargs)
+
+    def force_flush(self, timeout_millis: float = 10_000) -> bool:
+        return os.getpid() == self._pid and self.inner.force_flush(timeout_millis=timeout_millis)
+
+    def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
+        if os.getpid() == self._pid:
+            self.inner.shutdown(timeout_millis=timeout_millis, **kwargs)
+
+
+def _shutdown(exporter: Any, timeout_millis: float | None) -> None:
+    if timeout_millis is not None and "timeout_millis" in inspect.getfullargspec(exporter.shutdown).args:
+        exporter.shutdown(timeout_millis=timeout_millis)
+    else:
+        exporter.shutdown()
+
+
+# The SDK's batch processors flush into the exporter but do not flush the exporter itself; the
+# spool's exporters deliver asynchronously, so Telemetry.flush() must reach them too.
+class _SpanProcessor(BatchSpanProcessor):
+    def __init__(self, exporter: SpanExporter, delay_s: float | None = None) -> None:
+        super().__init__(exporter, schedule_delay_millis=delay_s * 1000.0 if delay_s else None)
+        self._otel_rl_exporter = exporter
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        ok = super().force_flush(timeout_millis)
+        return bool(self._otel_rl_exporter.force_flush(timeout_millis)) and ok
+
+
+class _LogProcessor(BatchLogRecordProcessor):
+    def __init__(self, exporter: LogRecordExporter, delay_s: float | None = None) -> None:
+        super().__init__(exporter, schedule_delay_millis=delay_s * 1000.0 if delay_s else None)
+        self._otel_rl_exporter = exporter
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        ok = super().force_flush(timeout_millis)
+        return bool(self._otel_rl_exporter.force_flush(timeout_millis)) and ok
+
+
+_OWN_METRICS = (M.RL_TELEMETRY_DROPPED, M.RL_TELEMETRY_REJECTED, M.RL_TELEMETRY_SPOOL_USAGE)
+
+
+def series_guard(config: TelemetryConfig) -> SeriesGuard:
+    """The per-process cardinality and attribute-length caps of the config (bind() it to count)."""
+    return SeriesGuard(config.series_limit, config.attribute_value_limit, exempt=_OWN_METRICS)
+
+
+def bind_series_guard(guard: SeriesGuard, latest: LatestValues) -> None:
+    """Count the values refused past the series cap in rl.telemetry.dropped; report each metric once."""
+    reported: set[str] = set()
+    attrs = ((A.RL_TELEMETRY_DROP_REASON, A.RlTelemetryDropReasonValues.SERIES_LIMIT.value),
+             (A.RL_TELEMETRY_SIGNAL, METRICS))
+
+    def overflow(metric: str, values: int) -> None:
+        latest.add(M.RL_TELEMETRY_DROPPED, attrs, values)
+        if metric not in reported:
+            reported.add(metric)
+            logger.warning("otel-rl: %s reached %d series in this process; values of new attribute sets are dropped and "
+                           "counted in rl.telemetry.dropped{drop_reason=series_limit} (a step, sample id or other "
+                           "unbounded value in a key or an attribute? raise OTEL_RL_SERIES_LIMIT / series_limit if the "
+                           "series are legitimate; reported once per metric)", metric, guard.series_limit)
+
+    guard.on_overflow = overflow
+
+
+def spool_folder(config: TelemetryConfig) -> Path:
+    """This process's spool folder: ``<spool_dir or run_dir/spool>/rank<N>``."""
+    root = Path(str(config.spool_dir)) if config.spool_dir else Path(str(config.run_dir)) / SPOOL_FOLDER
+    return root / f"rank{config.rank or 0}"
+
+
+def open_spool(config: TelemetryConfig, latest: LatestValues | None) -> Spool | None:
+    """The spool for this process, or None (turned off, or its folder cannot be written: reported)."""
+    if config.spool_max_bytes <= 0:
+        return None
+    def on_drop(signal: str, reason: str, items: int) -> None:
+        if latest is not None:
+            latest.add(M.RL_TELEMETRY_DROPPED, ((A.RL_TELEMETRY_DROP_REASON, reason), (A.RL_TELEMETRY_SIGNAL, signal)), items)
+
+    def on_usage(size: int) -> None:
+        if latest is not None:
+            latest.set(M.RL_TELEMETRY_SPOOL_USAGE, (), float(size))
+
+    folder = spool_folder(config)
+    try:
+        try:
+            return Spool(folder, config.spool_max_bytes, on_drop=on_drop, on_usage=on_usage)
+        except SpoolBusy:
+            # Another live process of the same rank (a restarted rank beside its old self, a child
+            # that called init()) owns the folder: keep ours apart.
+            return Spool(folder.with_name(f"{folder.name}-pid{os.getpid()}"), config.spool_max_bytes,
+                         on_drop=on_drop, on_usage=on_usage)
+    except OSError as exc:
+        logger.warning("otel-rl: cannot use the spool folder %s (%s); OTLP exports go straight to the collector, and "
+                       "what fails to export during an outage is lost (set OTEL_RL_SPOOL_DIR to a writable folder)",
+                       folder, exc)
+        return None
+
+
+_SIGNAL_WORDS = ("TRACES", "METRICS", "LOGS")
+_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an HTTP token (RFC 9110)
+
+
+def check_otlp_environment(protocol: str, endpoint: str | None, environ: Any = None) -> None:
+    """Raise a ValueError naming the variable and the fix for OTEL_EXPORTER_OTLP_* settings that the
+    SDK exporters would otherwise ignore with a log line or fail on at every export.
+
+    Header values are never shown: they usually hold credentials."""
+    environ = os.environ if environ is None else environ
+    problems: list[str] = []
+
+    def names(suffix: str) -> list[str]:
+        return [f"OTEL_EXPORTER_OTLP_{suffix}", *(f"OTEL_EXPORTER_OTLP_{s}_{suffix}" for s in _SIGNAL_WORDS)]
+
+    if endpoint:
+        parts = urlsplit(endpoint)
+        if protocol != "grpc" and (parts.scheme not in ("http", "https") or not parts.hostname):
+            problems.append(f"endpoint {endpoint!r} (endpoint= or OTEL_EXPORTER_OTLP_ENDPOINT) is not an http:// or "
+                            f"https:// URL; OTLP/HTTP needs e.g. http://collector:4318")
+    for name in names("ENDPOINT")[1:]:
+        value = environ.get(name)
+        if value and protocol != "grpc":  # gRPC also takes host:port
+            parts = urlsplit(value)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                problems.append(f"{name}={value!r} is not an http:// or https:// URL (e.g. http://collector:4318/v1/traces)")
+    for name in names("HEADERS"):
+        value = environ.get(name)
+        if not value:
+            continue
+        entries = [e for e in value.split(",") if e.strip()]
+        bad = [i for i, e in enumerate(entries, 1) if "=" not in e or not _HEADER_NAME.match(e.split("=", 1)[0].strip())]
+        if bad:
+            problems.append(f"{name}: entr{'y' if len(bad) == 1 else 'ies'} {', '.join(map(str, bad))} of {len(entries)} "
+                            f"{'is' if len(bad) == 1 else 'are'} not name=value (the value is not shown: it may hold a "
+                            f"credential); write name1=value1,name2=value2 with each value URL-encoded")
+    for suffix, what in (("CERTIFICATE", "the PEM file of the CA that signed the collector's certificate"),
+                         ("CLIENT_CERTIFICATE", "this client's PEM certificate (mTLS)"),
+                         ("CLIENT_KEY", "this client's PEM private key (mTLS)")):
+        for name in names(suffix):
+            path = environ.get(name)
+            if not path:
+                continue
+            if not os.path.isfile(path) or not os.access(path, os.R_OK):
+                problems.append(f"{name}={path}: no such readable file; set it to {what}, or unset it")
+            elif suffix == "CERTIFICATE":
+                try:
+                    ssl.create_default_context(cafile=path)
+                except (ssl.SSLError, ValueError) as exc:
+                    problems.append(f"{name}={path}: not a PEM CA certificate ({exc}); set it to {what}")
+    for name in names("TIMEOUT"):
+        value = environ.get(name)
+        if value:
+            try:
+                ok = float(value) > 0
+            except ValueError:
+                ok = False
+            if not ok:
+                problems.append(f"{name}={value!r} is not a positive number of seconds (e.g. 10)")
+    choices = ("gzip", "deflate", "none")
+    for name in names("COMPRESSION"):
+        value = environ.get(name)
+        if value and value.strip().lower() not in choices:
+            problems.append(f"{name}={value!r} is not one of {', '.join(choices)}")
+    for name in ("OTEL_EXPORTER_OTLP_INSECURE", *(f"OTEL_EXPORTER_OTLP_{s}_INSECURE" for s in _SIGNAL_WORDS)):
+        value = environ.get(name)
+        if value and value.strip().lower() not in ("true", "false"):
+            problems.append(f"{name}={value!r} is not true or false")
+    if problems:
+        raise ValueError("otel-rl: invalid OTLP exporter settings:\n  " + "\n  ".join(problems))
+
+
+def otlp_exporters(config: TelemetryConfig) -> tuple[Any, MetricExporter, Any]:
+    check_otlp_environment(config.protocol, config.endpoint)
+    endpoint = (config.endpoint or "").rstrip("/")
+    if config.protocol == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter
+        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+
+        kwargs = {"endpoint": endpoint} if endpoint else {}
+        return OTLPSpanExporter(**kwargs), OTLPMetricExporter(**kwargs), OTLPLogExporter(**kwargs)
+    from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter as HttpLogExporter
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as HttpMetricExporter
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpanExporter
+
+    if not endpoint:  # the exporters read OTEL_EXPORTER_OTLP_*_ENDPOINT themselves
+        exporters = (HttpSpanExporter(), HttpMetricExporter(), HttpLogExporter())
+    else:  # the base endpoint gets the per-signal paths, as OTEL_EXPORTER_OTLP_ENDPOINT does
+        exporters = (
+            HttpSpanExporter(endpoint=f"{endpoint}/v1/traces"),
+            HttpMetricExporter(endpoint=f"{endpoint}/v1/metrics"),
+            HttpLogExporter(endpoint=f"{endpoint}/v1/logs"),
+        )
+    for exporter in exporters:
+        _prefer_otlp_certificate(exporter)
+    return exporters
+
+
+def _prefer_otlp_certificate(exporter: Any) -> None:
+    """Make OTEL_EXPORTER_OTLP_*CERTIFICATE win over REQUESTS_CA_BUNDLE / CURL_CA_BUNDLE.
+
+    The SDK puts the CA file on its requests session, but requests lets those environment
+    variables override a session's ``verify`` on every request, so with either set (common on
+    managed machines) the collector's CA is silently ignored and every export fails verification.
+    """
+    session = getattr(getattr(getattr(exporter, "_client", None), "_transport", None), "_session", None)
+    if session is None or not isinstance(getattr(session, "verify", None), str):
+        return
+    merge = session.merge_environment_settings
+
+    def merge_keeping_the_ca(url: str, proxies: Any, stream: Any, verify: Any, cert: Any) -> dict[str, Any]:
+        settings = merge(url, proxies, stream, verify, cert)
+        settings["verify"] = session.verify
+        return settings
+
+    session.merge_environment_settings = merge_keeping_the_ca
+
+
+def build_providers(config: TelemetryConfig, resource: Resource, histograms: BulkHistograms,
+                    extra_log_exporters: list[Any] | None = None, *, tracer_provider: Any = None,
+                    latest: LatestValues | None = None, stamped: StampedPoints | None = None) -> Providers:
+    """``tracer_provider``: an SDK TracerProvider the program already has (e.g. its framework's
+    own tracing); otel-rl's span processors join it instead of a second provider. ``latest``
+    receives the spool's own metrics (rl.telemetry.dropped, rl.telemetry.spool.usage)."""
+    shared = tracer_provider is not None
+    if shared and not callable(getattr(tracer_provider, "add_span_processor", None)):
+        raise TypeError(f"otel_rl.init(tracer_provider=...) needs an SDK TracerProvider (opentelemetry.sdk.trace), "
+                        f"got {type(tracer_provider).__name__}; leave it out to let otel-rl create one")
+    limit = config.attribute_value_limit or None
+    if not shared:
+        tracer_provider = TracerProvider(resource=resource, span_limits=SpanLimits(max_attribute_length=limit))
+    span_processors: list[Any] = []
+    logger_provider = LoggerProvider(resource=resource, log_record_limits=LogRecordLimits(max_attribute_length=limit))
+    for exporter in extra_log_exporters or ():  # e.g. the trackers: fed off-thread by the batch processor
+        logger_provider.add_log_record_processor(_LogProcessor(_ForkSafeLogExporter(exporter)))
+    scope = InstrumentationScope(SCOPE_NAME, __version__)
+    readers = []
+    destinations = []
+    interval_ms = config.metric_export_interval_s * 1000.0
+
+    def add(span_exporter: Any, metric_exporter: MetricExporter, log_exporter: Any, delay_s: float | None = None) -> None:
+        span_processors.append(_SpanProcessor(_ForkSafeSpanExporter(span_exporter), delay_s))
+        tracer_provider.add_span_processor(span_processors[-1])
+        logger_provider.add_log_record_processor(_LogProcessor(_ForkSafeLogExporter(log_exporter), delay_s))
+        readers.append(PeriodicExportingMetricReader(
+            _ForkSafeMetricExporter(MergingMetricExporter(metric_exporter, histograms, resource, scope, stamped)),
+            export_interval_millis=interval_ms))
+
+    if config.file_enabled:
+        run_dir = Path(str(config.run_dir))
+        run_dir.mkdir(parents=True, exist_ok=True)
+        files = [run_dir / rank_file_name(name, config.rank) for name in (TRACES_FILE, METRICS_FILE, LOGS_FILE)]
+        # Spans and events reach the files within file_flush_interval_s: a killed process loses at most that.
+        add(OtlpJsonSpanExporter(files[0]), OtlpJsonMetricExporter(files[1]), OtlpJsonLogExporter(files[2]),
+            config.file_flush_interval_s)
+        destinations.append(f"files in {run_dir}")
+    spool: Spool | None = None
+    if config.otlp_enabled:
+        exporters = otlp_exporters(config)
+        spool = open_spool(config, latest)
+        if spool is not None:
+            exporters, spool = _spooled(spool, exporters)
+        # With the spool, what lies between log() and the disk obeys the same bound as the files.
+        add(*exporters, config.file_flush_interval_s if spool is not None else None)
+        destinations.append(f"OTLP {config.protocol} to {config.endpoint or 'the OTEL_EXPORTER_OTLP_*_ENDPOINT'}"
+                            + (f" (spool {spool.directory})" if spool is not None else ""))
+    meter_provider = MeterProvider(resource=resource, metric_readers=readers)
+    return Providers(tracer_provider, meter_provider, logger_provider, destinations, span_processors, shared, spool)
+
+
+def _spooled(spool: Spool, exporters: tuple[Any, MetricExporter, Any]) -> tuple[tuple[Any, MetricExporter, Any], Spool | None]:
+    """The SDK OTLP exporters behind the spool: they become its transports, one sender thread each."""
+    span_exporter, metric_exporter, log_exporter = exporters
+    try:
+        transports = [transport_for(e, s) for e, s in ((span_exporter, TRACES), (metric_exporter, METRICS), (log_exporter, LOGS))]
+    except (TypeError, AttributeError) as exc:  # an SDK whose exporter internals moved: no spool, say so
+        logger.warning("otel-rl: the disk spool does not support this OpenTelemetry SDK's OTLP exporters (%s); "
+                       "exporting without it", exc)
+        spool.close()
+        return exporters, None
+    for transport in transports:
+        spool.attach(transport.signal, transport)
+    return (SpoolingSpanExporter(spool, span_exporter), SpoolingMetricExporter(spool, metric_exporter),
+            SpoolingLogExporter(spool, log_exporter)), spool

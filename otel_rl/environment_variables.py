@@ -1,0 +1,94 @@
+"""Every ``OTEL_RL_*`` environment variable otel-rl reads, one documented constant each.
+
+Explicit ``init()`` arguments beat these, they beat the config file, the file beats the defaults;
+an invalid value warns once (naming the variable) and falls back. otel-rl also reads the standard
+OpenTelemetry variables (``OTEL_SERVICE_NAME``, ``OTEL_EXPORTER_OTLP_*``,
+``OTEL_METRIC_EXPORT_INTERVAL``, ``OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT``) and the launchers' ``RANK``,
+``LOCAL_RANK``, ``WORLD_SIZE``, ``NODE_RANK``, as ``opentelemetry.sdk.environment_variables`` and
+torchrun define them.
+"""
+
+# -- the run ------------------------------------------------------------------------------------
+OTEL_RL_RUN_ID = "OTEL_RL_RUN_ID"
+"""The run's id (``init(run_id=...)``); default: the start time and 6 random hex digits."""
+
+OTEL_RL_EXPERIMENT = "OTEL_RL_EXPERIMENT"
+"""The experiment a run belongs to (a tracker's project name)."""
+
+OTEL_RL_FRAMEWORK = "OTEL_RL_FRAMEWORK"
+"""Whose metric keys ``log()`` reads: ``roll``, ``verl``, ``trl``, ``swift`` (``semconv/mappings/``)."""
+
+OTEL_RL_RUN_DIR = "OTEL_RL_RUN_DIR"
+"""The run folder (OTLP/JSON files, spool, reports); default ``otel-rl-runs/<run id>``."""
+
+OTEL_RL_CONFIG = "OTEL_RL_CONFIG"
+"""A YAML file of ``init()`` settings, read between the environment and the defaults."""
+
+# -- exporting ----------------------------------------------------------------------------------
+OTEL_RL_EXPORTERS = "OTEL_RL_EXPORTERS"
+"""Where telemetry goes: a comma-separated subset of ``auto``, ``file``, ``otlp``, ``none``."""
+
+OTEL_RL_FILE_FLUSH_INTERVAL = "OTEL_RL_FILE_FLUSH_INTERVAL"
+"""Milliseconds within which spans and events reach the run folder (and the spool): what a killed
+process can lose of them. Default 20."""
+
+OTEL_RL_SPOOL_DIR = "OTEL_RL_SPOOL_DIR"
+"""Where OTLP exports wait while the collector is unreachable; default ``<run dir>/spool``."""
+
+OTEL_RL_SPOOL_MAX_BYTES = "OTEL_RL_SPOOL_MAX_BYTES"
+"""The spool's size cap per process (``256MiB``, ``1GB``); 0 turns the spool off."""
+
+OTEL_RL_METRICS_AT_LOG_TIME = "OTEL_RL_METRICS_AT_LOG_TIME"
+"""``true``: each ``log()`` value becomes a data point at its own time (backfilling an old log)."""
+
+# -- the hot path and its limits ----------------------------------------------------------------
+OTEL_RL_CONSOLE = "OTEL_RL_CONSOLE"
+"""``false`` turns off the one-line step summary on stderr."""
+
+OTEL_RL_STRICT = "OTEL_RL_STRICT"
+"""``true``: bad values raise in ``log()`` instead of being counted and reported once (for tests)."""
+
+OTEL_RL_UNMAPPED_KEY_LIMIT = "OTEL_RL_UNMAPPED_KEY_LIMIT"
+"""How many unmapped keys get series of their own before the rest are only counted. Default 256."""
+
+OTEL_RL_SERIES_LIMIT = "OTEL_RL_SERIES_LIMIT"
+"""Attribute sets per metric and process (0: no cap). Default 2000."""
+
+OTEL_RL_MAX_QUEUE = "OTEL_RL_MAX_QUEUE"
+"""Items the worker may lag behind the loop before ``log()`` / ``record()`` drop (counted). Default 1000."""
+
+OTEL_RL_EXPORT_TEXT = "OTEL_RL_EXPORT_TEXT"
+"""``true`` lets text (prompts, completions) into the exported events."""
+
+OTEL_RL_ALERT_RULES = "OTEL_RL_ALERT_RULES"
+"""Online alert rules: ``default``, ``off`` or a YAML rules file."""
+
+OTEL_RL_PEAK_FLOPS = "OTEL_RL_PEAK_FLOPS"
+"""The device's peak FLOP/s, for MFU when the GPU model is not in the built-in table."""
+
+# -- trackers -----------------------------------------------------------------------------------
+OTEL_RL_TRACK_WITH = "OTEL_RL_TRACK_WITH"
+"""Trackers fed with each step's values: ``tensorboard``, ``wandb``, ``swanlab``, ``mlflow``,
+``stdout``, ``jsonl`` (comma-separated)."""
+
+OTEL_RL_TRACKER_KEYS = "OTEL_RL_TRACKER_KEYS"
+"""The keys trackers show: ``original`` (as logged) or ``registry`` (registry metric names)."""
+
+OTEL_RL_TRACKER_ALL_RANKS = "OTEL_RL_TRACKER_ALL_RANKS"
+"""``true``: every rank feeds the trackers, not only rank 0."""
+
+OTEL_RL_BRIDGE_ENDPOINT = "OTEL_RL_BRIDGE_ENDPOINT"
+"""Where a collector's trackers bridge listens (``http://HOST:4319``); it takes OTLP logs."""
+
+OTEL_RL_BRIDGE_CONFIG_SHA256 = "OTEL_RL_BRIDGE_CONFIG_SHA256"
+"""Set by ``otel-rl stack`` on the bridge it starts: the digest of the config it was given."""
+
+# -- the local stack ----------------------------------------------------------------------------
+OTEL_RL_STACK_DIR = "OTEL_RL_STACK_DIR"
+"""The local stack's data folder; default ``.stack/`` in the working directory."""
+
+OTEL_RL_STACK_CACHE = "OTEL_RL_STACK_CACHE"
+"""Where the stack's downloaded servers are kept; default ``~/.cache/otel-rl/stack``."""
+
+OTEL_RL_STACK_PORT_OFFSET = "OTEL_RL_STACK_PORT_OFFSET"
+"""Added to every default port of the local stack (two stacks on one machine). Default 0."""
