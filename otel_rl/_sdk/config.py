@@ -20,6 +20,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import yaml
 
+import otel_rl.environment_variables as ENV
+
 logger = logging.getLogger("otel_rl")
 
 EXPORTER_CHOICES = ("auto", "file", "otlp", "none")
@@ -176,51 +178,51 @@ class TelemetryConfig:
     """Everything ``otel_rl.init`` accepts. Each field's metadata names its environment variable."""
 
     service_name: str = field(default="otel-rl", metadata={"env": "OTEL_SERVICE_NAME", "parse": _parse_str})
-    run_id: str | None = field(default=None, metadata={"env": "OTEL_RL_RUN_ID", "parse": _parse_str})
-    experiment: str | None = field(default=None, metadata={"env": "OTEL_RL_EXPERIMENT", "parse": _parse_str})
-    framework: str | None = field(default=None, metadata={"env": "OTEL_RL_FRAMEWORK", "parse": _parse_str})
-    run_dir: str | None = field(default=None, metadata={"env": "OTEL_RL_RUN_DIR", "parse": _parse_str})
-    exporters: tuple[str, ...] = field(default=("auto",), metadata={"env": "OTEL_RL_EXPORTERS", "parse": _parse_exporters})
+    run_id: str | None = field(default=None, metadata={"env": ENV.OTEL_RL_RUN_ID, "parse": _parse_str})
+    experiment: str | None = field(default=None, metadata={"env": ENV.OTEL_RL_EXPERIMENT, "parse": _parse_str})
+    framework: str | None = field(default=None, metadata={"env": ENV.OTEL_RL_FRAMEWORK, "parse": _parse_str})
+    run_dir: str | None = field(default=None, metadata={"env": ENV.OTEL_RL_RUN_DIR, "parse": _parse_str})
+    exporters: tuple[str, ...] = field(default=("auto",), metadata={"env": ENV.OTEL_RL_EXPORTERS, "parse": _parse_exporters})
     endpoint: str | None = field(default=None, metadata={"env": "OTEL_EXPORTER_OTLP_ENDPOINT", "parse": _parse_str})
     protocol: str = field(default="http/protobuf", metadata={"env": "OTEL_EXPORTER_OTLP_PROTOCOL", "parse": _parse_protocol})
     metric_export_interval_s: float = field(default=10.0, metadata={"env": "OTEL_METRIC_EXPORT_INTERVAL", "parse": _parse_interval_ms, "arg_parse": _parse_positive_float})
     # The run folder's files (and, over OTLP, the disk spool) get each step's spans and events
     # within this many seconds: what a SIGKILL can lose of them (metric points: up to
     # metric_export_interval_s; the events hold every value of every step).
-    file_flush_interval_s: float = field(default=0.02, metadata={"env": "OTEL_RL_FILE_FLUSH_INTERVAL", "parse": _parse_interval_ms, "arg_parse": _parse_positive_float})
-    console: bool = field(default=True, metadata={"env": "OTEL_RL_CONSOLE", "parse": _parse_bool})
-    strict: bool = field(default=False, metadata={"env": "OTEL_RL_STRICT", "parse": _parse_bool})
-    unmapped_key_limit: int = field(default=256, metadata={"env": "OTEL_RL_UNMAPPED_KEY_LIMIT", "parse": _parse_non_negative_int})
+    file_flush_interval_s: float = field(default=0.02, metadata={"env": ENV.OTEL_RL_FILE_FLUSH_INTERVAL, "parse": _parse_interval_ms, "arg_parse": _parse_positive_float})
+    console: bool = field(default=True, metadata={"env": ENV.OTEL_RL_CONSOLE, "parse": _parse_bool})
+    strict: bool = field(default=False, metadata={"env": ENV.OTEL_RL_STRICT, "parse": _parse_bool})
+    unmapped_key_limit: int = field(default=256, metadata={"env": ENV.OTEL_RL_UNMAPPED_KEY_LIMIT, "parse": _parse_non_negative_int})
     rank: int | None = field(default=None, metadata={"env": "RANK", "parse": _parse_optional_int})
     local_rank: int | None = field(default=None, metadata={"env": "LOCAL_RANK", "parse": _parse_optional_int})
     world_size: int | None = field(default=None, metadata={"env": "WORLD_SIZE", "parse": _parse_optional_int})
     node_rank: int | None = field(default=None, metadata={"env": "NODE_RANK", "parse": _parse_optional_int})
-    track_with: str | tuple[str, ...] | None = field(default=None, metadata={"env": "OTEL_RL_TRACK_WITH", "parse": _parse_names})
+    track_with: str | tuple[str, ...] | None = field(default=None, metadata={"env": ENV.OTEL_RL_TRACK_WITH, "parse": _parse_names})
     # Tracker settings hold credentials: never in repr(), public_dict() or the environment.
     tracker_kwargs: dict[str, Any] | None = field(default=None, repr=False, metadata={"env": None, "parse": _parse_mapping})
-    tracker_keys: str = field(default="original", metadata={"env": "OTEL_RL_TRACKER_KEYS", "parse": _parse_key_style})
-    tracker_all_ranks: bool = field(default=False, metadata={"env": "OTEL_RL_TRACKER_ALL_RANKS", "parse": _parse_bool})
-    config_file: str | None = field(default=None, metadata={"env": "OTEL_RL_CONFIG", "parse": _parse_str})
+    tracker_keys: str = field(default="original", metadata={"env": ENV.OTEL_RL_TRACKER_KEYS, "parse": _parse_key_style})
+    tracker_all_ranks: bool = field(default=False, metadata={"env": ENV.OTEL_RL_TRACKER_ALL_RANKS, "parse": _parse_bool})
+    config_file: str | None = field(default=None, metadata={"env": ENV.OTEL_RL_CONFIG, "parse": _parse_str})
     # OTLP exports wait here while the collector is unreachable (default <run_dir>/spool), up to
     # spool_max_bytes per process; 0 sends straight through the SDK exporters, with no spool.
-    spool_dir: str | None = field(default=None, metadata={"env": "OTEL_RL_SPOOL_DIR", "parse": _parse_str})
-    spool_max_bytes: int = field(default=256 * 2**20, metadata={"env": "OTEL_RL_SPOOL_MAX_BYTES", "parse": _parse_byte_size})
+    spool_dir: str | None = field(default=None, metadata={"env": ENV.OTEL_RL_SPOOL_DIR, "parse": _parse_str})
+    spool_max_bytes: int = field(default=256 * 2**20, metadata={"env": ENV.OTEL_RL_SPOOL_MAX_BYTES, "parse": _parse_byte_size})
     # Per process: at most series_limit attribute sets per metric (0: no cap), string attribute
     # values cut at attribute_value_limit characters (spans, events, metrics; 0: no cap).
-    series_limit: int = field(default=2000, metadata={"env": "OTEL_RL_SERIES_LIMIT", "parse": _parse_non_negative_int})
+    series_limit: int = field(default=2000, metadata={"env": ENV.OTEL_RL_SERIES_LIMIT, "parse": _parse_non_negative_int})
     # Items (log() / record() calls, stage and step ends) the worker may lag behind the training
     # loop; past it log() / record() calls are dropped, never blocking (0: no bound).
-    max_queue: int = field(default=1000, metadata={"env": "OTEL_RL_MAX_QUEUE", "parse": _parse_non_negative_int})
+    max_queue: int = field(default=1000, metadata={"env": ENV.OTEL_RL_MAX_QUEUE, "parse": _parse_non_negative_int})
     attribute_value_limit: int = field(default=1024, metadata={"env": "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", "parse": _parse_non_negative_int})
     # Text (prompts, completions: long strings, or strings under keys that name text) stays out of
     # the exported events unless this is on.
-    export_text: bool = field(default=False, metadata={"env": "OTEL_RL_EXPORT_TEXT", "parse": _parse_bool})
+    export_text: bool = field(default=False, metadata={"env": ENV.OTEL_RL_EXPORT_TEXT, "parse": _parse_bool})
     # Each log()'s values become data points stamped with its time_ns (backfilling an old log:
     # otel-rl replay), instead of the latest values stamped at each periodic export.
-    metrics_at_log_time: bool = field(default=False, metadata={"env": "OTEL_RL_METRICS_AT_LOG_TIME", "parse": _parse_bool})
+    metrics_at_log_time: bool = field(default=False, metadata={"env": ENV.OTEL_RL_METRICS_AT_LOG_TIME, "parse": _parse_bool})
     # Online alert rules run on every log() in the telemetry worker: "default" (the built-in rules),
     # "off", or a YAML rules file; unset: off until Telemetry.on_alert() is called.
-    alert_rules: str | None = field(default=None, metadata={"env": "OTEL_RL_ALERT_RULES", "parse": _parse_str})
+    alert_rules: str | None = field(default=None, metadata={"env": ENV.OTEL_RL_ALERT_RULES, "parse": _parse_str})
 
     @property
     def otlp_enabled(self) -> bool:
@@ -285,7 +287,7 @@ def resolve_config(kwargs: Mapping[str, Any] | None = None, environ: Mapping[str
     if unknown:
         raise TypeError(f"otel_rl.init() got unknown option(s) {unknown}; known: {sorted(_FIELDS)}")
 
-    config_path = kwargs.get("config_file") or environ.get("OTEL_RL_CONFIG") or None
+    config_path = kwargs.get("config_file") or environ.get(ENV.OTEL_RL_CONFIG) or None
     from_file = load_config_file(config_path) if config_path else {}
 
     values: dict[str, Any] = {}

@@ -27,6 +27,7 @@ from otel_rl.semconv import attributes as A
 from otel_rl.semconv import metrics as M
 import otel_rl.dfx._tensors as T
 from otel_rl.dfx._collector import StepStats
+import otel_rl.environment_variables as ENV
 
 logger = logging.getLogger("otel_rl")
 
@@ -193,7 +194,7 @@ def mfu(
 
 
 def _env_peak() -> float | None:
-    raw = os.environ.get("OTEL_RL_PEAK_FLOPS")
+    raw = os.environ.get(ENV.OTEL_RL_PEAK_FLOPS)
     try:
         return float(raw) if raw else None
     except ValueError:

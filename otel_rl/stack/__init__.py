@@ -53,6 +53,7 @@ from otel_rl.stack._components import (
 )
 from otel_rl.stack._errors import HealthCheckError, InstallError, MissingBinaryError, PortInUseError, StackError
 from otel_rl.stack._install import PACKAGES, PHOENIX_VERSION, ROTEL_VERSION, Installer, default_cache_dir, format_seconds
+import otel_rl.environment_variables as ENV
 
 __all__ = [
     "ALL_COMPONENT_NAMES",
@@ -100,7 +101,7 @@ class ComponentStatus:
 
 def default_data_dir() -> Path:
     """``OTEL_RL_STACK_DIR``, else ``.stack/`` in the working directory."""
-    return Path(os.environ.get("OTEL_RL_STACK_DIR") or ".stack").expanduser().resolve()
+    return Path(os.environ.get(ENV.OTEL_RL_STACK_DIR) or ".stack").expanduser().resolve()
 
 
 def free_port_offset(*, avoid: Iterable[int] = ()) -> int:
@@ -122,7 +123,7 @@ def free_port_offset(*, avoid: Iterable[int] = ()) -> int:
 
 def default_port_offset() -> int:
     """``OTEL_RL_STACK_PORT_OFFSET``, else 0 (an invalid value warns once and gives 0)."""
-    raw = os.environ.get("OTEL_RL_STACK_PORT_OFFSET", "").strip()
+    raw = os.environ.get(ENV.OTEL_RL_STACK_PORT_OFFSET, "").strip()
     if not raw:
         return 0
     try:
@@ -179,7 +180,7 @@ class Stack:
                  rules_dir: str | os.PathLike | None = None, bridge_config: str | os.PathLike | None = None):
         self.data_dir = Path(data_dir).expanduser().resolve() if data_dir is not None else default_data_dir()
         self.port_offset = default_port_offset() if port_offset is None else _check_offset(int(port_offset))
-        self._offset_given = port_offset is not None or bool(os.environ.get("OTEL_RL_STACK_PORT_OFFSET", "").strip())
+        self._offset_given = port_offset is not None or bool(os.environ.get(ENV.OTEL_RL_STACK_PORT_OFFSET, "").strip())
         self.bridge_config = Path(bridge_config).expanduser().resolve() if bridge_config is not None else None
         self._only_given = only is not None
         self.components = _parse_only(only, COMPONENT_NAMES + (("bridge",) if self.bridge_config is not None else ()))

@@ -26,6 +26,7 @@ from typing import Callable, Iterable, TextIO
 
 from otel_rl.stack._errors import InstallError
 from otel_rl.stack.process import log_tail
+import otel_rl.environment_variables as ENV
 
 ROTEL_VERSION = "0.0.1a15"
 PHOENIX_VERSION = "20.26.1"
@@ -69,7 +70,7 @@ PACKAGES: dict[str, Package] = {
 
 def default_cache_dir() -> Path:
     """``OTEL_RL_STACK_CACHE``, else ``$XDG_CACHE_HOME/otel-rl/stack`` (``~/.cache/otel-rl/stack``)."""
-    explicit = os.environ.get("OTEL_RL_STACK_CACHE")
+    explicit = os.environ.get(ENV.OTEL_RL_STACK_CACHE)
     if explicit:
         return Path(explicit).expanduser().resolve()
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")

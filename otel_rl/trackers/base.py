@@ -33,12 +33,15 @@ from hparams, and never handed to a library call that stores them (no ``wandb.lo
 from __future__ import annotations
 
 import abc
+import functools
 import importlib
 import importlib.util
+import inspect
 import logging
 import math
 import numbers
 import traceback
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
@@ -73,6 +76,26 @@ _BUILTINS: dict[str, str] = {
     "mlflow": "otel_rl.trackers.mlflow:MlflowTracker",
 }
 _registry: dict[str, type[Tracker] | str] = dict(_BUILTINS)
+
+
+def _takes_step_first(log: Callable[..., Any]) -> bool:
+    """A ``log(self, step, values)`` written before trackers took ``Telemetry.log``'s order."""
+    try:
+        params = list(inspect.signature(log).parameters)
+    except (TypeError, ValueError):
+        return False
+    return params[1:3] == ["step", "values"]
+
+
+def _values_first(log: Callable[..., Any], class_name: str) -> Callable[..., Any]:
+    warnings.warn(f"otel-rl: tracker {class_name}.log(self, step, values) is the old argument order; "
+                  "write log(self, values, step=None) (it is adapted for now)", DeprecationWarning, stacklevel=3)
+
+    @functools.wraps(log)
+    def adapted(self: Any, values: Mapping[str, Any], step: int | None = None) -> None:
+        log(self, step, values)
+
+    return adapted
 
 
 class TrackerError(RuntimeError):
@@ -124,9 +147,16 @@ class Tracker(abc.ABC):
         if hparams:
             self.log_hparams(hparams)
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        log = cls.__dict__.get("log")
+        if callable(log) and _takes_step_first(log):
+            cls.log = _values_first(log, cls.__name__)  # type: ignore[method-assign]
+
     @abc.abstractmethod
-    def log(self, step: int | None, values: Mapping[str, Any]) -> None:
-        """Write one step: numbers as scalars, strings where the backend takes text."""
+    def log(self, values: Mapping[str, Any], step: int | None = None) -> None:
+        """Write one step: numbers as scalars, strings where the backend takes text. The argument
+        order is ``Telemetry.log``'s: values, then step."""
 
     def log_hparams(self, hparams: Mapping[str, Any]) -> None:
         """Record the run's configuration. Default: nothing."""

@@ -1,5 +1,5 @@
 """Feed experiment trackers from the per-step events: every ``rl.log`` record becomes one
-``tracker.log(step, values)`` call, ``rl.hparams`` becomes ``log_hparams``.
+``tracker.log(values, step)`` call, ``rl.hparams`` becomes ``log_hparams``.
 
 In a training process this is a LogRecordExporter behind the SDK's batch processor, so tracker
 writes happen on the processor's thread, never the training thread. The bridge feeds the same
@@ -57,10 +57,10 @@ class TrackerFanout:
             out[name] = value
         return out
 
-    def log(self, step: int | None, values: Mapping[str, Any]) -> None:
+    def log(self, values: Mapping[str, Any], step: int | None = None) -> None:
         values = self._renamed(values)
         for tracker in self.trackers:
-            self._call(tracker, "log", tracker.log, step, values)
+            self._call(tracker, "log", tracker.log, values, step)
 
     def log_hparams(self, hparams: Mapping[str, Any]) -> None:
         for tracker in self.trackers:
@@ -92,7 +92,7 @@ def deliver(fanout: TrackerFanout, event_name: str | None, attributes: Mapping[s
     """Hand one decoded log record to the trackers; False when it is not an otel-rl event."""
     if event_name == N.RL_LOG_EVENT and isinstance(body, Mapping):
         step = (attributes or {}).get(A.RL_STEP)
-        fanout.log(int(step) if isinstance(step, (int, float)) else None, body)
+        fanout.log(body, int(step) if isinstance(step, (int, float)) else None)
         return True
     if event_name == N.RL_HPARAMS_EVENT and isinstance(body, Mapping):
         fanout.log_hparams(body)

@@ -50,7 +50,7 @@ class JsonlTracker(Tracker):
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file = open(self.path, "ab", buffering=0)  # noqa: SIM115 - held open until finish()
 
-    def log(self, step: int | None, values: Mapping[str, Any]) -> None:
+    def log(self, values: Mapping[str, Any], step: int | None = None) -> None:
         if self._file is None:
             raise RuntimeError("jsonl tracker: log() before start()")
         data: dict[str, Any] = {}

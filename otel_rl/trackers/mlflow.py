@@ -93,7 +93,7 @@ class MlflowTracker(Tracker):
                 _logger.info("mlflow tracker: key %r is logged as %r (characters MLflow rejects)", key, name)
         return name
 
-    def log(self, step: int | None, values: Mapping[str, Any]) -> None:
+    def log(self, values: Mapping[str, Any], step: int | None = None) -> None:
         timestamp = int(time.time() * 1000)
         metrics = []
         for key, value in values.items():

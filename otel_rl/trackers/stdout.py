@@ -29,7 +29,7 @@ class StdoutTracker(Tracker):
     extra = None
     options = {}  # no settings: ROLL's stdout tracker takes none
 
-    def log(self, step: int | None, values: Mapping[str, Any]) -> None:
+    def log(self, values: Mapping[str, Any], step: int | None = None) -> None:
         metrics: dict[str, Any] = {}
         for key, value in values.items():
             if isinstance(value, (bool, str)):

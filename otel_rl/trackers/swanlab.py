@@ -85,7 +85,7 @@ class SwanlabTracker(Tracker):
         self.run = self.backend_call("swanlab init", swanlab.init, **init_kwargs)
         self._text = swanlab.Text
 
-    def log(self, step: int | None, values: Mapping[str, Any]) -> None:
+    def log(self, values: Mapping[str, Any], step: int | None = None) -> None:
         data: dict[str, Any] = {}
         for key, value in values.items():
             if isinstance(value, str):

@@ -74,7 +74,7 @@ class TensorBoardTracker(Tracker):
                 self.report_once(key, f"is logged as {tag!r} (characters TensorBoard tags reject)")
         return tag
 
-    def log(self, step: int | None, values: Mapping[str, Any]) -> None:
+    def log(self, values: Mapping[str, Any], step: int | None = None) -> None:
         for key, value in values.items():
             if isinstance(value, str):
                 self.writer.add_text(self._tag(key), value, global_step=step)

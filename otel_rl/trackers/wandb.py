@@ -84,7 +84,7 @@ class WandbTracker(Tracker):
 
         self.run = self.backend_call("wandb.init", init)
 
-    def log(self, step: int | None, values: Mapping[str, Any]) -> None:
+    def log(self, values: Mapping[str, Any], step: int | None = None) -> None:
         data: dict[str, Any] = {}
         for key, value in values.items():
             if isinstance(value, str):

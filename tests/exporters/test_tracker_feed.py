@@ -47,7 +47,7 @@ class Recorder(Tracker):
         self.finished = False
         Recorder.instances.append(self)
 
-    def log(self, step: int | None, values: Mapping[str, Any]) -> None:
+    def log(self, values: Mapping[str, Any], step: int | None = None) -> None:
         self.threads.add(threading.current_thread().name)
         if step == self.kwargs.get("fail_on_step"):
             raise RuntimeError(f"backend down (key {self.kwargs.get('api_key')})")

@@ -18,6 +18,8 @@ no ``repr()``.
 
 from __future__ import annotations
 
+import warnings
+
 import importlib.util
 import json
 import logging
@@ -125,7 +127,7 @@ def log_text(caplog: pytest.LogCaptureFixture) -> str:
 def run_steps(tracker: Tracker) -> None:
     tracker.start(HPARAMS)
     for step in STEPS:
-        tracker.log(step, step_values(step))
+        tracker.log(step_values(step), step)
     tracker.flush()
     tracker.finish()
 
@@ -174,7 +176,7 @@ class ListTracker(Tracker):
         self.started = dict(hparams or {})
         self.steps: list[tuple[int | None, dict[str, Any]]] = []
 
-    def log(self, step: int | None, values: Mapping[str, Any]) -> None:
+    def log(self, values: Mapping[str, Any], step: int | None = None) -> None:
         self.steps.append((step, dict(values)))
 
     def finish(self) -> None:
@@ -242,6 +244,33 @@ def test_missing_library_names_the_pip_extra(restore_registry: None) -> None:
     assert "'missing'" in str(err.value)
 
 
+def test_a_tracker_written_for_the_old_step_first_order_is_adapted_with_a_warning() -> None:
+    with pytest.warns(DeprecationWarning, match="old argument order"):
+        class OldTracker(Tracker):
+            name = "old"
+
+            def log(self, step: int | None, values: Mapping[str, Any]) -> None:  # the order trackers had at first
+                self.got = (step, dict(values))
+
+            def finish(self) -> None:
+                pass
+
+    tracker = OldTracker(run_name="r", run_dir=None)
+    tracker.log({"a": 1.0}, 3)
+    assert tracker.got == (3, {"a": 1.0})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the current order is not touched
+
+        class NewTracker(ListTracker):
+            def log(self, values: Mapping[str, Any], step: int | None = None) -> None:
+                super().log(values, step)
+
+    new = NewTracker(run_name="r", run_dir=None)
+    new.start()
+    new.log({"b": 2.0}, 4)
+    assert new.steps == [(4, {"b": 2.0})]
+
+
 def test_register_a_third_party_class_and_a_lazy_string(restore_registry: None) -> None:
     register_tracker("memory", ListTracker)
     register_tracker("memory-lazy", f"{__name__}:ListTracker")
@@ -255,7 +284,7 @@ def test_register_a_third_party_class_and_a_lazy_string(restore_registry: None) 
     assert first.settings == {"capacity": 3, "api_key": None} and second.settings["capacity"] == 10
     assert first.run_name == "run-1"
     first.start({"lr": 1})
-    first.log(7, {"a": 1.0})
+    first.log({"a": 1.0}, 7)
     first.finish()
     assert first.steps == [(7, {"a": 1.0})] and first.started == {"lr": 1} and first.finished
 
@@ -453,7 +482,7 @@ def test_jsonl_appends_and_refuses_the_otlp_metrics_file(tmp_path: Path) -> None
     for step in (1, 2):
         (tracker,) = create_trackers("jsonl", {"path": str(path)}, run_name="r", run_dir=tmp_path)
         tracker.start()
-        tracker.log(step, {"a": step})
+        tracker.log({"a": step}, step)
         tracker.finish()
     assert read_jsonl(path) == [(1, {"a": 1}), (2, {"a": 2})]
     with pytest.raises(ValueError, match="OTLP metrics file"):
