@@ -15,9 +15,9 @@ from otel_rl._sdk.config import TelemetryConfig, load_config_file, resolve_confi
 
 
 @pytest.fixture(autouse=True)
-def _fresh_warn_once_state(monkeypatch):
+def _fresh_warn_once_state():
     # "warn once" is per process; give every test a fresh memory so the order of tests does not matter.
-    monkeypatch.setattr(_config, "_warned_env", set())
+    _config._report_env_once.forget()
 
 
 def _write(path: Path, text: str) -> Path:

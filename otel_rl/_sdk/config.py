@@ -21,6 +21,7 @@ from urllib.parse import urlsplit, urlunsplit
 import yaml
 
 import otel_rl.environment_variables as ENV
+from otel_rl.reporting import ReportOnce
 
 logger = logging.getLogger("otel_rl")
 
@@ -243,13 +244,12 @@ class TelemetryConfig:
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(TelemetryConfig)}
-_warned_env: set[tuple[str, str]] = set()
+_report_env_once = ReportOnce(logger)
 
 
 def _warn_once(name: str, raw: str, reason: str) -> None:
-    if (name, raw) not in _warned_env:
-        _warned_env.add((name, raw))
-        logger.warning("otel-rl: ignoring %s=%r (%s); falling back to the config file or the default", name, raw, reason)
+    _report_env_once((name, raw), "otel-rl: ignoring %s=%r (%s); falling back to the config file or the default",
+                     name, raw, reason)
 
 
 def read_yaml_file(path: str | os.PathLike[str], what: str, hint: str = "") -> Any:

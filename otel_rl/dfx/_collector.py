@@ -19,6 +19,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 import otel_rl.dfx._tensors as T
+from otel_rl.reporting import ReportOnce
 logger = logging.getLogger("otel_rl")
 
 OnReady = Callable[[list[Any]], None]
@@ -57,7 +58,7 @@ class StepStats:
         self._device_parts: dict[Any, list[Any]] = {}
         self._device_sizes: dict[Any, int] = {}
         self._hooks: list[Callable[[], None]] = []
-        self._reported: set[str] = set()
+        self._report_once = ReportOnce(logger)
 
     # -- queueing -------------------------------------------------------------------------
     def defer(self, values: Sequence[Any], on_ready: OnReady) -> None:
@@ -102,9 +103,7 @@ class StepStats:
 
     def report_once(self, key: str, message: str, *args: Any, level: int = logging.INFO) -> None:
         """Log a message the first time ``key`` is seen (absent probes, unknown devices)."""
-        if key not in self._reported:
-            self._reported.add(key)
-            logger.log(level, message, *args)
+        self._report_once(key, message, *args, level=level)
 
     # -- flushing -------------------------------------------------------------------------
     @property

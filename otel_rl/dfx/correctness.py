@@ -25,6 +25,7 @@ from otel_rl.semconv import attributes as A
 from otel_rl.semconv import metrics as M
 import otel_rl.dfx._tensors as T
 from otel_rl.dfx._collector import StepStats
+from otel_rl.reporting import ReportOnce
 
 logger = logging.getLogger("otel_rl")
 
@@ -231,7 +232,7 @@ class ShapeLedger:
         self._ids: dict[Hashable, Any] = {}
         self._keep = keep_batches
         self.mismatches: deque[Mismatch] = deque(maxlen=keep_mismatches)
-        self._warned: set[tuple[str, str, str]] = set()
+        self._report_once = ReportOnce(logger)
 
     def record(
         self,
@@ -310,9 +311,7 @@ class ShapeLedger:
         self.stats.add(M.RL_SHAPE_LEDGER_MISMATCHES, 1, {A.RL_STAGE: mismatch.stage})
         text = "otel-rl shape ledger: " + mismatch.describe()
         key = (mismatch.name, mismatch.stage, mismatch.what)
-        if key not in self._warned:  # every mismatch is counted; each kind is logged once
-            self._warned.add(key)
-            logger.warning(text)
+        self._report_once(key, "%s", text)  # every mismatch is counted; each kind is logged once
         span = trace.get_current_span()
         if span.is_recording():
             span.record_exception(ShapeLedgerMismatch(text),

@@ -54,6 +54,7 @@ from otel_rl.stack._components import (
 from otel_rl.stack._errors import HealthCheckError, InstallError, MissingBinaryError, PortInUseError, StackError
 from otel_rl.stack._install import PACKAGES, PHOENIX_VERSION, ROTEL_VERSION, Installer, default_cache_dir, format_seconds
 import otel_rl.environment_variables as ENV
+from otel_rl.reporting import LOGGER_NAME, ReportOnce
 
 __all__ = [
     "ALL_COMPONENT_NAMES",
@@ -73,9 +74,9 @@ __all__ = [
     "default_port_offset",
 ]
 
-logger = logging.getLogger("otel_rl.stack")
+logger = logging.getLogger(LOGGER_NAME)
 _STDOUT = object()  # "print to whatever sys.stdout is at the time" (pytest swaps it)
-_warned: set[str] = set()
+_report_once = ReportOnce(logger)
 
 
 @dataclass(frozen=True)
@@ -129,9 +130,7 @@ def default_port_offset() -> int:
     try:
         return _check_offset(int(raw))
     except ValueError as exc:
-        if raw not in _warned:
-            _warned.add(raw)
-            logger.warning("otel-rl: ignoring OTEL_RL_STACK_PORT_OFFSET=%r (%s); using 0", raw, exc)
+        _report_once(raw, "otel-rl: ignoring OTEL_RL_STACK_PORT_OFFSET=%r (%s); using 0", raw, exc)
         return 0
 
 

@@ -45,6 +45,7 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
+from otel_rl.reporting import LOGGER_NAME, ReportOnce
 
 __all__ = [
     "REDACTED",
@@ -56,7 +57,7 @@ __all__ = [
     "register_tracker",
 ]
 
-_logger = logging.getLogger(__name__)
+_logger = logging.getLogger(LOGGER_NAME)
 T = TypeVar("T")
 
 REDACTED = "***"
@@ -135,7 +136,7 @@ class Tracker(abc.ABC):
         # The settings backends read: defaults overlaid with what was given.
         self.settings: dict[str, Any] = {**(self.options or {}), **tracker_kwargs}
         self._secrets = _secret_values(self.kwargs, self.secret_keys)
-        self._reported: set[tuple[str, str]] = set()
+        self._report = ReportOnce(_logger)
 
     @classmethod
     def library_available(cls) -> bool:
@@ -210,9 +211,7 @@ class Tracker(abc.ABC):
 
     def report_once(self, key: str, why: str) -> None:
         """Say once per (key, reason) that a value was left out, so a skip is never silent."""
-        if (key, why) not in self._reported:
-            self._reported.add((key, why))
-            _logger.info("%s tracker: %r %s", self.name, key, why)
+        self._report((key, why), "%s tracker: %r %s", self.name, key, why, level=logging.INFO)
 
     def default_dir(self, setting: str, subdir: str) -> Path:
         """``settings[setting]`` if given, else ``run_dir/subdir``; an error if neither exists."""
