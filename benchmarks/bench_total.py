@@ -128,7 +128,7 @@ class OtelRl(Way):
             with tel.stage("train"):
                 pass
             tel.log(self.values, step=s)
-            tel.record(M.RL_RESPONSE_LENGTH, self.dist)
+            tel.record(M.RL_SAMPLE_RESPONSE_LENGTH, self.dist)
 
     def keys(self, s: int, work: Callable[[], None]) -> None:
         work()

@@ -22,7 +22,14 @@ def make_telemetry(tmp_path: Path) -> Iterator:
         options.setdefault("run_dir", str(tmp_path / f"run{len(started)}"))
         options.setdefault("console", False)
         options.setdefault("service_name", "otel-rl-test")
-        tel = otel_rl.init(**options)
+        if not started:
+            tel = otel_rl.init(**options)
+        else:  # more live instances in one test (ranks, a comparison): built directly, as init() documents
+            tracer_provider = options.pop("tracer_provider", None)
+            hooks = options.pop("on_alert", None)
+            tel = otel_rl.Telemetry(otel_rl.resolve_config(options), tracer_provider=tracer_provider)
+            for hook in [hooks] if callable(hooks) else list(hooks or ()):
+                tel.on_alert(hook)
         started.append(tel)
         return tel
 

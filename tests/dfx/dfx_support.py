@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import weakref
 from typing import Any, Mapping
+
+from otel_rl.testing import Capture
+
+# The capture each test's telemetry writes through (tests/dfx/conftest.py fills it).
+CAPTURES: weakref.WeakKeyDictionary[Any, Capture] = weakref.WeakKeyDictionary()
 
 
 def latest(tel: Any, metric: str, attributes: Mapping[str, Any] | None = None) -> float | None:
-    """The latest value of a gauge / counter series, after everything queued was processed."""
-    tel.flush()
-    return tel.latest(metric, attributes)
+    """The latest value of a gauge / counter series, as exported after everything queued was processed."""
+    return CAPTURES[tel].latest(metric, attributes)
 
 
 def histogram(tel: Any, metric: str, attributes: Mapping[str, Any] | None = None) -> tuple[int, float] | None:
-    """(count, sum) of a histogram series, from the telemetry's histogram store."""
-    tel.flush()
-    snap = tel._histograms.snapshot(metric, tuple(sorted((attributes or {}).items())))
-    return None if snap is None else (snap[0], snap[1])
+    """(count, sum) of a histogram series, as exported."""
+    return CAPTURES[tel].histogram(metric, attributes)

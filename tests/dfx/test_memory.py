@@ -6,7 +6,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from dfx_support import latest  # noqa: E402
+from dfx_support import CAPTURES, latest  # noqa: E402
 
 from otel_rl import dfx  # noqa: E402
 from otel_rl.semconv import attributes as A  # noqa: E402
@@ -28,9 +28,8 @@ def test_gpu_memory_is_absent_on_a_cpu_run(stats, tel):
             with st.phase(phase):
                 pass
     assert dfx.activation_peak_from_stage(stats, st) == {}  # CPU snapshots only: no allocator peak
-    tel.flush()
-    assert not tel._latest.series(M.RL_GPU_MEMORY_FRAGMENTATION)  # absent: no series at all
-    assert not tel._latest.series(M.RL_GPU_MEMORY_ACTIVATION_PEAK)
+    assert not CAPTURES[tel].series(M.RL_GPU_MEMORY_FRAGMENTATION)  # absent: no series at all
+    assert not CAPTURES[tel].series(M.RL_GPU_MEMORY_ACTIVATION_PEAK)
 
 
 class SnapshotStage:
