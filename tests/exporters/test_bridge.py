@@ -170,7 +170,7 @@ class MemoryTracker(Tracker):
     def start(self, hparams: Mapping[str, Any] | None = None) -> None:
         self.calls.append("start")
 
-    def log(self, step: int | None, values: Mapping[str, Any]) -> None:
+    def log(self, values: Mapping[str, Any], step: int | None = None) -> None:
         self.steps.append((step, dict(values)))
 
     def log_hparams(self, hparams: Mapping[str, Any]) -> None:
@@ -326,9 +326,9 @@ def test_a_slow_tracker_gets_503_with_retry_after_not_unbounded_memory(make_brid
     class Slow(MemoryTracker):
         name = "slow"
 
-        def log(self, step: int | None, values: Mapping[str, Any]) -> None:
+        def log(self, values: Mapping[str, Any], step: int | None = None) -> None:
             release.wait(30)
-            super().log(step, values)
+            super().log(values, step)
 
     MemoryTracker.instances = []
     register_tracker("slow", Slow)
@@ -438,9 +438,9 @@ def test_close_delivers_what_was_accepted_then_finishes_every_tracker(make_bridg
     class Gated(MemoryTracker):
         name = "gated"
 
-        def log(self, step: int | None, values: Mapping[str, Any]) -> None:
+        def log(self, values: Mapping[str, Any], step: int | None = None) -> None:
             release.wait(30)  # the first step blocks the worker, so the rest are still queued at close()
-            super().log(step, values)
+            super().log(values, step)
 
     MemoryTracker.instances = []
     register_tracker("gated", Gated)
@@ -491,7 +491,7 @@ class LeakyTracker(Tracker):
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.path.write_text(f"project {self.settings['project']} run {self.run_name}\\n")
 
-    def log(self, step, values):
+    def log(self, values, step=None):
         if step == 2:
             key = self.settings["api_key"]
             self.backend_call("log", lambda: (_ for _ in ()).throw(RuntimeError(f"401 for key {key}")))

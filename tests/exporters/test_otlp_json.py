@@ -491,7 +491,7 @@ def test_direct_log_encoding_is_the_protobuf_encoding(body, attributes, trace_id
 
 
 def test_plain_event_batches_take_the_direct_path(monkeypatch):
-    import otel_rl.exporters.otlp_json as module
+    import otel_rl.exporters.otlp_json_encoders as module
 
     def no_protobuf(batch):
         raise AssertionError("took the protobuf path")
@@ -562,16 +562,17 @@ def test_direct_metric_encoding_is_the_protobuf_encoding(data):
 def test_stamped_replay_points_take_the_direct_path(monkeypatch, make_telemetry):
     """A metrics_at_log_time export (gauges, sums and histograms, one point per step) never needs protobuf."""
     import otel_rl.exporters.otlp_json as module
+    import otel_rl.exporters.otlp_json_encoders as encoders
 
     exported = []
     real = module.metrics_to_otlp_json
 
     def spy(data):
-        exported.append(json.loads(module.to_otlp_json(module.encode_metrics(data))))
+        exported.append(json.loads(module.to_otlp_json(encoders.encode_metrics(data))))
         with monkeypatch.context() as patch:
-            patch.setattr(module, "encode_metrics", lambda _: (_ for _ in ()).throw(AssertionError("took the protobuf path")))
+            patch.setattr(encoders, "encode_metrics", lambda _: (_ for _ in ()).throw(AssertionError("took the protobuf path")))
             line = real(data)
-        assert line == module.to_otlp_json(module.encode_metrics(data))
+        assert line == module.to_otlp_json(encoders.encode_metrics(data))
         return line
 
     monkeypatch.setattr(module, "metrics_to_otlp_json", spy)
@@ -632,7 +633,7 @@ def test_direct_span_encoding_is_the_protobuf_encoding(names, attributes, event_
 
 
 def test_step_spans_take_the_direct_path(tmp_path, monkeypatch):
-    import otel_rl.exporters.otlp_json as module
+    import otel_rl.exporters.otlp_json_encoders as module
 
     spans = _spans_of(("rl.step", "rl.generate"), {"rl.step": 3, "rl.stage": "generate"}, {"x": 1.0}, True, None,
                       False, "INTERNAL", "otel_rl")

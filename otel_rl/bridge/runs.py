@@ -1,0 +1,274 @@
+"""The bridge's runs: one tracker set per run (a ``(service.name, rl.run.id[, rank])`` resource,
+or one for everything without ``split_runs``), opened at the run's first data, and the delivery
+of decoded OTLP requests to them: ``rl.log`` / ``rl.hparams`` events, or a metrics-only run's
+gauges and sums (see :mod:`otel_rl.bridge` for the rules).
+
+:class:`RunTrackers` is driven by the bridge's one worker thread (a tracker is used by one thread
+at a time); the HTTP threads only read its run labels for ``/stats``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from otel_rl.bridge.config import BridgeConfig
+from otel_rl.bridge.decode import as_rank, decode_any_value, decode_attributes, metric_key
+from otel_rl.bridge.tracker_settings import format_tracker_kwargs, run_tracker_kwargs, safe_label
+from otel_rl.semconv import attributes as A
+from otel_rl.semconv import metrics as M
+from otel_rl.semconv import names as N
+from otel_rl.trackers.base import create_trackers
+from otel_rl.trackers.fanout import TrackerFanout, deliver, registry_key_namer
+
+__all__ = [
+    "RunState",
+    "RunTrackers",
+]
+
+logger = logging.getLogger("otel_rl.bridge")
+
+_EVENTS = (N.RL_LOG_EVENT, N.RL_HPARAMS_EVENT)
+
+
+@dataclass
+class RunState:
+    """One tracker set's state: a (service.name, rl.run.id[, rank]) resource, or everything."""
+
+    key: tuple
+    service: str
+    run_id: str
+    rank: int
+    experiment: str | None
+    framework: str | None
+    label: str = ""
+    fanout: TrackerFanout | None = None
+    failed: bool = False
+    events: int = 0
+    metric_steps: int = 0
+    metric_exports: int = 0
+    progress_step: int | None = None
+    held: list = field(default_factory=list)  # metrics-derived steps held back (see otel_rl.bridge's doc)
+    metrics_mode: bool = False
+    dirty: bool = False
+    last_seen: float = 0.0  # time.monotonic() of its last event or metrics export
+    opened: int = 0  # times its trackers were opened (more than once after an idle finish)
+
+
+class RunTrackers:
+    """Every run the bridge has seen, its trackers, and the delivery of requests to them.
+
+    ``count(name, amount=1)`` bumps one of the bridge's counters, ``say(text)`` prints a line,
+    ``scrub(text)`` masks the trackers' secrets in a message: the bridge owns all three.
+    """
+
+    def __init__(self, config: BridgeConfig, *, count: Callable[..., None], say: Callable[[str], None],
+                 scrub: Callable[[str], str]) -> None:
+        self.config = config
+        self._count, self._say, self._scrub = count, say, scrub
+        self._resolver: Any = None
+        self._runs: dict[tuple, RunState] = {}
+        self._labels: dict[str, tuple] = {}
+
+    def labels(self) -> list[str]:
+        """The labels of the runs whose trackers were opened, sorted (safe from any thread)."""
+        return sorted(r.label for r in list(self._runs.values()) if r.label)
+
+    # -- delivering ------------------------------------------------------------------------------
+
+    def deliver_logs(self, request: Any) -> None:
+        """Each ``rl.log`` / ``rl.hparams`` event of an ``ExportLogsServiceRequest`` to its run's trackers."""
+        for resource_logs in request.resource_logs:
+            resource = decode_attributes(resource_logs.resource.attributes)
+            rank = as_rank(resource.get(A.RL_RANK, 0))
+            records = [r for s in resource_logs.scope_logs for r in s.log_records]
+            self._count("log_records", len(records))
+            if not self._accepts(rank):
+                self._count("records_other_ranks", len(records))
+                continue
+            run = None
+            for record in records:
+                name = record.event_name
+                if not name:  # older senders put the event name into an attribute
+                    name = next((decode_any_value(kv.value) for kv in record.attributes if kv.key == "event.name"), "")
+                if name not in _EVENTS or record.body.WhichOneof("value") != "kvlist_value":
+                    self._count("records_ignored")
+                    continue
+                if run is None:
+                    run = self._run_for(resource)
+                if run.events == 0:
+                    run.held.clear()  # an events run: its metrics are not needed
+                run.events += 1
+                fanout = self._open(run)
+                if fanout is None:
+                    self._count("records_ignored")
+                    continue
+                if deliver(fanout, name, decode_attributes(record.attributes), decode_any_value(record.body)):
+                    run.dirty = True
+                    self._count("events_delivered" if name == N.RL_LOG_EVENT else "hparams_delivered")
+
+    def deliver_metrics(self, request: Any) -> None:
+        """An ``ExportMetricsServiceRequest``: one step per export of a run that sends no events."""
+        for resource_metrics in request.resource_metrics:
+            self._count("metric_exports")
+            resource = decode_attributes(resource_metrics.resource.attributes)
+            if not self.config.metrics_fallback or not resource.get(A.RL_RUN_ID) \
+                    or not self._accepts(as_rank(resource.get(A.RL_RANK, 0))):
+                self._count("metric_exports_ignored")
+                continue
+            run = self._run_for(resource)
+            if run.events:
+                self._count("metric_exports_ignored")
+                continue
+            values: dict[str, Any] = {}
+            progress: float | None = None
+            for scope in resource_metrics.scope_metrics:
+                for metric in scope.metrics:
+                    kind = metric.WhichOneof("data")
+                    if kind not in ("gauge", "sum"):
+                        continue
+                    for point in getattr(metric, kind).data_points:
+                        which = point.WhichOneof("value")
+                        if which is None:
+                            continue
+                        number = point.as_double if which == "as_double" else point.as_int
+                        values[metric_key(metric.name, decode_attributes(point.attributes))] = number
+                        if metric.name == M.RL_PROGRESS_STEP and (progress is None or number > progress):
+                            progress = number
+            if not values:
+                continue
+            run.metric_exports += 1
+            if progress is not None and math.isfinite(progress):
+                run.progress_step = int(progress)
+            step = run.progress_step if run.progress_step is not None else run.metric_exports
+            run.held.append((step, values))
+            if run.metrics_mode or len(run.held) >= self.config.metrics_fallback_after:
+                run.metrics_mode = True
+                self._write_held(run)
+
+    # -- finishing -------------------------------------------------------------------------------
+
+    def finish_idle_runs(self) -> None:
+        """Finish the trackers of runs silent for run_idle_timeout_s (a W&B run then shows as finished)."""
+        now = time.monotonic()
+        for run in list(self._runs.values()):
+            if now - run.last_seen <= self.config.run_idle_timeout_s:
+                continue
+            run.failed = False  # trackers that could not start are tried again when the run sends again
+            if run.held and run.events == 0:  # a short metrics-only run: what was held back is all it sent
+                self._write_held(run)
+            if run.fanout is not None:
+                run.fanout.flush()
+                run.fanout.finish()
+                run.fanout = None
+                self._say(f"otel-rl bridge: run {run.label} idle for {now - run.last_seen:.0f} s: its trackers are "
+                          "finished (reopened if it sends again)")
+
+    def flush_dirty(self) -> None:
+        """Flush the trackers of every run that was written since its last flush."""
+        for run in list(self._runs.values()):
+            if run.dirty and run.fanout is not None:
+                run.dirty = False
+                run.fanout.flush()
+
+    def finish_all(self) -> None:
+        """Write what is held back, then flush and finish every run's trackers."""
+        for run in list(self._runs.values()):
+            if run.held and run.events == 0:  # a short metrics-only run: what was held back is all it sent
+                self._write_held(run)
+            if run.fanout is not None:
+                run.fanout.flush()
+                run.fanout.finish()
+                run.fanout = None
+
+    # -- runs and their trackers -----------------------------------------------------------------
+
+    def _accepts(self, rank: int) -> bool:
+        return self.config.ranks is None or rank in self.config.ranks
+
+    def _run_for(self, resource: Mapping[str, Any]) -> RunState:
+        service = str(resource.get(A.SERVICE_NAME) or "unknown_service")
+        run_id = str(resource.get(A.RL_RUN_ID) or "")
+        rank = as_rank(resource.get(A.RL_RANK, 0))
+        multi_rank = self.config.ranks is None or len(self.config.ranks) > 1
+        key = (service, run_id, rank if multi_rank else 0) if self.config.split_runs else ("*",)
+        run = self._runs.get(key)
+        if run is not None:
+            run.last_seen = time.monotonic()
+        else:
+            experiment = resource.get(A.RL_EXPERIMENT_NAME)
+            framework = resource.get(A.RL_FRAMEWORK)
+            run = self._runs[key] = RunState(key, service, run_id, rank, str(experiment) if experiment else None,
+                                             str(framework) if framework else None, last_seen=time.monotonic())
+        return run
+
+    def _label(self, run: RunState) -> str:
+        base = safe_label(run.run_id or run.service)
+        if run.rank and (self.config.ranks is None or len(self.config.ranks) > 1):
+            base = f"{base}-rank{run.rank}"
+        label, n = base, 1
+        while label in self._labels and self._labels[label] != run.key:  # same run id from another service
+            n += 1
+            label = f"{safe_label(run.service)}-{base}" if n == 2 else f"{base}-{n}"
+        self._labels[label] = run.key
+        return label
+
+    def _open(self, run: RunState) -> TrackerFanout | None:
+        """The run's started trackers (opened at first use); None when they could not start."""
+        if run.fanout is not None or run.failed:
+            return run.fanout
+        cfg = self.config
+        if cfg.split_runs:
+            run.label = self._label(run)
+            run_dir = Path(cfg.base_dir) / run.label
+            base = cfg.run_name or run.experiment or run.service
+            run_name = f"{base}-{run.label}" if run.run_id else base
+        else:
+            run.label = "all-runs"
+            run_dir = Path(cfg.base_dir)
+            run_name = cfg.run_name or "otel-rl-bridge"
+        kwargs = run_tracker_kwargs(cfg, run.label if cfg.split_runs else None)
+        namer = None
+        if cfg.tracker_keys == "registry":
+            if self._resolver is None:
+                from otel_rl._sdk.keys import KeyResolver
+
+                self._resolver = KeyResolver.default()
+            resolver, framework = self._resolver, run.framework
+            namer = registry_key_namer(lambda key: resolver.resolve(key, framework))
+        fanout = None
+        try:
+            fanout = TrackerFanout(create_trackers(cfg.track_with, kwargs, run_name=run_name, run_dir=run_dir), namer)
+            fanout.start()
+        except Exception as exc:  # one run's trackers failing must not stop the others
+            run.failed = True
+            self._count("runs_failed")
+            if fanout is not None:
+                fanout.finish()
+            logger.error("otel-rl bridge: the trackers of run %s (service %s, rank %d) could not start: %s; its steps are "
+                         "dropped", run.run_id or "?", run.service, run.rank, self._scrub(f"{type(exc).__name__}: {exc}"))
+            return None
+        run.fanout = fanout
+        run.opened += 1
+        if run.opened > 1:
+            self._say(f"otel-rl bridge: run {run.label} sends again: its trackers are reopened")
+            return fanout
+        self._count("runs")
+        self._say(f"otel-rl bridge: new run {run.run_id or '(no rl.run.id)'} (service {run.service}, rank {run.rank}) -> "
+                  f"run name {run_name}, run_dir {run_dir}; {format_tracker_kwargs(cfg.track_with, kwargs)}")
+        return fanout
+
+    def _write_held(self, run: RunState) -> None:
+        held, run.held, run.metrics_mode = run.held, [], True
+        fanout = self._open(run)
+        if fanout is None:
+            return
+        for step, values in held:
+            fanout.log(values, step)
+            self._count("metric_steps_written")
+        run.dirty = True

@@ -1,0 +1,491 @@
+"""The OTLP/JSON encoders behind the run folder's lines: SDK spans, metrics and log records as
+``Export*ServiceRequest`` JSON text.
+
+``to_otlp_json`` turns an OTLP protobuf message (built by the official encoders of
+``opentelemetry.exporter.otlp.proto.common``) into OTLP/JSON: proto3 JSON mapping with
+lowerCamelCase field names, enums as integers, int64 as decimal strings, default values omitted,
+and ``traceId`` / ``spanId`` / ``parentSpanId`` as lowercase hex (where plain proto3 JSON would
+use base64).
+
+``spans_to_otlp_json``, ``metrics_to_otlp_json`` and ``logs_to_otlp_json`` build the same JSON
+straight from the SDK objects, several times faster than the protobuf round trip (tests hold the
+two paths equal); anything they do not handle takes the protobuf path.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from google.protobuf import json_format
+from google.protobuf.message import Message
+from opentelemetry.exporter.otlp.proto.common._log_encoder import encode_logs
+from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.sdk._logs import ReadableLogRecord
+from opentelemetry.sdk.metrics.export import Gauge, Histogram, MetricsData, Sum
+from opentelemetry.sdk.trace import ReadableSpan
+
+__all__ = [
+    "FloatBody",
+    "logs_to_otlp_json",
+    "metrics_to_otlp_json",
+    "spans_to_otlp_json",
+    "to_otlp_json",
+]
+
+# Every bytes field of the OTLP protos that OTLP/JSON writes as hex. The keys of the dicts that
+# MessageToDict produces are always proto field names (attributes are lists of {"key","value"}),
+# so a user attribute can never be mistaken for one of these.
+_HEX_ID_FIELDS = frozenset({"traceId", "spanId", "parentSpanId"})
+
+
+def _b64_to_hex(value: str) -> str:
+    return base64.b64decode(value).hex()
+
+
+def _ids_to_hex(obj: Any) -> None:
+    """Rewrite, in place, the base64 id fields of a MessageToDict result as lowercase hex."""
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            if key in _HEX_ID_FIELDS and isinstance(value, str):
+                obj[key] = _b64_to_hex(value)
+            elif isinstance(value, (dict, list)):
+                _ids_to_hex(value)
+    elif isinstance(obj, list):
+        for item in obj:
+            if isinstance(item, (dict, list)):
+                _ids_to_hex(item)
+
+
+def to_otlp_json(message: Message) -> str:
+    """One OTLP protobuf message as a compact OTLP/JSON string (no trailing newline)."""
+    as_dict = json_format.MessageToDict(
+        message,
+        use_integers_for_enums=True,
+        preserving_proto_field_name=False,
+    )
+    _ids_to_hex(as_dict)
+    return json.dumps(as_dict, separators=(",", ":"), ensure_ascii=False)
+
+
+# The direct encoders build plain trees (no cycles): skipping the check saves ~15% of the dump.
+_COMPACT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, check_circular=False)
+
+try:  # orjson formats floats ~20x faster than json (shortest round-trip digits, "1e-5" for "1e-05")
+    import orjson
+
+    def _dumps(tree: Any) -> str:
+        return orjson.dumps(tree).decode()
+
+    _ENCODE_ERRORS: tuple[type[Exception], ...] = (orjson.JSONEncodeError,)
+except ImportError:  # a platform without its wheel: the same JSON values, more slowly
+    _dumps = _COMPACT.encode
+    _ENCODE_ERRORS = ()
+
+
+class _NotPlain(Exception):
+    """A value the direct log encoder does not handle: use the protobuf path for the batch."""
+
+
+_NON_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+
+
+def _any_value(value: Any) -> dict[str, Any]:
+    """An AnyValue in OTLP/JSON, as MessageToDict writes it (int64 as a string, non-finite
+    doubles as "NaN" / "Infinity", empty containers as an empty message)."""
+    kind = type(value)
+    if kind is str:
+        return {"stringValue": value}
+    if kind is float:
+        return {"doubleValue": value if value - value == 0 else _NON_FINITE[repr(value)]}
+    if kind is bool:
+        return {"boolValue": value}
+    if kind is int:
+        return {"intValue": str(value)}
+    if kind is dict:
+        return {"kvlistValue": {"values": [_key_value(k, v) for k, v in value.items()]} if value else {}}
+    if kind is list or kind is tuple:
+        return {"arrayValue": {"values": [_any_value(v) for v in value]} if value else {}}
+    raise _NotPlain(kind.__name__)
+
+
+def _key_value(key: Any, value: Any) -> dict[str, Any]:
+    if type(key) is not str or not key:
+        raise _NotPlain("key")
+    return {"key": key, "value": _any_value(value) if value is not None else {}}
+
+
+def _attributes(attributes: Any) -> list[dict[str, Any]]:
+    return [_key_value(k, v) for k, v in attributes.items()] if attributes else []
+
+
+def _scope(scope: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if scope is None:
+        return out
+    if scope.name:
+        out["name"] = scope.name
+    if scope.version:
+        out["version"] = scope.version
+    if scope.attributes:
+        out["attributes"] = _attributes(scope.attributes)
+    return out
+
+
+def _resource_entry(resource: Any, scopes_field: str, scopes: list[Any]) -> dict[str, Any]:
+    """One ResourceLogs / ResourceMetrics entry: the resource, its scopes, its schema URL."""
+    entry: dict[str, Any] = {"resource": {"attributes": _attributes(resource.attributes)} if resource.attributes else {},
+                             scopes_field: scopes}
+    if resource.schema_url:
+        entry["schemaUrl"] = resource.schema_url
+    return entry
+
+
+def _log_record(readable: ReadableLogRecord, with_body: bool = True) -> dict[str, Any]:
+    record = readable.log_record
+    out: dict[str, Any] = {}
+    if record.timestamp:
+        out["timeUnixNano"] = str(record.timestamp)
+    severity = getattr(record.severity_number, "value", None)
+    if severity:
+        out["severityNumber"] = severity
+    if record.severity_text:
+        out["severityText"] = record.severity_text
+    out["body"] = _any_value(record.body) if with_body and record.body is not None else {}
+    if record.attributes:
+        out["attributes"] = _attributes(record.attributes)
+    if readable.dropped_attributes:
+        out["droppedAttributesCount"] = readable.dropped_attributes
+    if int(record.trace_flags or 0):
+        out["flags"] = int(record.trace_flags)
+    if record.trace_id:
+        out["traceId"] = format(record.trace_id, "032x")
+    if record.span_id:
+        out["spanId"] = format(record.span_id, "016x")
+    if record.observed_timestamp:
+        out["observedTimeUnixNano"] = str(record.observed_timestamp)
+    if record.event_name:
+        out["eventName"] = record.event_name
+    return out
+
+
+def _group(grouped: dict[Any, Any], by_id: dict[int, Any], resource: Any) -> dict[Any, Any]:
+    """The scopes of ``resource`` in ``grouped`` (equal resources share one entry, as the protobuf
+    encoder groups them). Resource.__hash__ serializes the attributes on every call: it runs once
+    per resource object of a batch, not once per record."""
+    group = by_id.get(id(resource))
+    if group is None:
+        group = by_id[id(resource)] = grouped.setdefault(resource, {})
+    return group
+
+
+def _resources(grouped: dict[Any, dict[Any, list[dict[str, Any]]]], scopes_field: str, items_field: str, *,
+               scope_always: bool) -> list[dict[str, Any]]:
+    """The ResourceLogs / ResourceSpans entries of records grouped by resource, then scope. The
+    SDK's log encoder writes a scope message even without a scope, its span encoder does not."""
+    out = []
+    for resource, scopes in grouped.items():
+        entries = []
+        for scope, items in scopes.items():
+            entry: dict[str, Any] = {"scope": _scope(scope)} if scope_always or scope is not None else {}
+            entry[items_field] = items
+            if scope is not None and scope.schema_url:
+                entry["schemaUrl"] = scope.schema_url
+            entries.append(entry)
+        out.append(_resource_entry(resource, scopes_field, entries))
+    return out
+
+
+# '{"key":"<key>","value":{"doubleValue":' of each key seen in a float-only body (bounded).
+_DOUBLE_PREFIX: dict[str, str] = {}
+_DOUBLE_PREFIX_LIMIT = 1 << 16
+# (keys, the text around their numbers) of the last float-only body, one tuple: a thread reads a
+# consistent pair
+_LAST_KEYS: list[tuple[list[str] | None, list[str]]] = [(None, [])]
+_FLOAT_ONLY = {float}
+
+
+class FloatBody(dict):  # type: ignore[type-arg]
+    """An event body its producer already found to hold finite floats only under string keys,
+    with its keys and values as lists in order: the encoder skips checking them again."""
+
+    __slots__ = ("key_list", "float_list")
+
+    def __init__(self, items: Any, keys: list[str], floats: list[float]) -> None:
+        super().__init__(items)  # a mapping of keys -> floats (or its pairs), in the lists' order
+        self.key_list, self.float_list = keys, floats
+
+
+def _float_kvlist(body: dict[str, Any]) -> str | None:
+    """A body of finite floats under non-empty string keys (a step's scalars) as its OTLP/JSON
+    AnyValue text, numbers formatted by orjson in one call; None for anything else."""
+    if type(body) is FloatBody:
+        keys, values = body.key_list, body.float_list
+    else:
+        values = list(body.values())
+        if set(map(type, values)) != _FLOAT_ONLY:
+            return None
+        total = sum(values)
+        if total - total != 0.0:  # NaN / infinity: written as strings, by the general path
+            return None
+        keys = list(body)
+    last = _LAST_KEYS[0]
+    if keys == last[0]:  # a step with the same keys as the one before (the common case)
+        template = last[1]
+    else:
+        template = []
+        for key in keys:
+            prefix = _DOUBLE_PREFIX.get(key)
+            if prefix is None:
+                if type(key) is not str or not key:
+                    return None
+                prefix = '{"key":' + _COMPACT.encode(key) + ',"value":{"doubleValue":'
+                if len(_DOUBLE_PREFIX) < _DOUBLE_PREFIX_LIMIT:
+                    _DOUBLE_PREFIX[key] = prefix
+            template.append("}}," + prefix if template else '{"kvlistValue":{"values":[' + prefix)
+            template.append("")  # the number's place
+        template.append("}}]}}")
+        _LAST_KEYS[0] = (keys, template)
+    parts = list(template)  # the cached template stays untouched: other threads may read it
+    parts[1:-1:2] = _dumps(values)[1:-1].split(",")
+    return "".join(parts)
+
+
+def logs_to_otlp_json(batch: Sequence[ReadableLogRecord]) -> str:
+    """An ExportLogsServiceRequest for ``batch`` as OTLP/JSON, built straight from the records.
+
+    The same JSON as ``to_otlp_json(encode_logs(batch))`` (a test holds them equal) about 10x
+    faster: the protobuf round trip through MessageToDict dominated replaying logs into a run
+    folder. Anything unusual (other value types, empty keys) takes the protobuf path.
+    """
+    try:
+        grouped: dict[Any, dict[Any, list[dict[str, Any]]]] = {}
+        by_id: dict[int, dict[Any, list[dict[str, Any]]]] = {}
+        bodies: list[str] = []  # float-only bodies, as text, put in place of their placeholders
+        token = os.urandom(6).hex()
+        for readable in batch:
+            scope = readable.instrumentation_scope or None
+            body = readable.log_record.body
+            text = _float_kvlist(body) if (type(body) is dict or type(body) is FloatBody) and body else None
+            record = _log_record(readable, text is None)
+            if text is not None:
+                record["body"] = f"\x00otel-rl body {token} {len(bodies)}\x00"
+                bodies.append(text)
+            _group(grouped, by_id, readable.resource).setdefault(scope, []).append(record)
+        line = _dumps({"resourceLogs": _resources(grouped, "scopeLogs", "logRecords", scope_always=True)})
+        if not bodies:
+            return line
+        # One pass: cut at each placeholder (NULs and a random token: no user string reads the same).
+        parts = line.split(f'"\\u0000otel-rl body {token} ')
+        out = [parts[0]]
+        for part in parts[1:]:
+            index, _, rest = part.partition('\\u0000"')
+            out.append(bodies[int(index)])
+            out.append(rest)
+        return "".join(out)
+    except (_NotPlain, KeyError, AttributeError, TypeError, ValueError, *_ENCODE_ERRORS):
+        return to_otlp_json(encode_logs(batch))
+
+
+# SpanFlags of the OTLP protos: the encoder always says whether the parent is remote.
+_HAS_IS_REMOTE, _IS_REMOTE = 0x100, 0x200
+_SPAN_KINDS = {"INTERNAL": 1, "SERVER": 2, "CLIENT": 3, "PRODUCER": 4, "CONSUMER": 5}
+
+
+def _span_flags(context: Any) -> int:
+    return _HAS_IS_REMOTE | (_IS_REMOTE if context is not None and context.is_remote else 0)
+
+
+def _trace_state(context: Any) -> str:
+    state = context.trace_state
+    return ",".join(f"{k}={v}" for k, v in state.items()) if state is not None else ""
+
+
+def _span(span: ReadableSpan) -> dict[str, Any]:
+    """One span, its fields in proto field-number order, defaults left out (as MessageToDict)."""
+    context = span.get_span_context()
+    out: dict[str, Any] = {"traceId": format(context.trace_id, "032x"), "spanId": format(context.span_id, "016x")}
+    state = _trace_state(context)
+    if state:
+        out["traceState"] = state
+    parent = span.parent
+    if parent is not None:
+        out["parentSpanId"] = format(parent.span_id, "016x")
+    if span.name:
+        out["name"] = span.name
+    out["kind"] = _SPAN_KINDS[span.kind.name]
+    if span.start_time:
+        out["startTimeUnixNano"] = str(span.start_time)
+    if span.end_time:
+        out["endTimeUnixNano"] = str(span.end_time)
+    if span.attributes:
+        out["attributes"] = _attributes(span.attributes)
+    if span.dropped_attributes:
+        out["droppedAttributesCount"] = span.dropped_attributes
+    if span.events:
+        events = []
+        for event in span.events:
+            entry: dict[str, Any] = {}
+            if event.timestamp:
+                entry["timeUnixNano"] = str(event.timestamp)
+            if event.name:
+                entry["name"] = event.name
+            if event.attributes:
+                entry["attributes"] = _attributes(event.attributes)
+            if event.dropped_attributes:
+                entry["droppedAttributesCount"] = event.dropped_attributes
+            events.append(entry)
+        out["events"] = events
+    if span.dropped_events:
+        out["droppedEventsCount"] = span.dropped_events
+    if span.links:
+        links = []
+        for link in span.links:
+            entry = {"traceId": format(link.context.trace_id, "032x"), "spanId": format(link.context.span_id, "016x")}
+            if link.attributes:
+                entry["attributes"] = _attributes(link.attributes)
+            if link.dropped_attributes:
+                entry["droppedAttributesCount"] = link.dropped_attributes
+            entry["flags"] = _span_flags(link.context)
+            links.append(entry)
+        out["links"] = links
+    if span.dropped_links:
+        out["droppedLinksCount"] = span.dropped_links
+    status: dict[str, Any] = {}
+    if span.status.description:
+        status["message"] = span.status.description
+    if span.status.status_code.value:
+        status["code"] = span.status.status_code.value
+    out["status"] = status
+    out["flags"] = _span_flags(parent)
+    return out
+
+
+def spans_to_otlp_json(spans: Sequence[ReadableSpan]) -> str:
+    """An ExportTraceServiceRequest for ``spans`` as OTLP/JSON, built straight from the spans: the
+    same JSON as ``to_otlp_json(encode_spans(spans))`` (a test holds them equal), several times
+    faster. Anything unusual takes the protobuf path."""
+    try:
+        grouped: dict[Any, dict[Any, list[dict[str, Any]]]] = {}
+        by_id: dict[int, dict[Any, list[dict[str, Any]]]] = {}
+        for span in spans:
+            scope = span.instrumentation_scope or None
+            _group(grouped, by_id, span.resource).setdefault(scope, []).append(_span(span))
+        return _dumps({"resourceSpans": _resources(grouped, "scopeSpans", "spans", scope_always=False)})
+    except (_NotPlain, KeyError, AttributeError, TypeError, ValueError, *_ENCODE_ERRORS):
+        return to_otlp_json(encode_spans(spans))
+
+
+def _double(value: float) -> Any:
+    return value if value - value == 0 else _NON_FINITE[repr(float(value))]
+
+
+# Fields in proto field-number order, as MessageToDict writes them: the lines are byte-identical.
+def _point_attributes(attributes: Any, cache: dict[int, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Encoded once per attributes object: the points of one series share it (one point per step)."""
+    found = cache.get(id(attributes))
+    if found is None:
+        found = cache[id(attributes)] = _attributes(attributes)
+    return found
+
+
+def _number_point(point: Any, with_start: bool, cache: dict[int, list[dict[str, Any]]]) -> dict[str, Any]:
+    if point.exemplars:
+        raise _NotPlain("exemplars")
+    out: dict[str, Any] = {}
+    if with_start and point.start_time_unix_nano:
+        out["startTimeUnixNano"] = str(point.start_time_unix_nano)
+    if point.time_unix_nano:
+        out["timeUnixNano"] = str(point.time_unix_nano)
+    value = point.value
+    if type(value) is float:
+        out["asDouble"] = _double(value)
+    elif type(value) is int:
+        out["asInt"] = str(value)
+    else:
+        raise _NotPlain(type(value).__name__)
+    if point.attributes:
+        out["attributes"] = _point_attributes(point.attributes, cache)
+    return out
+
+
+def _histogram_point(point: Any, cache: dict[int, list[dict[str, Any]]]) -> dict[str, Any]:
+    if point.exemplars:
+        raise _NotPlain("exemplars")
+    out: dict[str, Any] = {}
+    if point.start_time_unix_nano:
+        out["startTimeUnixNano"] = str(point.start_time_unix_nano)
+    if point.time_unix_nano:
+        out["timeUnixNano"] = str(point.time_unix_nano)
+    if point.count:
+        out["count"] = str(point.count)
+    if point.sum is not None:
+        out["sum"] = _double(float(point.sum))
+    if len(point.bucket_counts):
+        out["bucketCounts"] = [str(int(c)) for c in point.bucket_counts]
+    if len(point.explicit_bounds):
+        out["explicitBounds"] = [_double(float(b)) for b in point.explicit_bounds]
+    if point.attributes:
+        out["attributes"] = _point_attributes(point.attributes, cache)
+    if point.min is not None:
+        out["min"] = _double(float(point.min))
+    if point.max is not None:
+        out["max"] = _double(float(point.max))
+    return out
+
+
+def _metric(metric: Any, cache: dict[int, list[dict[str, Any]]]) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": metric.name} if metric.name else {}
+    if metric.description:
+        out["description"] = metric.description
+    if metric.unit:
+        out["unit"] = metric.unit
+    data, kind = metric.data, type(metric.data)
+    if not data.data_points:
+        raise _NotPlain("no data points")
+    if kind is Gauge:
+        out["gauge"] = {"dataPoints": [_number_point(p, False, cache) for p in data.data_points]}
+    elif kind is Sum:
+        body: dict[str, Any] = {"dataPoints": [_number_point(p, True, cache) for p in data.data_points]}
+        if int(data.aggregation_temporality):
+            body["aggregationTemporality"] = int(data.aggregation_temporality)
+        if data.is_monotonic:
+            body["isMonotonic"] = True
+        out["sum"] = body
+    elif kind is Histogram:
+        body = {"dataPoints": [_histogram_point(p, cache) for p in data.data_points]}
+        if int(data.aggregation_temporality):
+            body["aggregationTemporality"] = int(data.aggregation_temporality)
+        out["histogram"] = body
+    else:
+        raise _NotPlain(kind.__name__)
+    return out
+
+
+def metrics_to_otlp_json(metrics_data: MetricsData) -> str:
+    """An ExportMetricsServiceRequest for ``metrics_data`` as OTLP/JSON, built straight from it.
+
+    The same JSON as ``to_otlp_json(encode_metrics(metrics_data))`` (a test holds them equal),
+    several times faster: a replayed log carries one point per step and series. Gauges, sums and
+    explicit-bucket histograms without exemplars take this path; anything else the protobuf one.
+    """
+    try:
+        grouped: dict[Any, dict[Any, list[dict[str, Any]]]] = {}
+        cache: dict[int, list[dict[str, Any]]] = {}  # ids stay valid: metrics_data holds every attributes object
+        for resource_metrics in metrics_data.resource_metrics:
+            scopes = grouped[resource_metrics.resource] = {}
+            for scope_metrics in resource_metrics.scope_metrics:
+                entry: dict[str, Any] = {"scope": _scope(scope_metrics.scope),
+                                         "metrics": [_metric(m, cache) for m in scope_metrics.metrics]}
+                if scope_metrics.scope.schema_url:
+                    entry["schemaUrl"] = scope_metrics.scope.schema_url
+                scopes[scope_metrics.scope] = entry  # type: ignore[assignment]
+        resource_entries = [_resource_entry(resource, "scopeMetrics", list(scopes.values())) for resource, scopes in grouped.items()]
+        # byte-identical to the protobuf path (json's float format): exported per interval, not per step
+        return _COMPACT.encode({"resourceMetrics": resource_entries})
+    except (_NotPlain, KeyError, AttributeError, TypeError, ValueError, *_ENCODE_ERRORS):
+        return to_otlp_json(encode_metrics(metrics_data))

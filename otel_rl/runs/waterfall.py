@@ -1,0 +1,267 @@
+"""One training step's trace picked out of a run's spans (``find_step_trace``), and any set
+of spans drawn as a text waterfall (``render_waterfall``), as ``otel-rl trace`` prints them."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+
+from otel_rl.runs.records import SpanRecord
+from otel_rl.semconv import attributes as A
+from otel_rl.semconv import names as N
+
+__all__ = [
+    "find_step_trace",
+    "format_duration",
+    "render_waterfall",
+]
+
+STEP_SPAN_NAME = N.RL_STEP_SPAN
+STEP_ATTRIBUTE = A.RL_STEP
+MEMORY_SNAPSHOT_EVENT = N.RL_MEMORY_SNAPSHOT_EVENT
+
+
+# --------------------------------------------------------------------------------------------
+# Step traces
+# --------------------------------------------------------------------------------------------
+
+
+def _step_of(span: SpanRecord) -> int | None:
+    value = span.attributes.get(STEP_ATTRIBUTE)
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str):
+        try:
+            return int(value)
+        except ValueError:
+            return None
+    return None
+
+
+def _ranges(numbers: Iterable[int]) -> str:
+    """``[0, 1, 2, 3, 7, 9, 10]`` -> ``"0-3, 7, 9-10"``."""
+    values = sorted(set(numbers))
+    parts: list[str] = []
+    i = 0
+    while i < len(values):
+        j = i
+        while j + 1 < len(values) and values[j + 1] == values[j] + 1:
+            j += 1
+        parts.append(str(values[i]) if i == j else f"{values[i]}-{values[j]}")
+        i = j + 1
+    return ", ".join(parts)
+
+
+def find_step_trace(spans: Sequence[SpanRecord], step: int) -> list[SpanRecord]:
+    """The spans of the trace whose root span is ``rl.step`` with ``rl.step == step``.
+
+    When several traces carry that step (a rerun appending to the same run folder) the latest
+    one (by start time, then file order) wins. The spans come back sorted by start time.
+    Raises ``LookupError`` naming the steps that are available.
+    """
+    step_roots = [
+        (span.start_ns, index, span)
+        for index, span in enumerate(spans)
+        if span.name == STEP_SPAN_NAME and span.parent_span_id is None
+    ]
+    matches = [entry for entry in step_roots if _step_of(entry[2]) == int(step)]
+    if not matches:
+        available = [s for s in (_step_of(entry[2]) for entry in step_roots) if s is not None]
+        if available:
+            raise LookupError(
+                f"no {STEP_SPAN_NAME!r} trace for step {step}; steps available: {_ranges(available)}"
+            )
+        raise LookupError(
+            f"no {STEP_SPAN_NAME!r} trace for step {step}: no {STEP_SPAN_NAME!r} root spans among "
+            f"{len(spans)} spans"
+        )
+    root = max(matches, key=lambda entry: (entry[0], entry[1]))[2]
+    trace = [span for span in spans if span.trace_id == root.trace_id]
+    trace.sort(key=lambda span: (span is not root, span.start_ns, span.end_ns))
+    return trace
+
+
+# --------------------------------------------------------------------------------------------
+# Waterfall rendering
+# --------------------------------------------------------------------------------------------
+
+
+def format_duration(ns: float) -> str:
+    """Human duration: ``"850 µs"``, ``"4.12 ms"``, ``"412 ms"``, ``"1.23 s"``, ``"2m 03s"``."""
+    if ns <= 0:
+        return "0"
+    if ns < 1e3:
+        return f"{ns:.0f} ns"
+    if ns < 1e6:
+        return f"{ns / 1e3:.3g} µs"
+    if ns < 1e9:
+        ms = ns / 1e6
+        return f"{ms:.3g} ms" if ms < 100 else f"{ms:.0f} ms"
+    s = ns / 1e9
+    if s < 60:
+        return f"{s:.3g} s" if s < 10 else f"{s:.1f} s"
+    minutes, seconds = divmod(int(round(s)), 60)
+    if minutes < 60:
+        return f"{minutes}m {seconds:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h {minutes:02d}m"
+
+
+def _details(span: SpanRecord, parent: SpanRecord | None) -> str:
+    parts: list[str] = []
+    cluster = span.attributes.get(A.RL_CLUSTER)
+    # The cluster is shown where it changes (a stage), not again on each of its phases.
+    if cluster not in (None, "") and (parent is None or parent.attributes.get(A.RL_CLUSTER) != cluster):
+        parts.append(str(cluster))
+    rank = span.attributes.get(A.RL_RANK)
+    # A rank is shown where the work moves to another process (a joined worker's stage).
+    if rank not in (None, 0) and (parent is None or parent.attributes.get(A.RL_RANK) != rank):
+        parts.append(f"rank {rank}")
+    phase = span.attributes.get(A.RL_STAGE_PHASE)
+    if phase not in (None, "") and span.name != f"rl.{phase}":
+        parts.append(f"phase={phase}")
+    snapshots = sum(1 for event in span.events if event.name == MEMORY_SNAPSHOT_EVENT)
+    others = len(span.events) - snapshots
+    if snapshots:
+        parts.append(f"[{snapshots} memory snapshot{'s' if snapshots != 1 else ''}]")
+    if others:
+        parts.append(f"[{others} event{'s' if others != 1 else ''}]")
+    if span.status == "error":
+        parts.append(f"ERROR{': ' + span.status_message if span.status_message else ''}")
+    return " ".join(parts)
+
+
+def _bar(span: SpanRecord, t0: int, total: int, width: int) -> str:
+    start = (span.start_ns - t0) / total * width
+    end = (span.end_ns - t0) / total * width
+    start = min(max(start, 0.0), float(width))
+    end = min(max(end, start), float(width))
+    first = min(int(math.floor(start)), width - 1)
+    last = int(round(end))
+    if last <= first:
+        return " " * first + "▏"
+    return " " * first + "█" * (last - first)
+
+
+def _truncate(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: max(0, limit - 1)] + "…"
+
+
+def render_waterfall(spans: Sequence[SpanRecord], width: int = 60, max_columns: int = 100) -> str:
+    """A text waterfall of ``spans`` (usually :func:`find_step_trace`'s result).
+
+    One line per span in tree order (children by start time): tree-indented name plus details
+    (``rl.cluster``, ``rl.stage.phase`` unless the name says it, ``[N memory snapshots]``, other
+    event counts, errors), start offset from the root, duration, and a bar placed on the root's
+    time span. ``width`` is the widest bar; the bar narrows so lines stay within ``max_columns``
+    (names are cut with ``…`` only when they alone would not fit). Spans whose parent is missing
+    are listed under ``(orphans)`` at the end.
+    """
+    if not spans:
+        return "(no spans)"
+    by_id: dict[tuple[str, str], SpanRecord] = {}
+    for span in spans:
+        by_id.setdefault((span.trace_id, span.span_id), span)
+    children: dict[tuple[str, str], list[SpanRecord]] = {}
+    roots: list[SpanRecord] = []
+    orphans: list[SpanRecord] = []
+    for span in by_id.values():
+        if span.parent_span_id is None:
+            roots.append(span)
+        elif (span.trace_id, span.parent_span_id) in by_id and span.parent_span_id != span.span_id:
+            children.setdefault((span.trace_id, span.parent_span_id), []).append(span)
+        else:
+            orphans.append(span)
+
+    def order(items: list[SpanRecord]) -> list[SpanRecord]:
+        return sorted(items, key=lambda s: (s.start_ns, s.end_ns, s.name))
+
+    # Walk the trees into (prefix, span) rows; a span is visited once even with cyclic parents.
+    visited: set[tuple[str, str]] = set()
+
+    def walk(span: SpanRecord, lead: str, branch: str, rows: list[tuple[str, SpanRecord]]) -> None:
+        key = (span.trace_id, span.span_id)
+        if key in visited:
+            return
+        visited.add(key)
+        rows.append((lead + branch, span))
+        kids = [k for k in order(children.get(key, [])) if (k.trace_id, k.span_id) not in visited]
+        if branch == "├─ ":
+            lead += "│  "
+        elif branch == "└─ ":
+            lead += "   "
+        for i, kid in enumerate(kids):
+            walk(kid, lead, "└─ " if i == len(kids) - 1 else "├─ ", rows)
+
+    sections: list[tuple[SpanRecord | None, list[tuple[str, SpanRecord]]]] = []
+    for root in order(roots):
+        rows: list[tuple[str, SpanRecord]] = []
+        walk(root, "", "", rows)
+        sections.append((root, rows))
+    orphan_rows: list[tuple[str, SpanRecord]] = []
+    for orphan in order(orphans):
+        walk(orphan, "", "", orphan_rows)
+    leftovers = [s for s in by_id.values() if (s.trace_id, s.span_id) not in visited]  # cycles
+    for span in order(leftovers):
+        walk(span, "", "", orphan_rows)
+
+    # Column layout: label | start | duration | bar, within max_columns.
+    all_rows = [row for _, rows in sections for row in rows] + orphan_rows
+    labels = {
+        id(span): f"{prefix}{span.name}"
+        + (f"  {d}" if (d := _details(span, by_id.get((span.trace_id, span.parent_span_id or "")))) else "")
+        for prefix, span in all_rows
+    }
+    numbers_width = 1 + 8 + 1 + 8 + 2  # " +start" " duration" "  "
+    min_bar = max(1, min(width, 30))  # long names are cut before the bar gets narrower than this
+    label_width = max(len(text) for text in labels.values())
+    label_width = max(4, min(label_width, max_columns - numbers_width - min_bar))
+    bar_width = max(1, min(width, max_columns - numbers_width - label_width))
+
+    def line(prefix: str, span: SpanRecord, t0: int, total: int) -> str:
+        label = _truncate(labels[id(span)], label_width).ljust(label_width)
+        offset = "+" + format_duration(span.start_ns - t0) if span.start_ns >= t0 else "-" + format_duration(
+            t0 - span.start_ns
+        )
+        text = f"{label} {offset:>8} {format_duration(span.duration_ns):>8}  {_bar(span, t0, total, bar_width)}"
+        return text.rstrip()
+
+    def timeline(group: Sequence[SpanRecord], root: SpanRecord | None) -> tuple[int, int]:
+        if root is not None:
+            t0 = root.start_ns
+            end = root.end_ns if root.end_ns > t0 else max(s.end_ns for s in group)
+        else:
+            t0 = min(s.start_ns for s in group)
+            end = max(s.end_ns for s in group)
+        return t0, max(1, end - t0)
+
+    out: list[str] = []
+    for root, rows in sections:
+        assert root is not None
+        t0, total = timeline([span for _, span in rows], root)
+        if out:
+            out.append("")
+        head = f"trace {root.trace_id}  {root.name}"
+        step = _step_of(root) if root.name == STEP_SPAN_NAME else None
+        if step is not None:
+            head += f" {step}"
+        head += f"  {format_duration(root.duration_ns)}  {len(rows)} span{'s' if len(rows) != 1 else ''}"
+        out.append(head)
+        scale = f"0{' ' * max(1, bar_width - 1 - len(format_duration(total)))}{format_duration(total)}"
+        out.append(f"{'span'.ljust(label_width)} {'start':>8} {'duration':>8}  {scale}".rstrip())
+        out.extend(line(prefix, span, t0, total) for prefix, span in rows)
+    if orphan_rows:
+        group = [span for _, span in orphan_rows]
+        if len(sections) == 1 and sections[0][0] is not None:
+            t0, total = timeline(group, sections[0][0])
+        else:
+            t0, total = timeline(group, None)
+        if out:
+            out.append("")
+        out.append(f"(orphans) {len(orphan_rows)} span{'s' if len(orphan_rows) != 1 else ''} whose parent is missing")
+        out.extend(line(prefix, span, t0, total) for prefix, span in orphan_rows)
+    return "\n".join(out)
