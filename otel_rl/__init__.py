@@ -22,15 +22,21 @@ Metric and attribute names come from the generated ``otel_rl.semconv`` package.
 
 from __future__ import annotations
 
+import logging
+import threading
 from typing import Any, Callable, Sequence
 
 from otel_rl import semconv
 from otel_rl._sdk.config import TelemetryConfig, resolve_config
-from otel_rl._sdk.telemetry import JoinScope, Phase, Stage, StepScope, Telemetry
+from otel_rl._sdk.scopes import JoinScope, Phase, Stage, StepScope
+from otel_rl._sdk.telemetry import Telemetry
 from otel_rl._version import __version__
 from otel_rl.trackers.base import Tracker, known_trackers, register_tracker
 
+logger = logging.getLogger("otel_rl")
+
 _current: Telemetry | None = None
+_init_lock = threading.Lock()  # one init() at a time: each replaces the one before exactly once
 
 
 def init(
@@ -109,15 +115,42 @@ def init(
     ``rl.telemetry.dropped{drop_reason="queue_full"}``. ``file_flush_interval_s``
     (``OTEL_RL_FILE_FLUSH_INTERVAL`` in ms, 0.02 s): spans and events reach the run folder's files
     (and, over OTLP, the disk spool) within this, which bounds what a killed process loses.
+
+    One telemetry per process: calling ``init()`` again, while the telemetry of the previous call
+    is running, replaces it. The new one starts first (so an ``init()`` that fails leaves the old
+    one running), then the old one is flushed and shut down, and a warning names both run
+    folders. To keep the running one, use ``get_telemetry()`` instead of a second ``init()``.
+    Several live instances in one process (ranks simulated in a test) are built with
+    ``Telemetry(config)`` directly; ``init()`` never touches those.
     """
     global _current
     options: dict[str, Any] = {k: v for k, v in locals().items() if v is not None and k not in ("tracer_provider", "on_alert")}
-    tel = Telemetry(resolve_config(options), tracer_provider=tracer_provider)
-    hooks = [on_alert] if callable(on_alert) else list(on_alert or ())
-    for hook in hooks:
-        tel.on_alert(hook)
-    _current = tel
-    return _current
+    with _init_lock:
+        tel = Telemetry(resolve_config(options), tracer_provider=tracer_provider)
+        try:
+            hooks = [on_alert] if callable(on_alert) else list(on_alert or ())
+            for hook in hooks:
+                tel.on_alert(hook)
+        except BaseException:
+            tel.shutdown()
+            raise
+        previous, _current = _current, tel
+        if previous is not None and not previous.closed:
+            _replace(previous, tel)
+    return tel
+
+
+def _replace(previous: Telemetry, successor: Telemetry) -> None:
+    """Shut down the telemetry of an earlier init() (flushing it), saying once that it was replaced."""
+    logger.warning("otel-rl: otel_rl.init() was called again while the telemetry of an earlier init() was running: "
+                   "that one (%s) is flushed and shut down, and the new one (%s) replaces it. Use "
+                   "otel_rl.get_telemetry() to reuse a running telemetry.", _where(previous), _where(successor))
+    previous.shutdown()
+
+
+def _where(tel: Telemetry) -> str:
+    """Where a telemetry writes, for messages: its run folder, or its run id when it has none."""
+    return f"run folder {tel.run_dir}" if tel.run_dir is not None else f"run {tel.config.run_id}, no run folder"
 
 
 def get_telemetry() -> Telemetry | None:

@@ -6,7 +6,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 
+import otel_rl
+from otel_rl._sdk.config import resolve_config
 from otel_rl.runs.folder import read_log_records, read_metrics
 from otel_rl.semconv import metrics as M
 
@@ -26,17 +29,24 @@ def _state(tel):
     return gauges, hist
 
 
+def _second_telemetry(request: pytest.FixtureRequest, tmp_path, **options) -> otel_rl.Telemetry:
+    """A telemetry running beside the fixture's: built directly, since a second init() replaces the first."""
+    tel = otel_rl.Telemetry(resolve_config({"run_dir": str(tmp_path / "second"), "console": False, **options}))
+    request.addfinalizer(tel.shutdown)
+    return tel
+
+
 def _steps(tel, values_per_step):
     for step, values in enumerate(values_per_step, start=1):
         tel.log(values, step=step)
     tel.flush()
 
 
-def test_bulk_path_matches_the_per_key_path(make_telemetry):
+def test_bulk_path_matches_the_per_key_path(make_telemetry, request, tmp_path):
     steps = [{k: (v * (1 + 0.1 * i) if not isinstance(v, np.floating) else np.float64(float(v) * (1 + 0.1 * i)))
               for k, v in ROLL_STEP.items()} for i in range(4)]
     fast = make_telemetry(framework="roll")
-    slow = make_telemetry(framework="roll")
+    slow = _second_telemetry(request, tmp_path, framework="roll", service_name="otel-rl-test")
     slow._pipeline.stamped = None
     _steps(fast, steps)
     for step, values in enumerate(steps, start=1):  # the per-key path every time

@@ -11,6 +11,7 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 
 import otel_rl
+from otel_rl._sdk.config import resolve_config
 from otel_rl._sdk.propagation import extract_context, inject_context
 from otel_rl.runs.folder import find_step_trace, read_log_records, read_spans, rank_file_name
 from otel_rl.semconv import attributes as A
@@ -31,9 +32,11 @@ def test_carrier_holds_w3c_traceparent_and_the_step(make_telemetry):
     assert step == 7
 
 
-def test_worker_spans_are_children_of_the_injecting_stage(make_telemetry):
+def test_worker_spans_are_children_of_the_injecting_stage(make_telemetry, tmp_path):
     driver = make_telemetry(service_name="driver")
-    worker = make_telemetry(service_name="worker", rank=1)
+    # another process's telemetry, built directly: a second init() replaces the first
+    worker = otel_rl.Telemetry(resolve_config({"service_name": "worker", "rank": 1, "console": False,
+                                               "run_dir": str(tmp_path / "worker")}))
     with driver.step(3) as scope:
         with driver.stage("generate", cluster="actor_infer"):
             carrier = driver.inject()

@@ -11,8 +11,6 @@ from __future__ import annotations
 import logging
 import math
 import operator
-import re
-import sys
 import threading
 import time
 from collections import deque
@@ -26,6 +24,9 @@ from opentelemetry.context import Context
 
 from otel_rl._sdk.aggregation import Attrs, BulkHistograms, LatestValues, StampedPoints
 from otel_rl._sdk.keys import KeyResolver
+from otel_rl._sdk.summary import HEADLINE_LABELS
+# Rejected and to_number are imported from here too (the analyzers coerce values as the worker does).
+from otel_rl._sdk.values import MAX_NESTING, Rejected, event_value, key_text, to_array, to_number
 from otel_rl.exporters.otlp_json import FloatBody
 from otel_rl.semconv import METRICS
 from otel_rl.semconv import attributes as A
@@ -36,131 +37,8 @@ logger = logging.getLogger("otel_rl")
 
 LOG, RECORD, STAGE, STEP_END, ADD, CALL = range(6)
 _REASONS = A.RlTelemetryReasonValues
-
-
 _SIGNALS = A.RlTelemetrySignalValues
 _QUEUE_FULL = (A.RL_TELEMETRY_DROP_REASON, A.RlTelemetryDropReasonValues.QUEUE_FULL.value)
-
-
-class Rejected(Exception):
-    """A value that cannot become a metric measurement; ``reason`` is an rl.telemetry.reason value."""
-
-    def __init__(self, reason: str, detail: str = "") -> None:
-        super().__init__(detail or reason)
-        self.reason = reason
-        self.detail = detail
-
-
-def event_value(raw: Any, _depth: int = 0) -> Any:
-    """The value as the step event carries it: a plain Python scalar, the exact number logged."""
-    kind = type(raw)
-    if kind is float or kind is str or kind is bool or raw is None:
-        return raw
-    if kind is int:
-        return raw if _INT64_MIN <= raw <= _INT64_MAX else _wide_int(raw)
-    try:
-        value = _event_value(raw, kind, _depth)
-    except Exception:  # an object whose attributes or repr raise: the event still goes out
-        return f"<unrepresentable {kind.__name__}>"
-    # What item() returned must still be something OTLP can carry (one bad value would fail the
-    # whole batch of events in the encoder).
-    if type(value) is int and not _INT64_MIN <= value <= _INT64_MAX:
-        return _wide_int(value)
-    if type(value) is complex:
-        return repr(value)
-    return value
-
-
-_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
-
-
-def _wide_int(value: int) -> Any:
-    """An integer beyond OTLP's int64: a float when it is one, else its decimal text."""
-    try:
-        return float(value)
-    except OverflowError:
-        return str(value)
-
-
-def _event_value(raw: Any, kind: type, depth: int) -> Any:
-    item = getattr(raw, "item", None)
-    if item is not None and (getattr(raw, "ndim", None) == 0 or _numel(raw) == 1):
-        try:
-            return item()
-        except Exception:
-            return repr(raw)
-    if isinstance(raw, (bytes, bytearray)):
-        return raw.decode("utf-8", "replace")
-    shape = getattr(raw, "shape", None)
-    if shape is not None:
-        return f"<{kind.__name__} shape={tuple(shape)}>"
-    if isinstance(raw, (list, tuple)):
-        if depth >= _MAX_NESTING:  # a list that contains itself, or absurdly deep
-            return "<nested too deep>"
-        return [event_value(v, depth + 1) for v in raw]
-    return repr(raw)
-
-
-_MAX_NESTING = 64  # levels of nested dicts / lists a logged value may have
-
-
-def _key_text(key: Any) -> str:
-    try:
-        return repr(key)
-    except Exception:  # a key object whose repr raises
-        return f"<{type(key).__name__} key>"
-
-
-def _numel(raw: Any) -> int:
-    numel = getattr(raw, "numel", None)
-    if callable(numel):
-        try:
-            return int(numel())
-        except Exception:
-            return -1
-    try:
-        size = getattr(raw, "size", None)
-    except Exception:
-        return -1
-    return size if isinstance(size, int) else -1
-
-
-def to_number(raw: Any) -> float:
-    """Coerce a logged value to a float measurement or raise Rejected with the reason."""
-    kind = type(raw)
-    if kind is float:
-        value = raw
-    elif kind is int or kind is bool:
-        try:
-            return float(raw)
-        except OverflowError:
-            raise Rejected(_REASONS.INF.value, "an integer beyond the float range") from None
-    elif raw is None:
-        raise Rejected(_REASONS.NONE.value)
-    elif kind is str:
-        raise Rejected(_REASONS.NON_NUMERIC.value, "a string")
-    else:
-        numel = _numel(raw)
-        if numel > 1 or numel == 0:
-            raise Rejected(_REASONS.MULTI_ELEMENT.value, f"{numel} elements")
-        try:
-            value = float(raw.item() if hasattr(raw, "item") else raw)
-        except OverflowError:
-            raise Rejected(_REASONS.INF.value, f"a {kind.__name__} beyond the float range") from None
-        except Exception:  # whatever a foreign object's __float__ / item() raises
-            raise Rejected(_REASONS.NON_NUMERIC.value, f"a {kind.__name__}") from None
-    if value != value:
-        raise Rejected(_REASONS.NAN.value)
-    if value in (math.inf, -math.inf):
-        raise Rejected(_REASONS.INF.value)
-    return value
-
-
-def to_array(raw: Any) -> np.ndarray:
-    """A 1-D float64 array of a list / numpy array / torch tensor (moved to host by the worker)."""
-    if hasattr(raw, "detach"):  # torch.Tensor: leave the device copy to this worker thread
-        raw = raw.detach().float().cpu().numpy()
-    return np.asarray(raw, dtype=np.float64).ravel()
 
 
 class Plan:
@@ -233,7 +111,7 @@ class StepPlan:
                     return _UNPLANNED
                 slots.append(slot)
             series.append((plan.metric, plan.attrs))
-            label = _HEADLINE.get(plan.metric)
+            label = HEADLINE_LABELS.get(plan.metric)
             if label is not None:
                 headline.append((index, label(plan.attrs)))
         rows = pipeline._histograms.rows([state for _, state in histograms]) if histograms else None
@@ -243,7 +121,7 @@ class StepPlan:
 class Pipeline:
     """Drains the hot path's queue on a daemon thread; ``flush`` drains it on the caller's thread."""
 
-    # What happens to strings in an event body before export (see TextPolicy); Telemetry sets it
+    # What happens to strings in an event body before export (see values.TextPolicy); Telemetry sets it
     # from its config.
     text_policy: Callable[[dict[str, Any]], dict[str, Any]] | None = None
 
@@ -410,8 +288,8 @@ class Pipeline:
                 self._histograms.record(plan.metric, value, plan.attrs)
         elif self.stamped is None:
             self._latest.set(plan.metric, plan.attrs, value)
-        if plan.metric in _HEADLINE:
-            self._headline.setdefault(step, {})[_HEADLINE[plan.metric](plan.attrs)] = value
+        if plan.metric in HEADLINE_LABELS:
+            self._headline.setdefault(step, {})[HEADLINE_LABELS[plan.metric](plan.attrs)] = value
         return plan.metric, plan.attrs, value
 
     def _process_log(self, step: int | None, time_ns: int, span_context: Any, values: Mapping[Any, Any]) -> None:
@@ -495,14 +373,14 @@ class Pipeline:
         while stack:
             key, raw = stack.pop()
             if type(key) is not str:
-                text = _key_text(key)
+                text = key_text(key)
                 body[text] = event_value(raw)
                 self.reject(text, _REASONS.BAD_KEY.value, f"a {type(key).__name__} key")
                 continue
             if isinstance(raw, Mapping):  # nested dicts flatten into framework-style "a/b" keys
                 try:
-                    if key.count("/") > _MAX_NESTING:
-                        raise Rejected(_REASONS.BAD_KEY.value, f"nested more than {_MAX_NESTING} levels deep (or a mapping that contains itself)")
+                    if key.count("/") > MAX_NESTING:
+                        raise Rejected(_REASONS.BAD_KEY.value, f"nested more than {MAX_NESTING} levels deep (or a mapping that contains itself)")
                     stack.extend((f"{key}/{k}" if isinstance(k, str) else key + "/" + repr(k), v) for k, v in reversed(list(raw.items())))
                 except Rejected as rej:
                     body[key] = "<nested too deep>"
@@ -603,91 +481,6 @@ class Pipeline:
             self._span_measured.pop(next(iter(self._span_measured)))
         while len(self._headline) > 8:
             self._headline.pop(next(iter(self._headline)))
-
-
-# Keys under which a string is text (a prompt, a completion, a message), whatever its length.
-_TEXT_KEY = re.compile(r"(?:^|[/._\-(])(prompts?|completions?|responses?_?texts?|generations?|texts?|messages?|contents?|"
-                       r"chats?|conversations?|questions?|answers?|outputs?_?texts?|inputs?_?texts?)(?:$|[/._\-)])", re.I)
-
-
-class TextPolicy:
-    """Keeps text out of exported events unless ``export_text``: a string longer than
-    ``max_chars`` (64: labels, ids and statuses pass) or under a key that names text (prompt,
-    completion, message, ...) is replaced by a marker saying how long it was. With
-    ``export_text``, strings are cut at ``value_limit`` characters instead (0: no cut)."""
-
-    def __init__(self, export_text: bool = False, value_limit: int = 1024, max_chars: int = 64) -> None:
-        self.export_text = export_text
-        self.value_limit = value_limit
-        self.max_chars = max_chars
-
-    def __call__(self, body: dict[str, Any]) -> dict[str, Any]:
-        out: dict[str, Any] | None = None
-        for key, value in body.items():
-            kind = type(value)
-            if kind is str:
-                new = self._text(key, value)
-            elif kind is list and any(type(v) is str for v in value):
-                new = [self._text(key, v) if type(v) is str else v for v in value]
-                if new == value:
-                    continue
-            else:
-                continue
-            if new is not value:
-                if out is None:
-                    out = dict(body)
-                out[key] = new
-        return body if out is None else out
-
-    def _text(self, key: str, value: str) -> str:
-        if self.export_text:
-            limit = self.value_limit
-            return value[:limit] if limit and len(value) > limit else value
-        if len(value) > self.max_chars or _TEXT_KEY.search(key):
-            return f"<text withheld: {len(value)} chars; export_text=true / OTEL_RL_EXPORT_TEXT=true exports it>"
-        return value
-
-
-def _statistic_label(name: str) -> Callable[[Attrs], str]:
-    def label(attrs: Attrs) -> str:
-        stat = dict(attrs).get(A.RL_STATISTIC)
-        return name if stat in (None, "mean") else f"{name}_{stat}"
-
-    return label
-
-
-def _loss_label(attrs: Attrs) -> str:
-    d = dict(attrs)
-    return "loss" if d.get(A.RL_LOSS_TYPE) == "total" and d.get(A.RL_MODEL_ROLE, "actor") == "actor" else f"loss_{d.get(A.RL_LOSS_TYPE)}"
-
-
-# Values the one-line console summary shows when a step logs them.
-_HEADLINE: dict[str, Callable[[Attrs], str]] = {
-    M.RL_SCORE: _statistic_label("score"),
-    M.RL_REWARD: _statistic_label("reward"),
-    M.RL_POLICY_ENTROPY: _statistic_label("entropy"),
-    M.RL_VALIDATION_SCORE: _statistic_label("val"),
-    M.RL_POLICY_KL: lambda attrs: "kl" if dict(attrs).get(A.RL_POLICY) == "reference" else "kl_old",
-    M.RL_LOSS: _loss_label,
-    M.RL_RESPONSE_LENGTH: _statistic_label("resp_len"),
-    M.RL_THROUGHPUT_TOKENS: lambda attrs: "tok/s",
-    M.RL_GRAD_NORM: lambda attrs: "grad_norm",
-}
-HEADLINE_ORDER = ("score", "reward", "val", "kl", "kl_old", "entropy", "loss", "grad_norm", "resp_len", "tok/s")
-
-
-def format_summary(step: int, seconds: float, headline: dict[str, float]) -> str:
-    parts = [f"[otel-rl] step {step}", f"{seconds:.2f}s"]
-    for name in HEADLINE_ORDER:
-        if name in headline:
-            value = headline[name]
-            parts.append(f"{name} {value:,.0f}" if abs(value) >= 1000 else f"{name} {value:.4g}")
-    return " | ".join(parts)
-
-
-def print_summary(step: int, seconds: float, headline: dict[str, float]) -> None:
-    sys.stdout.write(format_summary(step, seconds, headline) + "\n")
-    sys.stdout.flush()
 
 
 def now_ns() -> int:

@@ -1,4 +1,8 @@
-"""The public facade's mechanics: steps as traces, stages as spans, log() as metrics and events."""
+"""The public facade's mechanics: steps as traces, stages as spans, log() as metrics and events.
+
+The scopes a loop opens (step, stage, phase, join) live in ``scopes``; the worker that turns
+queued calls into metrics and events lives in ``pipeline``.
+"""
 
 from __future__ import annotations
 
@@ -13,49 +17,37 @@ import sys
 import time
 import weakref
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
-from opentelemetry import context as context_api
 from opentelemetry import trace as trace_api
-from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.trace import Status, StatusCode
 
-from otel_rl._sdk.aggregation import Attrs, BulkHistograms, LatestValues, StampedPoints
+from otel_rl._sdk.aggregation import BulkHistograms, LatestValues, StampedPoints
 from otel_rl._sdk.config import TelemetryConfig, redact_url
-from otel_rl.detect.detectors import build_alert_engine
 from otel_rl._sdk.distributed import detect_placement
-from otel_rl._sdk.lifecycle import track as track_process_events
 from otel_rl._sdk.keys import KeyResolver
-from otel_rl._sdk.pipeline import (
-    ADD, CALL, LOG, RECORD, STAGE, STEP_END, Pipeline, Rejected, TextPolicy, _key_text, event_value, print_summary, to_number,
-)
-from otel_rl._sdk.probes import CudaMemoryProbe, GpuMemorySnapshot, NvmlProbe, ProcessProbe
+from otel_rl._sdk.lifecycle import track as track_process_events
+from otel_rl._sdk.pipeline import ADD, CALL, LOG, RECORD, Pipeline
+from otel_rl._sdk.probes import CudaMemoryProbe, NvmlProbe, ProcessProbe
 from otel_rl._sdk.propagation import extract_context, inject_context
 from otel_rl._sdk.providers import SCOPE_NAME, bind_series_guard, build_providers, series_guard
-from otel_rl.exporters.files import rank_file_name
+from otel_rl._sdk.scopes import NEW_TRACE_CONTEXT, JoinScope, Stage, StepScope, sorted_attrs
+from otel_rl._sdk.summary import print_summary
+from otel_rl._sdk.values import Rejected, TextPolicy, event_value, key_text, to_number
 from otel_rl._version import __version__
-from otel_rl.trackers.fanout import TrackerLogExporter, build_fanout
+from otel_rl.detect.detectors import build_alert_engine
+from otel_rl.exporters.files import rank_file_name
 from otel_rl.semconv import BUCKETS, METRICS
 from otel_rl.semconv import attributes as A
-from otel_rl.semconv import metrics as M
 from otel_rl.semconv import names as N
+from otel_rl.trackers.fanout import TrackerLogExporter, build_fanout
 
 logger = logging.getLogger("otel_rl")
 
-_ROOT = Context()  # an empty context: each step starts a new trace
-_WHEN_START, _WHEN_END = A.RlMemoryWhenValues.START.value, A.RlMemoryWhenValues.END.value
-_STATE_OFFLOAD, _STATE_ONLOAD = A.RlMemoryStateValues.OFFLOAD.value, A.RlMemoryStateValues.ONLOAD.value
-_PHASE_TOTAL = A.RlStagePhaseValues.TOTAL.value
 _SIGNAL_LOGS, _SIGNAL_METRICS = A.RlTelemetrySignalValues.LOGS.value, A.RlTelemetrySignalValues.METRICS.value
-_PHASE_EXECUTE = A.RlStagePhaseValues.EXECUTE.value
-_PHASES = tuple(m.value for m in A.RlStagePhaseValues if m is not A.RlStagePhaseValues.TOTAL)
-_FRACTION_KINDS = (A.RlMemoryKindValues.MAX_ALLOCATED.value, A.RlMemoryKindValues.MAX_RESERVED.value)
 RUN_INFO_FILE = "run.json"
 _EVENT_NAMES = frozenset(value for key, value in vars(N).items() if key.endswith("_EVENT"))
-_GIB = float(2**30)  # ROLL logs memory in GiB
 
 
 def build_resource(config: TelemetryConfig) -> Resource:
@@ -86,211 +78,6 @@ def with_placement(config: TelemetryConfig) -> TelemetryConfig:
     fill = {name: getattr(found, name) for name in ("rank", "local_rank", "world_size", "node_rank")
             if getattr(config, name) is None and getattr(found, name) is not None}
     return dataclasses.replace(config, **fill) if fill else config
-
-
-def _end_span(span: Any, token: object, exc: BaseException | None) -> None:
-    """Leave the span's context and end it, marking it failed when the block raised."""
-    context_api.detach(token)
-    if exc is not None:
-        span.record_exception(exc)
-        span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
-    span.end()
-
-
-def _sorted_attrs(pairs: Mapping[str, Any]) -> Attrs:
-    return tuple(sorted(pairs.items()))
-
-
-class Phase:
-    """One of a stage's onload / execute / offload phases, as a child span."""
-
-    __slots__ = ("_stage", "_name", "_span", "_token", "_t0")
-
-    def __init__(self, stage: Stage, name: str) -> None:
-        self._stage = stage
-        self._name = name
-
-    def __enter__(self) -> Phase:
-        stage = self._stage
-        attributes = dict(stage._attributes)
-        attributes[A.RL_STAGE_PHASE] = self._name
-        self._span = stage._tel._tracer.start_span(f"rl.{self._name}", attributes=attributes)
-        self._token = context_api.attach(trace_api.set_span_in_context(self._span))
-        if self._name == _PHASE_EXECUTE and stage._memory:
-            stage._snapshot(_WHEN_START, _STATE_ONLOAD)
-        self._t0 = time.perf_counter()
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        elapsed = time.perf_counter() - self._t0
-        stage = self._stage
-        if self._name == _PHASE_EXECUTE and stage._memory:
-            stage._snapshot(_WHEN_END, _STATE_ONLOAD)
-        _end_span(self._span, self._token, exc)
-        stage._phases.append((self._name, elapsed))
-
-
-class Stage:
-    """A training stage as a child span of the step; ``metrics`` gives ROLL-style keys afterwards."""
-
-    __slots__ = ("_tel", "name", "cluster", "_memory", "_attributes", "_span", "_token", "_t0", "_phases",
-                 "_gpu", "_cpu", "elapsed", "_step")
-
-    def __init__(self, tel: Telemetry, name: str, cluster: str | None, memory: bool) -> None:
-        self._tel = tel
-        self.name = name
-        self.cluster = cluster
-        self._memory = memory
-        self._phases: list[tuple[str, float]] = []
-        self._gpu: list[tuple[str, str, GpuMemorySnapshot]] = []
-        self._cpu: list[tuple[str, int, int]] = []
-        self.elapsed: float | None = None
-
-    def phase(self, name: str) -> Phase:
-        """A child span for the ``onload``, ``execute`` or ``offload`` phase of this stage."""
-        if name not in _PHASES:
-            raise ValueError(f"stage phase {name!r} is not one of {_PHASES}")
-        return Phase(self, name)
-
-    def __enter__(self) -> Stage:
-        tel = self._tel
-        self._step = tel._current_step
-        attributes: dict[str, Any] = {A.RL_STAGE: self.name, A.RL_RANK: tel.rank}
-        if self._step is not None:
-            attributes[A.RL_STEP] = self._step
-        if self.cluster is not None:
-            attributes[A.RL_CLUSTER] = self.cluster
-        self._attributes = attributes
-        self._span = tel._tracer.start_span(tel._span_name(self.name), attributes=attributes)
-        self._token = context_api.attach(trace_api.set_span_in_context(self._span))
-        if self._memory:
-            self._snapshot(_WHEN_START, _STATE_OFFLOAD)
-        self._t0 = time.perf_counter()
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        self.elapsed = elapsed = time.perf_counter() - self._t0
-        if self._memory:
-            self._snapshot(_WHEN_END, _STATE_OFFLOAD)
-        _end_span(self._span, self._token, exc)
-        base = {A.RL_STAGE: self.name}
-        if self.cluster is not None:
-            base[A.RL_CLUSTER] = self.cluster
-        durations = [(_sorted_attrs({**base, A.RL_STAGE_PHASE: _PHASE_TOTAL}), elapsed)]
-        durations.extend((_sorted_attrs({**base, A.RL_STAGE_PHASE: p}), s) for p, s in self._phases)
-        self._tel._submit((STAGE, self._step, durations, self._memory_gauges(base) if self._memory else ()))
-
-    def _snapshot(self, when: str, state: str) -> None:
-        tel = self._tel
-        event: dict[str, Any] = {A.RL_MEMORY_WHEN: when, A.RL_MEMORY_STATE: state}
-        if state == _STATE_OFFLOAD:
-            rss, vms = tel._process_probe.memory()
-            self._cpu.append((when, rss, vms))
-            event[A.RL_MEMORY_RSS] = rss
-            event[A.RL_MEMORY_VMS] = vms
-        snap = tel._cuda_probe.snapshot()
-        if snap is not None:
-            self._gpu.append((when, state, snap))
-            event.update({
-                A.HW_ID: snap.device, A.RL_MEMORY_ALLOCATED: snap.allocated, A.RL_MEMORY_RESERVED: snap.reserved,
-                A.RL_MEMORY_MAX_ALLOCATED: snap.max_allocated, A.RL_MEMORY_MAX_RESERVED: snap.max_reserved,
-            })
-        self._span.add_event(N.RL_MEMORY_SNAPSHOT_EVENT, event)
-
-    def _memory_gauges(self, base: dict[str, Any]) -> list[tuple[str, Attrs, float]]:
-        gauges: list[tuple[str, Attrs, float]] = []
-        for when, rss, vms in self._cpu:
-            attrs = _sorted_attrs({**base, A.RL_MEMORY_WHEN: when})
-            gauges.append((M.PROCESS_MEMORY_USAGE, attrs, float(rss)))
-            gauges.append((M.PROCESS_MEMORY_VIRTUAL, attrs, float(vms)))
-        for when, state, snap in self._gpu:
-            for kind, value in snap.by_kind().items():
-                attrs = _sorted_attrs({**base, A.RL_MEMORY_WHEN: when, A.RL_MEMORY_STATE: state, A.RL_MEMORY_KIND: kind, A.HW_ID: snap.device})
-                gauges.append((M.RL_GPU_MEMORY_USAGE, attrs, float(value)))
-                if kind in _FRACTION_KINDS and snap.total:
-                    gauges.append((M.RL_GPU_MEMORY_UTILIZATION, attrs, value / snap.total))
-        return gauges
-
-    @property
-    def metrics(self) -> dict[str, float]:
-        """This stage's timings (s) and memory snapshots (GiB) under the keys and units ROLL logs."""
-        infix = f"{self.cluster}/{self.name}" if self.cluster is not None else self.name
-        out: dict[str, float] = {}
-        if self.elapsed is not None:
-            out[f"time/{infix}/total"] = self.elapsed
-        for phase, seconds in self._phases:
-            out[f"time/{infix}/{phase}"] = seconds
-        for when, state, snap in self._gpu:
-            for kind, value in snap.by_kind().items():
-                out[f"memory/{infix}/{when}/{state}/{kind}/{snap.device}"] = value / _GIB
-            if (when, state) == (_WHEN_END, _STATE_ONLOAD) and snap.total:
-                out[f"memory/{infix}/{when}/{state}/max_allocated_frac/{snap.device}"] = snap.max_allocated / snap.total
-                out[f"memory/{infix}/{when}/{state}/max_reserved_frac/{snap.device}"] = snap.max_reserved / snap.total
-        for when, rss, vms in self._cpu:
-            out[f"memory/cpu/{infix}/{when}/rss"] = rss / _GIB
-            out[f"memory/cpu/{infix}/{when}/vms"] = vms / _GIB
-        return out
-
-
-class StepScope:
-    """The root span ``rl.step`` of one step's trace; makes ``step`` the default for log()."""
-
-    __slots__ = ("_tel", "step", "_span", "_token", "_t0", "_previous")
-
-    def __init__(self, tel: Telemetry, step: int) -> None:
-        self._tel = tel
-        self.step = step
-
-    def __enter__(self) -> StepScope:
-        tel = self._tel
-        self._previous = (tel._current_step, tel._step_span_context)
-        self._span = tel._tracer.start_span(N.RL_STEP_SPAN, context=_ROOT, attributes={A.RL_STEP: self.step, A.RL_RANK: tel.rank})
-        self._token = context_api.attach(trace_api.set_span_in_context(self._span))
-        tel._current_step = self.step
-        tel._step_span_context = self._span.get_span_context()
-        self._t0 = time.perf_counter()
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        elapsed = time.perf_counter() - self._t0
-        tel = self._tel
-        _end_span(self._span, self._token, exc)
-        tel._current_step, tel._step_span_context = self._previous
-        tel._submit((STEP_END, self.step, elapsed))
-
-    @property
-    def trace_id(self) -> str:
-        return format(self._span.get_span_context().trace_id, "032x")
-
-
-class JoinScope:
-    """A worker's part of a step that started in another process (see ``Telemetry.join``)."""
-
-    __slots__ = ("_tel", "_context", "step", "_token", "_previous")
-
-    def __init__(self, tel: Telemetry, context: Context, step: int | None) -> None:
-        self._tel = tel
-        self._context = context
-        self.step = step
-
-    @property
-    def joined(self) -> bool:
-        """Whether the carrier held a valid trace context (else spans start traces of their own)."""
-        return trace_api.get_current_span(self._context).get_span_context().is_valid
-
-    def __enter__(self) -> JoinScope:
-        tel = self._tel
-        self._previous = (tel._current_step, tel._step_span_context)
-        self._token = context_api.attach(self._context)
-        if self.step is not None:
-            tel._current_step = self.step
-        if self.joined:
-            tel._step_span_context = trace_api.get_current_span(self._context).get_span_context()
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        context_api.detach(self._token)
-        self._tel._current_step, self._tel._step_span_context = self._previous
 
 
 class Telemetry:
@@ -353,8 +140,12 @@ class Telemetry:
         if self._alerts is not None:
             self._pipeline.observer = self._alerts.observe
         self._write_run_info()
-        self._atexit_ref = weakref.WeakMethod(self.shutdown)
-        atexit.register(_shutdown_at_exit, self._atexit_ref)
+        # A hook of this instance's own: atexit.unregister() removes every registration equal to the
+        # function it is given, so one function shared by all instances would lose the others' hooks.
+        # Registered after the SDK providers' own exit hooks, so it runs before them (exit hooks run
+        # last-in first-out) and the worker's queue reaches the providers before they stop.
+        self._exit_hook = _exit_hook(self)
+        atexit.register(self._exit_hook)
         track_process_events(self)  # fork: off in the child; SIGTERM: flush, then exit as before
 
     # -- setup ----------------------------------------------------------------------------------
@@ -418,7 +209,8 @@ class Telemetry:
 
     @property
     def dropped_calls(self) -> int:
-        """``log()`` / ``record()`` calls ignored: after ``shutdown()``, or in a forked child."""
+        """Calls ignored after ``shutdown()`` or in a forked child: ``log()``, ``record()``, ``add()``,
+        ``event()``, ``log_hparams()`` and ``trace_finished_step()``."""
         return self._dropped_calls
 
     def _drop_call(self) -> None:
@@ -498,7 +290,7 @@ class Telemetry:
         def build() -> None:
             start_ns = end_ns - step_ns
             base = {A.RL_STEP: step, A.RL_RANK: rank, A.RL_SPAN_RECONSTRUCTED: True}
-            root = tracer.start_span(N.RL_STEP_SPAN, context=_ROOT, attributes=base, start_time=start_ns)
+            root = tracer.start_span(N.RL_STEP_SPAN, context=NEW_TRACE_CONTEXT, attributes=base, start_time=start_ns)
             parent = trace_api.set_span_in_context(root)
             at = start_ns
             for name, duration_ns, cluster in parsed:
@@ -578,13 +370,13 @@ class Telemetry:
             values = values.copy()
         elif isinstance(values, list):
             values = list(values)
-        attrs = _sorted_attrs(attributes) if attributes else ()
+        attrs = sorted_attrs(attributes) if attributes else ()
         self._submit((RECORD, metric, values, attrs, self._current_step if step is None else step))
 
     def log_hparams(self, hparams: Mapping[str, Any]) -> None:
         """Record the run's hyperparameters once (an ``rl.hparams`` event; trackers keep them as config)."""
         if self._closed:
-            return
+            return self._drop_call()
         flat: dict[str, Any] = {}
         stack = [("", hparams)]
         while stack:
@@ -603,7 +395,7 @@ class Telemetry:
         """Emit a registry event (``otel_rl.semconv.names.*_EVENT``) as a log record in the current
         step's trace; ``rl.step`` is added from ``step`` or the current step."""
         if self._closed:
-            return
+            return self._drop_call()
         if name not in _EVENT_NAMES:
             self._pipeline.report_once(str(name), "unknown-event", f"otel-rl: event({name!r}) is not a registry event "
                                        f"(one of {sorted(_EVENT_NAMES)}); ignored")
@@ -618,8 +410,16 @@ class Telemetry:
         self._submit((CALL, lambda: emit(name, flat, attrs, when, span_context)))
 
     def add(self, metric: str, amount: float = 1.0, attributes: Mapping[str, Any] | None = None) -> None:
-        """Add to a registry counter (e.g. ``rl.tensor.nonfinite``)."""
-        self._submit((ADD, metric, _sorted_attrs(attributes) if attributes else (), float(amount)))
+        """Add to a registry counter (e.g. ``rl.tensor.nonfinite``). A name outside the registry is
+        reported once and ignored, as in ``record()``; with ``strict=True`` it raises ValueError."""
+        if self._closed:
+            return self._drop_call()
+        if metric not in METRICS:
+            if self.config.strict:
+                raise ValueError(f"otel-rl: add() needs a registry metric name (from otel_rl.semconv.metrics), got {metric!r}")
+            self._pipeline.report_once(str(metric), "unknown-metric", f"otel-rl: add({metric!r}) is not a registry metric; ignored")
+            return
+        self._submit((ADD, metric, sorted_attrs(attributes) if attributes else (), float(amount)))
 
     def on_alert(self, callback: Callable[[Any], Any]) -> None:
         """Call ``callback(alert)`` for every alert the online rules fire (``otel_rl.detect.detectors.Alert``:
@@ -647,7 +447,7 @@ class Telemetry:
 
     def latest(self, metric: str, attributes: Mapping[str, Any] | None = None) -> float | None:
         """The latest value of a gauge or counter series (after ``flush()``), for tests and tools."""
-        return self._latest.get(metric, _sorted_attrs(attributes) if attributes else ())
+        return self._latest.get(metric, sorted_attrs(attributes) if attributes else ())
 
     def resolve(self, key: str) -> Any:
         """Where a framework key goes: its registry metric and attributes."""
@@ -664,7 +464,7 @@ class Telemetry:
             raise ValueError(f"otel-rl strict mode: the items of a {type(values).__name__} cannot be read: {exc!r}") from None
         for key, raw in items:
             if type(key) is not str:
-                raise ValueError(f"otel-rl strict mode: key {_key_text(key)} is a {type(key).__name__}, not a string")
+                raise ValueError(f"otel-rl strict mode: key {key_text(key)} is a {type(key).__name__}, not a string")
             if isinstance(raw, Mapping):
                 try:
                     nested = {f"{key}/{k}": v for k, v in raw.items()}
@@ -696,7 +496,7 @@ class Telemetry:
         if self._closed:
             return
         self._closed = True
-        atexit.unregister(_shutdown_at_exit)
+        atexit.unregister(self._exit_hook)  # this instance's hook only (see __init__)
         # One clock for the whole shutdown: an unreachable collector cannot hold exit past timeout_s.
         self._providers.begin_shutdown(timeout_s)
         self._pipeline.stop(timeout_s)
@@ -724,7 +524,14 @@ class Telemetry:
         return f"<otel_rl.Telemetry service={self.config.service_name!r} run={self.config.run_id!r} rank={self.rank} -> {', '.join(self._providers.destinations) or 'nowhere'}>"
 
 
-def _shutdown_at_exit(ref: weakref.WeakMethod) -> None:
-    method = ref()
-    if method is not None:
-        method()
+def _exit_hook(telemetry: Telemetry) -> Callable[[], None]:
+    """The function ``atexit`` calls to shut ``telemetry`` down: one per instance, holding it weakly
+    (an exit hook must not keep a dropped instance alive)."""
+    ref = weakref.ref(telemetry)
+
+    def shutdown_at_exit() -> None:
+        live = ref()
+        if live is not None:
+            live.shutdown()
+
+    return shutdown_at_exit
