@@ -9,22 +9,23 @@ real data. matplotlib is imported only here, at first use.
 
 from __future__ import annotations
 
-import argparse
 import io
 import json
 import math
 import re
-import sys
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
-import otel_rl.ops.dashboards as D
-from otel_rl.codegen.generate import prometheus_name
+from otel_rl.codegen.generate import find_repo_root, prometheus_name
+from otel_rl.ops.dashboard_model import Metrics, template_values, uses_gpu_only_metric
+from otel_rl.ops.dashboards import generate as generate_boards
+from otel_rl.ops.promql import eq, label, ne, substitute
 from otel_rl.semconv import METRICS
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import metrics as M
@@ -85,7 +86,7 @@ class RunWindow:
         """Template values for this run: the whole run is the range; rate windows hold >= 4 exports."""
         start, end, step = self.span()
         rate_window = max(4 * self.interval_s, step + self.interval_s)  # Grafana's $__rate_interval rule
-        return D.template_values(service=self.service, run=self.run, rate_interval=_duration(rate_window),
+        return template_values(service=self.service, run=self.run, rate_interval=_duration(rate_window),
                                  interval=_duration(step), range_=_duration(end - start))
 
     def span(self, points: int = 200) -> tuple[float, float, float]:
@@ -103,13 +104,13 @@ def find_run(api: QueryAPI, *, service: str | None = None, run: str | None = Non
     """The given run, or the one whose metrics arrived last, with its time span (MetricsQL functions)."""
     step = METRICS[M.RL_STEP_DURATION]
     step_count = prometheus_name(step.name, step.unit, step.instrument) + "_count"
-    matchers = [D.ne(A.RL_RUN_ID, "")]
+    matchers = [ne(A.RL_RUN_ID, "")]
     if service:
-        matchers.append(D.eq(A.SERVICE_NAME, service))
+        matchers.append(eq(A.SERVICE_NAME, service))
     if run:
-        matchers.append(D.eq(A.RL_RUN_ID, run))
+        matchers.append(eq(A.RL_RUN_ID, run))
     selector = f"{step_count}{{{', '.join(matchers)}}}"
-    group = f"by ({D.label(A.SERVICE_NAME)}, {D.label(A.RL_RUN_ID)})"
+    group = f"by ({label(A.SERVICE_NAME)}, {label(A.RL_RUN_ID)})"
     now = time.time()
     # tfirst/tlast_over_time are VictoriaMetrics' MetricsQL; with Prometheus pass --start/--end.
     last = api.query(f"max {group} (tlast_over_time({selector}[{lookback}]))", now)
@@ -117,12 +118,12 @@ def find_run(api: QueryAPI, *, service: str | None = None, run: str | None = Non
         raise QueryError(f"no run found: no {step_count} series matching {selector} in the last {lookback}")
     latest = max(last, key=lambda s: float(s["value"][1]))
     labels = latest["metric"]
-    chosen = f"{step_count}{{{D.eq(A.SERVICE_NAME, labels[D.label(A.SERVICE_NAME)])}, {D.eq(A.RL_RUN_ID, labels[D.label(A.RL_RUN_ID)])}}}"
+    chosen = f"{step_count}{{{eq(A.SERVICE_NAME, labels[label(A.SERVICE_NAME)])}, {eq(A.RL_RUN_ID, labels[label(A.RL_RUN_ID)])}}}"
     first = min(float(s["value"][1]) for s in api.query(f"min(tfirst_over_time({chosen}[{lookback}]))", now))
     count = max(float(s["value"][1]) for s in api.query(f"max(count_over_time({chosen}[{lookback}]))", now))
     last_t = float(latest["value"][1])
     interval = (last_t - first) / (count - 1) if count > 1 else 10.0
-    return RunWindow(labels[D.label(A.SERVICE_NAME)], labels[D.label(A.RL_RUN_ID)], first, last_t, max(interval, 0.5))
+    return RunWindow(labels[label(A.SERVICE_NAME)], labels[label(A.RL_RUN_ID)], first, last_t, max(interval, 0.5))
 
 
 # --------------------------------------------------------------------------------------------
@@ -216,7 +217,7 @@ def query_panel(api: QueryAPI, panel: Mapping[str, Any], values: Mapping[str, st
     """Run every query of a panel with the template variables filled in."""
     out = PanelData(dict(panel), {})
     for target in panel.get("targets", []):
-        expr = D.substitute(target["expr"], values)
+        expr = substitute(target["expr"], values)
         try:
             if target.get("instant"):
                 raw = api.query(expr, end)
@@ -247,8 +248,8 @@ def _override_units(panel: Mapping[str, Any]) -> dict[str, str]:
     return units
 
 
-def _is_gpu_only(panel: Mapping[str, Any], metrics: D.Metrics) -> bool:
-    return any(D.uses_gpu_only_metric(t["expr"], metrics) for t in panel.get("targets", []))
+def _is_gpu_only(panel: Mapping[str, Any], metrics: Metrics) -> bool:
+    return any(uses_gpu_only_metric(t["expr"], metrics) for t in panel.get("targets", []))
 
 
 def _bucket_bound(text: str) -> float:
@@ -281,20 +282,20 @@ def _draw_timeseries(ax: Any, data: PanelData, unit: str, plt: Any) -> None:
             color_index += 1
             times = [_dt(t) for t in s.times]
             values = [0.0 if math.isnan(v) else v for v in s.values] if stacked else s.values
-            label = f"{s.name}  {format_value(_last(s.values), target_unit)}"
+            series_label = f"{s.name}  {format_value(_last(s.values), target_unit)}"
             # The panel's last query in a stacked bar chart is its line (the step time), drawn on top.
             if stacked and target_ax is ax and not (bars and ref == list(data.series)[-1] and len(data.series) > 1):
                 bottoms = [stack_base.get(t, 0.0) for t in s.times]
                 if bars:
                     width = (s.times[1] - s.times[0]) / 86400 * 0.8 if len(s.times) > 1 else 0.0005
-                    target_ax.bar(times, values, width=width, bottom=bottoms, color=color, label=label, linewidth=0)
+                    target_ax.bar(times, values, width=width, bottom=bottoms, color=color, label=series_label, linewidth=0)
                 else:
                     target_ax.fill_between(times, bottoms, [b + v for b, v in zip(bottoms, values)], color=color, alpha=0.6,
-                                           label=label, linewidth=0)
+                                           label=series_label, linewidth=0)
                 for t, b, v in zip(s.times, bottoms, values):
                     stack_base[t] = b + v
             else:
-                target_ax.plot(times, s.values, color=color, linewidth=1.2, label=label,
+                target_ax.plot(times, s.values, color=color, linewidth=1.2, label=series_label,
                                linestyle="--" if target_ax is not ax else "-")
     for threshold in data.panel["fieldConfig"]["defaults"].get("thresholds", {}).get("steps", [])[1:]:
         ax.axhline(threshold["value"], color="#d44a3a", linewidth=1, linestyle=":")
@@ -416,7 +417,7 @@ def _numeric_key(text: str) -> tuple[float, str]:
 
 
 def draw_board(board: Mapping[str, Any], panels: Mapping[int, PanelData], out_path: Path, *, subtitle: str,
-               metrics: D.Metrics) -> int:
+               metrics: Metrics) -> int:
     """Draw one board's panels on its grid into a PNG; return the file's size in bytes."""
     import matplotlib
 
@@ -497,16 +498,16 @@ def render(api: QueryAPI, window: RunWindow, out_dir: Path, *, repo_root: Path |
     """Render every board (or the given slugs) for one run into ``out_dir/<slug>.png``."""
     from otel_rl.codegen.registry import load_registry
 
-    root = repo_root or D.find_repo_root()
+    root = repo_root or find_repo_root()
     registry = load_registry(root / "semconv")
-    metrics = D.Metrics(registry)
+    metrics = Metrics(registry)
     values = window.values()
     start, end, step = window.span()
     stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(window.first))
     subtitle = (f"service {window.service}, run {window.run}; {stamp} UTC, {window.last - window.first:.0f} s of metrics "
                 f"exported every {window.interval_s:.1f} s; queries as on the Grafana board")
     results = []
-    for rel, text in D.generate(root).items():
+    for rel, text in generate_boards(root).items():
         slug = rel.stem
         if slugs and slug not in slugs:
             continue
@@ -516,31 +517,3 @@ def render(api: QueryAPI, window: RunWindow, out_dir: Path, *, repo_root: Path |
         results.append(BoardResult(slug, out_dir / f"{slug}.png", size,
                                    {p["title"]: panels[p["id"]] for p in board["panels"] if p["type"] != "row"}))
     return results
-
-
-def add_render_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--vm", required=True, metavar="URL",
-                        help="query API base URL of VictoriaMetrics (e.g. http://127.0.0.1:8428); the run is found with MetricsQL")
-    parser.add_argument("--out", default="docs/dashboards", metavar="DIR", help="where the PNGs go (default docs/dashboards)")
-    parser.add_argument("--service", help="service.name of the run (default: the run that reported last)")
-    parser.add_argument("--run", help="rl.run.id of the run (default: the run that reported last)")
-    parser.add_argument("--board", action="append", metavar="SLUG", help="only this board (repeatable), e.g. e2e-timeline")
-    parser.add_argument("--repo", metavar="DIR", help="the otel-rl checkout (default: found from the working directory)")
-
-
-def render_command(args: argparse.Namespace) -> int:
-    try:
-        api = QueryAPI(args.vm)
-        window = find_run(api, service=args.service, run=args.run)
-        results = render(api, window, Path(args.out), repo_root=Path(args.repo) if args.repo else None, slugs=args.board)
-    except QueryError as exc:
-        print(f"otel-rl dashboards render: {exc}", file=sys.stderr)
-        return 1
-    for result in results:
-        empty = f"; no data: {', '.join(result.empty_panels)}" if result.empty_panels else ""
-        print(f"wrote {result.path} ({result.size // 1024} KiB, {len(result.panels)} panels{empty})")
-    too_big = [r for r in results if r.size > PNG_LIMIT_BYTES]
-    if too_big:
-        print(f"otel-rl dashboards render: over {PNG_LIMIT_BYTES // 1000} KB: {', '.join(str(r.path) for r in too_big)}",
-              file=sys.stderr)
-    return 0

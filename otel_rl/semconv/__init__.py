@@ -6,6 +6,6 @@
 - ``otel_rl.semconv.names``: span and event names
 """
 
-from otel_rl.semconv._tables import BUCKETS, ENUM_MEMBERS, MAPPINGS, METRICS, MetricDef
+from ._tables import BUCKETS, ENUM_MEMBERS, MAPPINGS, METRICS, MetricDef
 
 __all__ = ["BUCKETS", "ENUM_MEMBERS", "MAPPINGS", "METRICS", "MetricDef"]

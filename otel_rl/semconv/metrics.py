@@ -18,7 +18,7 @@ from opentelemetry.metrics import (
     UpDownCounter,
 )
 
-from otel_rl.semconv._tables import BUCKETS
+from ._tables import BUCKETS
 GEN_AI_SERVER_REQUEST_DURATION: Final = "gen_ai.server.request.duration"
 """Generative AI server request duration, such as time-to-last-byte or last output token.
 

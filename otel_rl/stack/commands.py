@@ -1,4 +1,4 @@
-"""``otel-rl stack``: the argument parser and the commands (otel_rl/cli.py only hooks them in)."""
+"""``otel-rl stack``: the argument parser and the commands (otel_rl/cli/stack.py only hooks them in)."""
 
 from __future__ import annotations
 

@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 import otel_rl.ops.alerts as _alerts
+from otel_rl.cli import alerts as alerts_cli
 from otel_rl.codegen.generate import differences, prometheus_name
 from otel_rl.semconv import ENUM_MEMBERS, METRICS
 from otel_rl.semconv import attributes as A
@@ -93,7 +94,7 @@ def test_generated_files_are_current():
 
 def test_generate_check_command(capsys, tmp_path):
     parser = argparse.ArgumentParser(prog="otel-rl")
-    _alerts.add_cli(parser.add_subparsers(dest="command"))
+    alerts_cli.add_cli(parser.add_subparsers(dest="command"))
 
     args = parser.parse_args(["alerts", "generate", "--check", "--root", str(REPO)])
     assert args.func(args) == 0, capsys.readouterr().err
@@ -115,7 +116,7 @@ def test_generate_check_command(capsys, tmp_path):
 
 def test_generate_a_short_window_variant(capsys, tmp_path):
     parser = argparse.ArgumentParser(prog="otel-rl")
-    _alerts.add_cli(parser.add_subparsers(dest="command"))
+    alerts_cli.add_cli(parser.add_subparsers(dest="command"))
     out = tmp_path / "fast.yml"
     args = parser.parse_args(["alerts", "generate", "--time-scale", "30", "--rules-out", str(out)])
     assert args.func(args) == 0

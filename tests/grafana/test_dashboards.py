@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 import otel_rl.ops.dashboards as D
+from otel_rl.cli import dashboards as dashboards_cli
 from otel_rl.codegen.generate import prometheus_name
 from otel_rl.codegen.registry import load_registry
 from otel_rl.semconv import METRICS
@@ -408,7 +409,7 @@ def checkout(tmp_path: Path) -> Path:
 
 def _cli(*argv: str) -> int:
     parser = argparse.ArgumentParser(prog="otel-rl")
-    D.add_cli(parser.add_subparsers(dest="command"))
+    dashboards_cli.add_cli(parser.add_subparsers(dest="command"))
     args = parser.parse_args(list(argv))
     return int(args.func(args) or 0)
 
