@@ -24,8 +24,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import otel_rl  # noqa: E402
 from bench_hotpath import step_values  # noqa: E402
+
+import otel_rl  # noqa: E402
 from otel_rl.detect.detectors import AlertEngine, default_rules  # noqa: E402
 from otel_rl.semconv import metrics as M  # noqa: E402
 

@@ -43,8 +43,9 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import psutil
@@ -53,8 +54,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import otel_rl  # noqa: E402
 from bench_hotpath import step_values  # noqa: E402
+
+import otel_rl  # noqa: E402
 from otel_rl.semconv import metrics as M  # noqa: E402
 
 TARGET_ADDED_US = 100.0

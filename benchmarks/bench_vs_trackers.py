@@ -42,8 +42,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -52,11 +53,11 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "tests"))
 
-import otel_rl  # noqa: E402
 from bench_hotpath import best_of, interleaved, step_values  # noqa: E402
+
+import otel_rl  # noqa: E402
 from otel_rl.semconv import metrics as M  # noqa: E402
 from otel_rl.semconv import names as N  # noqa: E402
-
 
 # -- side by side ------------------------------------------------------------------------------------
 

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from otel_rl import semconv
 from otel_rl._sdk.config import TelemetryConfig, resolve_config

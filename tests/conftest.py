@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import logging
 import signal
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 

@@ -14,10 +14,10 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import Gauge, Histogram, InMemoryMetricReader, Sum
 
 import otel_rl.codegen.generate as _codegen
+import otel_rl.semconv._tables as _tables
 from otel_rl import cli
 from otel_rl.codegen.generate import BUCKETS, MD_HEADER, PY_HEADER, constant_name, enum_class_name, prometheus_name
 from otel_rl.codegen.registry import load_registry
-import otel_rl.semconv._tables as _tables
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import metrics as M
 from otel_rl.semconv import names as N

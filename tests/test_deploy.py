@@ -10,16 +10,17 @@ and data-source uid exists, and every metric named is a registry metric in Prome
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
-from typing import Any, Iterator
+from typing import Any
 
 import yaml
+from promql_names import promql_metric_names
 
+import otel_rl.stack._components as stack_components
 from otel_rl.codegen.generate import prometheus_name
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv._tables import METRICS
-import otel_rl.stack._components as stack_components
-from promql_names import promql_metric_names
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = REPO_ROOT / "deploy"

@@ -8,7 +8,6 @@ the line the problem must be reported at with ``# EXPECT``.
 
 from __future__ import annotations
 
-
 import shutil
 from pathlib import Path
 

@@ -18,6 +18,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
+from otel_rl.exporters import OtlpJsonLogExporter, OtlpJsonMetricExporter, OtlpJsonSpanExporter
 from otel_rl.runs.folder import (
     LOGS_FILE,
     METRICS_FILE,
@@ -33,7 +34,6 @@ from otel_rl.runs.folder import (
     read_spans,
     render_waterfall,
 )
-from otel_rl.exporters import OtlpJsonLogExporter, OtlpJsonMetricExporter, OtlpJsonSpanExporter
 
 RESOURCE = Resource.create({"service.name": "grpo-demo", "rl.run.id": "run-7", "rl.rank": 0})
 TREE_ORDER = [

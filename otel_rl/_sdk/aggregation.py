@@ -12,7 +12,8 @@ import bisect
 import math
 import threading
 import time
-from typing import Any, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 from opentelemetry.metrics import CallbackOptions, Observation

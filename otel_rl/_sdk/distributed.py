@@ -12,8 +12,8 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 logger = logging.getLogger("otel_rl")
 

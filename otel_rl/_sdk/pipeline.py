@@ -14,8 +14,8 @@ import operator
 import threading
 import time
 from collections import deque
-from collections.abc import Mapping
-from typing import Any, Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 from opentelemetry import trace
@@ -25,6 +25,7 @@ from opentelemetry.context import Context
 from otel_rl._sdk.aggregation import Attrs, BulkHistograms, LatestValues, StampedPoints
 from otel_rl._sdk.keys import KeyResolver
 from otel_rl._sdk.summary import HEADLINE_LABELS
+
 # Rejected and to_number are imported from here too (the analyzers coerce values as the worker does).
 from otel_rl._sdk.values import MAX_NESTING, Rejected, event_value, key_text, to_array, to_number
 from otel_rl.exporters.otlp_json import FloatBody

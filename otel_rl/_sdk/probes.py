@@ -11,8 +11,9 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import psutil
 from opentelemetry.metrics import CallbackOptions, Observation

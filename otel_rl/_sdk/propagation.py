@@ -8,7 +8,8 @@ and logs under the driver's step. The propagators are fixed rather than taken fr
 
 from __future__ import annotations
 
-from typing import Any, MutableMapping
+from collections.abc import MutableMapping
+from typing import Any
 
 from opentelemetry import baggage
 from opentelemetry.baggage.propagation import W3CBaggagePropagator

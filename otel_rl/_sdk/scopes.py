@@ -9,8 +9,9 @@ since ``telemetry`` imports this module) and hands what it measured to that tele
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from types import TracebackType
-from typing import Any, Mapping
+from typing import Any
 
 from opentelemetry import context as context_api
 from opentelemetry import trace as trace_api

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 from otel_rl._sdk.aggregation import Attrs
 from otel_rl.semconv import attributes as A

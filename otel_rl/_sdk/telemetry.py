@@ -16,8 +16,9 @@ import socket
 import sys
 import time
 import weakref
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from opentelemetry import trace as trace_api

@@ -16,14 +16,15 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
+from otel_rl.analyze._report import write_reports
+from otel_rl.analyze._run import RunAnalysis, analyze_parsed, key_series
 from otel_rl.detect.detectors import DetectorConfig, default_rules_yaml, load_rules
 from otel_rl.replay import FORMATS, FormatError, parse_file, parse_summary
 from otel_rl.replay.progress import Progress
-from otel_rl.analyze._run import RunAnalysis, analyze_parsed, key_series
-from otel_rl.analyze._report import write_reports
 
 __all__ = ["RunAnalysis", "add_cli", "analyze"]
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from otel_rl.detect.detectors import Finding
 from otel_rl.analyze._series import Series
+from otel_rl.detect.detectors import Finding
 
 _KIND_COLOURS = {"spike": "#e6862e", "explosion": "#d62728", "collapse": "#9467bd", "level shift": "#1f77b4",
                  "pinned-at-limit": "#7f7f7f", "periodic": "#2ca02c"}

@@ -6,15 +6,16 @@ import html
 import json
 import math
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
-from otel_rl.detect.detectors import Finding
-from otel_rl.runs.folder import format_problems
 from otel_rl._version import __version__
-from otel_rl.semconv import METRICS
-from otel_rl.replay import parse_summary
 from otel_rl.analyze._run import RunAnalysis, fmt
+from otel_rl.detect.detectors import Finding
+from otel_rl.replay import parse_summary
+from otel_rl.runs.folder import format_problems
+from otel_rl.semconv import METRICS
 
 _DIRECTION = {"higher": "higher", "lower": "lower", "range": "in range", None: "-"}
 

@@ -4,20 +4,32 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
-from otel_rl.detect.detectors import (Alert, AlertEngine, Chain, DetectorConfig, Finding, Rule, build_chains, danger_bounds, default_rules,
-                          detect_series, direction_of)
 from otel_rl._sdk.keys import KeyResolver
+from otel_rl.analyze._series import Series, SeriesKey, build_series, resolved_records
+from otel_rl.analyze._verdict import Verdict, verdict
+from otel_rl.detect.detectors import (
+    Alert,
+    AlertEngine,
+    Chain,
+    DetectorConfig,
+    Finding,
+    Rule,
+    build_chains,
+    danger_bounds,
+    default_rules,
+    detect_series,
+    direction_of,
+)
 from otel_rl.replay import ParsedLog
 from otel_rl.semconv import METRICS
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import metrics as M
-from otel_rl.analyze._series import Series, SeriesKey, build_series, resolved_records
-from otel_rl.analyze._verdict import Verdict, verdict
 
 # Schedules, counters and clocks: they move by design, so their changes are context, not events.
 NOT_JUDGED = frozenset({

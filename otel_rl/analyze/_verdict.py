@@ -9,15 +9,16 @@ score rising 0 -> 0.23 do not read alike. "Is it stable" counts critical and war
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
+from otel_rl.analyze._series import Series, SeriesKey
 from otel_rl.detect.detectors import Chain, Finding, format_number
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import metrics as M
-from otel_rl.analyze._series import Series, SeriesKey
 
 # Which series says whether the run learned, in order of preference: the task's score (verl's
 # critic/score is the reward before any KL penalty), then the training reward.

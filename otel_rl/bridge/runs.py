@@ -31,7 +31,7 @@ __all__ = [
     "RunTrackers",
 ]
 
-logger = logging.getLogger("otel_rl.bridge")
+logger = logging.getLogger("otel_rl")
 
 _EVENTS = (N.RL_LOG_EVENT, N.RL_HPARAMS_EVENT)
 

@@ -35,7 +35,7 @@ from otel_rl.trackers.base import create_trackers
 
 __all__ = ["TrackerBridge"]
 
-logger = logging.getLogger("otel_rl.bridge")
+logger = logging.getLogger("otel_rl")
 
 _STDOUT = object()  # "print to whatever sys.stdout is at the time"
 _MAX_BODY = 64 << 20  # bytes on the wire and after decompression

@@ -10,9 +10,10 @@ import keyword
 import pprint
 import re
 import sys
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import jinja2
 import yaml

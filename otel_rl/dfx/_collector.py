@@ -13,13 +13,15 @@ Host values (numpy arrays, numbers, Python lists) are queued the same way and co
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 import otel_rl.dfx._tensors as T
 from otel_rl.reporting import ReportOnce
+
 logger = logging.getLogger("otel_rl")
 
 OnReady = Callable[[list[Any]], None]

@@ -16,16 +16,17 @@ from __future__ import annotations
 import logging
 import math
 from collections import OrderedDict, deque
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Hashable, Mapping, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
 from opentelemetry import trace
 
-from otel_rl.semconv import attributes as A
-from otel_rl.semconv import metrics as M
 import otel_rl.dfx._tensors as T
 from otel_rl.dfx._collector import StepStats
 from otel_rl.reporting import ReportOnce
+from otel_rl.semconv import attributes as A
+from otel_rl.semconv import metrics as M
 
 logger = logging.getLogger("otel_rl")
 

@@ -11,10 +11,10 @@ from typing import Any
 
 import numpy as np
 
-from otel_rl.semconv import attributes as A
-from otel_rl.semconv import metrics as M
 import otel_rl.dfx._tensors as T
 from otel_rl.dfx._collector import StepStats
+from otel_rl.semconv import attributes as A
+from otel_rl.semconv import metrics as M
 
 _STAT = A.RlStatisticValues
 _MEAN_MAX_MIN = (_STAT.MEAN.value, _STAT.MAX.value, _STAT.MIN.value)

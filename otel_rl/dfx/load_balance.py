@@ -8,15 +8,16 @@ Record them on one rank (rank 0) so each series is written once.
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
+from otel_rl.dfx._collector import StepStats
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import metrics as M
 from otel_rl.semconv import names as N
-from otel_rl.dfx._collector import StepStats
 
 _STAT = A.RlStatisticValues
 

@@ -9,12 +9,13 @@ synchronizes a device. Without an initialized CUDA device the GPU-only values ar
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-from otel_rl.semconv import attributes as A
-from otel_rl.semconv import metrics as M
 import otel_rl.dfx._tensors as T
 from otel_rl.dfx._collector import StepStats
+from otel_rl.semconv import attributes as A
+from otel_rl.semconv import metrics as M
 
 _GIB = float(2**30)  # Stage.metrics reports memory in GiB, as ROLL logs it
 

@@ -19,15 +19,16 @@ import functools
 import logging
 import os
 import time
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping
+from typing import Any
 
+import otel_rl.dfx._tensors as T
+import otel_rl.environment_variables as ENV
+from otel_rl.dfx._collector import StepStats
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import metrics as M
-import otel_rl.dfx._tensors as T
-from otel_rl.dfx._collector import StepStats
-import otel_rl.environment_variables as ENV
 
 logger = logging.getLogger("otel_rl")
 
@@ -144,7 +145,7 @@ class ModelSpec:
     hidden_size: int
 
     @classmethod
-    def from_module(cls, module: Any, *, num_layers: int, hidden_size: int) -> "ModelSpec":
+    def from_module(cls, module: Any, *, num_layers: int, hidden_size: int) -> ModelSpec:
         """Count the weights of the module's torch.nn.Linear layers (call before offloading it)."""
         import torch
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Generic, TypeVar
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
 
+from otel_rl.dfx._collector import StepStats
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import metrics as M
-from otel_rl.dfx._collector import StepStats
 
 logger = logging.getLogger("otel_rl")
 

@@ -21,14 +21,15 @@ longest completion of the request (parallel samples decode in lock-step).
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
+from otel_rl.dfx._collector import StepStats
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import metrics as M
-from otel_rl.dfx._collector import StepStats
 
 STOP, LENGTH, ABORT, TIMEOUT = "stop", "length", "abort", "timeout"
 _FAILED = {ABORT, TIMEOUT, "error", None}  # None: the engine returned an unfinished completion

@@ -11,14 +11,15 @@ The activation peak of the forward pass is ``memory.activation_peak_from_stage``
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any
 
-from otel_rl.semconv import attributes as A
-from otel_rl.semconv import metrics as M
 import otel_rl.dfx._tensors as T
 from otel_rl.dfx._collector import StepStats
 from otel_rl.dfx.correctness import response_mask_ratio
+from otel_rl.semconv import attributes as A
+from otel_rl.semconv import metrics as M
 
 _OPS = tuple(op.value for op in A.RlComputeOpValues)
 _COMMUNICATION = A.RlComputeOpValues.COMMUNICATION.value

@@ -19,8 +19,17 @@ from typing import Any
 
 from otel_rl.replay._formats import FORMATS, FRAMEWORK_OF, detect_format, parse_file
 from otel_rl.replay._log import FormatError, ParseCheck, ParsedLog, Segment, StepRecord
+from otel_rl.replay._run import (
+    DEFAULT_START,
+    DEFAULT_STEP_SECONDS,
+    MARKER_FILE,
+    ReplayResult,
+    parse_summary,
+    replay_file,
+    replay_files,
+    run_id_for,
+)
 from otel_rl.replay._settings import CANONICAL as SETTINGS
-from otel_rl.replay._run import DEFAULT_START, DEFAULT_STEP_SECONDS, MARKER_FILE, ReplayResult, parse_summary, replay_file, replay_files, run_id_for
 
 __all__ = [
     "FORMATS",

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from otel_rl.replay._log import ParsedLog, ParseCheck, StepRecord
+from otel_rl.replay._log import ParseCheck, ParsedLog, StepRecord
 
 # Below this share of record-like lines read, the reader missed something systematic.
 MIN_SHARE_READ = 0.9

@@ -23,8 +23,6 @@ reason) and goes on: one bad line never aborts a file.
 
 from __future__ import annotations
 
-from __future__ import annotations
-
 import json
 import os
 import re
@@ -33,15 +31,28 @@ from pathlib import Path
 from typing import Any
 
 from otel_rl._sdk.keys import TRANSFORMS
+from otel_rl.replay._checks import check_parse, settle_steps
+from otel_rl.replay._hf_console import DICT_RE, TQDM_RE, read_hf_console
+from otel_rl.replay._log import (
+    ANSI_RE,
+    CLOCK_ELAPSED,
+    CLOCK_TIMESTAMP,
+    FormatError,
+    ParsedLog,
+    Segment,
+    StepRecord,
+    json_lines,
+    line_of,
+    line_starts,
+    parse_timestamp,
+    short,
+    timestamp_clock,
+)
+from otel_rl.replay._settings import apply_settings, hf_settings
+from otel_rl.replay._verl import is_step_line, read_verl_console, read_verl_jsonl
 from otel_rl.runs.folder import LOGS_FILE, Problem, read_log_records
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import names as N
-from otel_rl.replay._checks import check_parse, settle_steps
-from otel_rl.replay._hf_console import DICT_RE, TQDM_RE, read_hf_console
-from otel_rl.replay._log import (ANSI_RE, CLOCK_ELAPSED, CLOCK_TIMESTAMP, FormatError, ParsedLog, Segment, StepRecord, json_lines, line_of,
-                   line_starts, parse_timestamp, short, timestamp_clock)
-from otel_rl.replay._settings import apply_settings, hf_settings
-from otel_rl.replay._verl import is_step_line, read_verl_console, read_verl_jsonl
 
 __all__ = [
     "FORMATS",

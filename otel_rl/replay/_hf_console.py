@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from otel_rl.runs.folder import Problem
 from otel_rl.replay._log import ANSI_RE, CLOCK_ELAPSED, ParsedLog, Segment, StepRecord, number_text, short
 from otel_rl.replay._settings import apply_settings, header_settings
+from otel_rl.runs.folder import Problem
 
 # tqdm's default bar: "{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_fmt}{postfix}]"
 TQDM_RE = re.compile(r"(\d+)%\|[^|\r\n]*\|\s*(\d+)/(\d+)\s*\[(?:(\d+):)?(\d+):(\d+)(?:[^\]\r\n]*\])?")

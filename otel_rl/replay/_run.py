@@ -16,17 +16,19 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Callable, Iterator, Mapping, Sequence
+from typing import IO, Any
+
+from opentelemetry.sdk.resources import SERVICE_INSTANCE_ID
 
 from otel_rl._sdk.config import resolve_config
-from opentelemetry.sdk.resources import SERVICE_INSTANCE_ID
-from otel_rl.runs.folder import LOGS_FILE, METRICS_FILE, TRACES_FILE, format_problems
+from otel_rl.integrations.verl_timers import step_stages
 from otel_rl.replay._formats import FRAMEWORK_OF, parse_file, parse_timestamp
 from otel_rl.replay._log import CLOCK_DURATIONS, CLOCK_ELAPSED, CLOCK_NONE, CLOCK_TIMESTAMP, ParsedLog
-from otel_rl.integrations.verl_timers import step_stages
 from otel_rl.replay.progress import Progress
+from otel_rl.runs.folder import LOGS_FILE, METRICS_FILE, TRACES_FILE, format_problems
 
 __all__ = ["DEFAULT_START", "MARKER_FILE", "ReplayResult", "parse_summary", "replay_file", "replay_files", "run_id_for"]
 

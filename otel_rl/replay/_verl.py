@@ -12,9 +12,19 @@ import re
 from pathlib import Path
 from typing import Any
 
-from otel_rl.runs.folder import Problem
-from otel_rl.replay._log import ANSI_RE, ParsedLog, StepRecord, clock_from_step_durations, json_lines, number_text, parse_timestamp, short, timestamp_clock
+from otel_rl.replay._log import (
+    ANSI_RE,
+    ParsedLog,
+    StepRecord,
+    clock_from_step_durations,
+    json_lines,
+    number_text,
+    parse_timestamp,
+    short,
+    timestamp_clock,
+)
 from otel_rl.replay._settings import apply_settings, config_dump, verl_settings
+from otel_rl.runs.folder import Problem
 
 
 def read_verl_jsonl(path: Path, text: str, out: ParsedLog) -> None:

@@ -85,8 +85,7 @@ def _iter_lines(path: str) -> Iterator[tuple[int, bytes]]:
     if not os.path.exists(path):
         return
     with open(path, "rb") as f:
-        for number, raw in enumerate(f, start=1):
-            yield number, raw
+        yield from enumerate(f, start=1)
 
 
 def _read(

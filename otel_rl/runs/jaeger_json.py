@@ -8,11 +8,11 @@ step's trace in Jaeger without a Jaeger server holding it.
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from otel_rl.runs.folder import SpanRecord
 from otel_rl.semconv import attributes as A
-
 
 # OTLP SpanKind numbers -> the names Jaeger shows.
 _SPAN_KINDS = {1: "internal", 2: "server", 3: "client", 4: "producer", 5: "consumer"}

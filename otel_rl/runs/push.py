@@ -13,9 +13,10 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from otel_rl._sdk.spool import MARKER_FILE, SIGNALS, Spool, SpoolBusy, format_bytes, item_word, redact_endpoint, transport_for
 

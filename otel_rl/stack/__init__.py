@@ -35,13 +35,16 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator, TextIO
+from typing import TextIO
 
+import otel_rl.environment_variables as ENV
 import otel_rl.stack._components as _components
 import otel_rl.stack.process as _process
+from otel_rl.reporting import LOGGER_NAME, ReportOnce
 from otel_rl.stack._components import (
     ALL_COMPONENT_NAMES,
     COMPONENT_NAMES,
@@ -53,8 +56,6 @@ from otel_rl.stack._components import (
 )
 from otel_rl.stack._errors import HealthCheckError, InstallError, MissingBinaryError, PortInUseError, StackError
 from otel_rl.stack._install import PACKAGES, PHOENIX_VERSION, ROTEL_VERSION, Installer, default_cache_dir, format_seconds
-import otel_rl.environment_variables as ENV
-from otel_rl.reporting import LOGGER_NAME, ReportOnce
 
 __all__ = [
     "ALL_COMPONENT_NAMES",
@@ -259,7 +260,7 @@ class Stack:
             names = names + ("bridge",)  # started by an earlier `up --bridge-config`
         return [self._status_of(name) for name in names]
 
-    def __enter__(self) -> "Stack":
+    def __enter__(self) -> Stack:
         self.up()
         return self
 

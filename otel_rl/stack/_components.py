@@ -21,9 +21,9 @@ import hashlib
 import os
 import re
 import sys
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping
 
 from otel_rl.stack.process import LOOPBACK, http_ok, tcp_open
 

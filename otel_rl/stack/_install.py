@@ -20,13 +20,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, TextIO
+from typing import TextIO
 
+import otel_rl.environment_variables as ENV
 from otel_rl.stack._errors import InstallError
 from otel_rl.stack.process import log_tail
-import otel_rl.environment_variables as ENV
 
 ROTEL_VERSION = "0.0.1a15"
 PHOENIX_VERSION = "20.26.1"

@@ -45,6 +45,7 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
+
 from otel_rl.reporting import LOGGER_NAME, ReportOnce
 
 __all__ = [

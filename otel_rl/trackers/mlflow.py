@@ -35,7 +35,7 @@ from otel_rl.trackers.base import Tracker, flatten, to_scalar
 
 __all__ = ["MlflowTracker", "sanitize_key"]
 
-_logger = logging.getLogger(__name__)
+_logger = logging.getLogger("otel_rl")
 
 _INVALID_CHARS = re.compile(r"[^/\w.\- :]")
 _SLASHES = re.compile(r"/+")

@@ -13,8 +13,8 @@ from dfx_support import latest  # noqa: E402
 from opentelemetry.semconv.attributes.exception_attributes import EXCEPTION_MESSAGE  # noqa: E402
 
 from otel_rl import dfx  # noqa: E402
-from otel_rl.runs.folder import read_spans  # noqa: E402
 from otel_rl.dfx import _tensors as T  # noqa: E402
+from otel_rl.runs.folder import read_spans  # noqa: E402
 from otel_rl.semconv import attributes as A  # noqa: E402
 from otel_rl.semconv import metrics as M  # noqa: E402
 

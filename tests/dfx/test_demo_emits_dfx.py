@@ -15,8 +15,8 @@ import pytest
 
 pytest.importorskip("torch")
 
-from otel_rl.runs.folder import read_metrics  # noqa: E402
 from otel_rl.demo import run_demo  # noqa: E402
+from otel_rl.runs.folder import read_metrics  # noqa: E402
 from otel_rl.semconv import attributes as A  # noqa: E402
 from otel_rl.semconv import metrics as M  # noqa: E402
 

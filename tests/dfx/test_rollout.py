@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-
 from dfx_support import histogram, latest
 
 from otel_rl import dfx

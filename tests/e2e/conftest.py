@@ -8,7 +8,8 @@ even when a test fails.
 from __future__ import annotations
 
 import os
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from stack_support import DemoRun, run_demo_into

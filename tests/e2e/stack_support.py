@@ -7,14 +7,14 @@ import os
 import time
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
 import otel_rl
-
 
 
 def poll(fetch: Callable[[], Any], ok: Callable[[Any], bool], deadline_s: float, what: str, interval_s: float = 0.5) -> Any:

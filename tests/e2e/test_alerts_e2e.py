@@ -19,19 +19,19 @@ import statistics
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
+from stack_support import http_json, poll
 
 import otel_rl
 import otel_rl.ops.alerts as _alerts
-from otel_rl.stack.process import free_port
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import metrics as M
-
-from stack_support import http_json, poll
+from otel_rl.stack.process import free_port
 
 pytestmark = pytest.mark.e2e
 

@@ -12,12 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from stack_support import DemoRun, poll
 
 import otel_rl.ops.dashboards as D
 import otel_rl.ops.grafana_render as R
 from otel_rl.codegen.registry import load_registry
-
-from stack_support import DemoRun, poll
 
 # One demo run is enough (the gRPC one, shared with the other e2e tests of the session).
 pytestmark = [pytest.mark.e2e, pytest.mark.parametrize("demo_run", ["grpc"], indirect=True)]

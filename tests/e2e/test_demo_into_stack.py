@@ -8,15 +8,14 @@ import time
 from collections import defaultdict
 
 import pytest
+from stack_support import DemoRun, http_json, poll
 
 from otel_rl.codegen.generate import prometheus_name
-from otel_rl.runs.phoenix import PhoenixClient
 from otel_rl.runs.folder import find_step_trace, read_metrics, read_spans
+from otel_rl.runs.phoenix import PhoenixClient
 from otel_rl.semconv import METRICS
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import names as N
-
-from stack_support import DemoRun, http_json, poll
 
 pytestmark = pytest.mark.e2e
 

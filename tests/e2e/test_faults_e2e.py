@@ -36,8 +36,9 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -47,11 +48,14 @@ from stack_support import poll, raw_samples  # noqa: E402
 
 import otel_rl  # noqa: E402
 from otel_rl._sdk.spool import LOGS, METRICS, SPOOL_FULL, TRACES  # noqa: E402
-from otel_rl.stack.process import free_port  # noqa: E402
 from otel_rl.semconv import attributes as A  # noqa: E402
 from otel_rl.semconv import metrics as M  # noqa: E402
 from otel_rl.semconv import names as N  # noqa: E402
-from otel_rl.stack.process import http_ok, tcp_open  # noqa: E402
+from otel_rl.stack.process import (  # noqa: E402
+    free_port,  # noqa: E402
+    http_ok,
+    tcp_open,
+)
 
 pytestmark = pytest.mark.e2e
 

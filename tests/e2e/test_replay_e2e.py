@@ -15,13 +15,12 @@ from typing import Any
 
 import pytest
 from shared_files import LOGS, needs_shared_logs
+from stack_support import http_json, poll, raw_samples
 
 import otel_rl.ops.alerts as _alerts
 from otel_rl.replay import parse_file, replay_file
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import metrics as M
-
-from stack_support import http_json, poll, raw_samples
 
 pytestmark = pytest.mark.e2e
 

@@ -3,7 +3,6 @@ spool, pushed later) holds against the steps its loop finished."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys

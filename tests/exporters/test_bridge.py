@@ -31,15 +31,15 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsSer
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceResponse
 
 import otel_rl
-from otel_rl._sdk.keys import KeyResolver
-from otel_rl.cli import main
 import otel_rl.trackers.base as _tracker
-from otel_rl.trackers.base import Tracker, register_tracker
+from otel_rl._sdk.keys import KeyResolver
 from otel_rl.bridge import BridgeConfig, TrackerBridge, load_bridge_config, per_run_tracker_kwargs
+from otel_rl.cli import main
+from otel_rl.stack.process import free_port
+from otel_rl.trackers.base import Tracker, register_tracker
+from otel_rl.trackers.fanout import registry_key_namer
 from otel_rl.trackers.jsonl import read_jsonl
 from otel_rl.trackers.stdout import parse_stdout_line
-from otel_rl.trackers.fanout import registry_key_namer
-from otel_rl.stack.process import free_port
 
 SECRET = "sk-bridge-SECRET-4242"
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -159,7 +159,7 @@ class MemoryTracker(Tracker):
     extra = None
     options = {"log_dir": None, "name": None, "api_key": None, "project": None}
     secret_keys = ("api_key",)
-    instances: ClassVar[list["MemoryTracker"]] = []
+    instances: ClassVar[list[MemoryTracker]] = []
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)

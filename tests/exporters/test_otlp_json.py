@@ -27,7 +27,7 @@ from opentelemetry.sdk._logs.export import (
     LogRecordExportResult,
     SimpleLogRecordProcessor,
 )
-from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics import Counter, Histogram, MeterProvider
 from opentelemetry.sdk.metrics.export import (
     AggregationTemporality,
     MetricExporter,
@@ -37,7 +37,6 @@ from opentelemetry.sdk.metrics.export import (
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
-from opentelemetry.sdk.metrics import Counter, Histogram
 
 from otel_rl.exporters import OtlpJsonLogExporter, OtlpJsonMetricExporter, OtlpJsonSpanExporter
 from otel_rl.exporters.otlp_json import to_otlp_json
@@ -392,8 +391,8 @@ def test_export_after_shutdown_fails_quietly(tmp_path):
     exporter.shutdown()
     exporter.shutdown()  # idempotent
 
-    from opentelemetry.sdk._logs import ReadableLogRecord
     from opentelemetry._logs import LogRecord
+    from opentelemetry.sdk._logs import ReadableLogRecord
 
     record = ReadableLogRecord(LogRecord(body="after"), resource=Resource.create({}))
     assert exporter.export([record]) is LogRecordExportResult.FAILURE
@@ -421,8 +420,8 @@ def test_encoding_error_is_failure_not_exception(tmp_path, caplog):
 
     path = tmp_path / "logs.jsonl"
     exporter = OtlpJsonLogExporter(path)
-    from opentelemetry.sdk._logs import ReadableLogRecord
     from opentelemetry._logs import LogRecord
+    from opentelemetry.sdk._logs import ReadableLogRecord
 
     record = ReadableLogRecord(LogRecord(body=Unencodable()), resource=Resource.create({}))
     caplog.set_level(logging.DEBUG, logger="otel_rl")
@@ -512,8 +511,18 @@ _point_attributes = st.dictionaries(st.text(min_size=1, max_size=6), _scalars.fi
 
 @st.composite
 def _metrics_data(draw):
-    from opentelemetry.sdk.metrics.export import (AggregationTemporality, Gauge, Histogram, HistogramDataPoint, Metric,
-                                                  MetricsData, NumberDataPoint, ResourceMetrics, ScopeMetrics, Sum)
+    from opentelemetry.sdk.metrics.export import (
+        AggregationTemporality,
+        Gauge,
+        Histogram,
+        HistogramDataPoint,
+        Metric,
+        MetricsData,
+        NumberDataPoint,
+        ResourceMetrics,
+        ScopeMetrics,
+        Sum,
+    )
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 

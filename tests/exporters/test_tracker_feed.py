@@ -6,19 +6,20 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 import pytest
 from test_trackers import library_homes, read_swanlab_run, read_wandb_history  # noqa: F401 - fixture import
 
 import otel_rl
+import otel_rl.trackers.base as _tracker
 from otel_rl import Tracker
 from otel_rl.runs.folder import read_log_records
-import otel_rl.trackers.base as _tracker
-from otel_rl.trackers.stdout import parse_stdout_line
 from otel_rl.semconv import names as N
+from otel_rl.trackers.stdout import parse_stdout_line
 
 SECRET = "sk-otel-rl-SECRET-7f3a9c"
 
@@ -38,7 +39,7 @@ class Recorder(Tracker):
     name = "recorder"
     options = {"fail_on_step": None, "api_key": None}
     secret_keys = ("api_key",)
-    instances: list["Recorder"] = []
+    instances: list[Recorder] = []
 
     def start(self, hparams: Mapping[str, Any] | None = None) -> None:
         self.steps: list[tuple[int | None, dict[str, Any]]] = []

@@ -18,8 +18,6 @@ no ``repr()``.
 
 from __future__ import annotations
 
-import warnings
-
 import importlib.util
 import json
 import logging
@@ -29,6 +27,7 @@ import subprocess
 import sys
 import textwrap
 import traceback
+import warnings
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any

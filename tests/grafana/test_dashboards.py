@@ -14,6 +14,14 @@ from typing import Any
 
 import pytest
 import yaml
+from grafana_checks import (
+    GRAFANA_SCHEMA_VERSION,
+    REPO_ROOT,
+    find_promtool,
+    promtool_parse,
+    typecheck,
+)
+from promql_names import promql_metric_names  # a second, independent name reader
 
 import otel_rl.ops.dashboards as D
 from otel_rl.cli import dashboards as dashboards_cli
@@ -23,15 +31,6 @@ from otel_rl.semconv import METRICS
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import metrics as M
 from otel_rl.semconv import names as N
-
-from promql_names import promql_metric_names  # a second, independent name reader
-from grafana_checks import (
-    GRAFANA_SCHEMA_VERSION,
-    REPO_ROOT,
-    find_promtool,
-    promtool_parse,
-    typecheck,
-)
 
 DASHBOARDS = REPO_ROOT / "grafana" / "dashboards"
 DATASOURCES = REPO_ROOT / "grafana" / "provisioning" / "datasources" / "datasources.yaml"

@@ -3,13 +3,12 @@ every server by its PID file however a test ends (the e2e deadline is in tests/c
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
 from otel_rl.stack import Stack, free_port_offset
-
 
 
 @pytest.fixture(scope="session")
