@@ -1,6 +1,15 @@
 """Ray: remote actor calls made inside a stage become child spans in the worker's process.
 
-Driver::
+Driver, with :class:`RayInstrumentor` (actor calls and actor creation as usual)::
+
+    from otel_rl.integrations import ray as otel_ray
+
+    otel_ray.RayInstrumentor().instrument()
+    Worker = ray.remote(WorkerClass)                     # new actors get worker_env() (rank: yours)
+    with tel.step(step), tel.stage("generate", cluster="actor_infer"):
+        refs = [w.generate.remote(batch) for w in workers]   # carries the trace context
+
+Driver, by hand (what the instrumentor does for you)::
 
     from otel_rl.integrations import ray as otel_ray
 
@@ -18,6 +27,12 @@ Worker (an actor class)::
 off again, joins the caller's trace and runs the method inside a stage span, so the step's
 trace holds the driver's spans and every worker's. A worker starts its own telemetry on the
 first call (``otel_rl.init()`` reading the environment ``worker_env`` sets) unless it already has.
+
+``RayInstrumentor().instrument()`` wraps Ray's ``ActorMethod._remote`` (every ``.remote()`` /
+``.options(...).remote()`` of an actor method goes through it) to add the context to calls of
+methods decorated with ``stage`` while a span is current, and ``ActorClass._remote`` to add
+``worker_env()`` to new actors' ``runtime_env`` env_vars (the actor's own values win; Ray merges
+env_vars with the job's). ``uninstrument()`` puts both back.
 """
 
 from __future__ import annotations
@@ -26,11 +41,12 @@ import functools
 import inspect
 import logging
 import os
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable, Collection
+from typing import Any, TypeVar
 
 import otel_rl
-
 from otel_rl._sdk.propagation import inject_context
+from otel_rl.integrations.base import Instrumentor
 
 logger = logging.getLogger("otel_rl")
 
@@ -131,10 +147,70 @@ def stage(name: str | None = None, *, cluster: str | None = None, offload: bool 
     return decorate
 
 
+class RayInstrumentor(Instrumentor):
+    """Actor calls carry the caller's trace context, new actors the driver's run: no ``remote()``
+    or ``worker_env()`` by hand. Actor methods still declare their stage with ``@stage``.
+
+    ``instrument(carry_context=True, actor_env=True)``: either part can be left out.
+    ``uninstrument()``: calls and actors made afterwards are plain Ray ones again.
+    """
+
+    pip_extra = "ray"
+
+    def instrumentation_dependencies(self) -> Collection[str]:
+        return ("ray >= 2.9",)  # the ray extra's floor
+
+    def _instrument(self, *, carry_context: bool = True, actor_env: bool = True) -> None:
+        try:
+            from ray import actor
+        except ImportError as exc:
+            raise ImportError("otel_rl.integrations.ray needs Ray: pip install 'otel-rl[ray]'") from exc
+        if carry_context:
+            self.patches.replace(actor.ActorMethod, "_remote", _with_context(actor.ActorMethod.__dict__["_remote"]))
+        if actor_env:
+            self.patches.replace(actor.ActorClass, "_remote", _with_run_env(actor.ActorClass.__dict__["_remote"]))
+
+
+def _takes_context(method: Any) -> bool:
+    """Whether a Ray ``ActorMethod`` is a ``stage``-decorated method (its signature declares the keyword)."""
+    params = getattr(method, "_signature", None)
+    if params is None:  # Ray before ActorMethod kept its signature
+        signatures = getattr(getattr(method, "_actor", None), "_ray_method_signatures", None) or {}
+        params = signatures.get(getattr(method, "_method_name", None))
+    return any(getattr(p, "name", None) == CONTEXT_KWARG for p in params or ())
+
+
+def _with_context(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def _remote(self: Any, args: Any = None, kwargs: Any = None, *rest: Any, **options: Any) -> Any:
+        if (kwargs is None or CONTEXT_KWARG not in kwargs) and _takes_context(self):
+            context = carrier()
+            if context.get("traceparent"):  # no current span: the worker's stage starts its own trace
+                kwargs = {**(kwargs or {}), CONTEXT_KWARG: context}
+        return original(self, args, kwargs, *rest, **options)
+
+    return _remote
+
+
+def _with_run_env(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def _remote(self: Any, args: Any = None, kwargs: Any = None, **actor_options: Any) -> Any:
+        env = worker_env() if otel_rl.get_telemetry() is not None else {}
+        if env:
+            from ray.runtime_env import RuntimeEnv
+
+            runtime_env = dict(actor_options.get("runtime_env") or {})
+            runtime_env["env_vars"] = {**env, **dict(runtime_env.get("env_vars") or {})}
+            actor_options["runtime_env"] = RuntimeEnv(**runtime_env)
+        return original(self, args, kwargs, **actor_options)
+
+    return _remote
+
+
 def shutdown() -> None:
     """Flush and stop this worker's telemetry; call it before the actor goes away
     (``ray.kill`` skips a process's exit handlers)."""
     otel_rl.shutdown()
 
 
-__all__ = ["CONTEXT_KWARG", "carrier", "remote", "shutdown", "stage", "worker_env"]
+__all__ = ["CONTEXT_KWARG", "RayInstrumentor", "carrier", "remote", "shutdown", "stage", "worker_env"]

@@ -2,8 +2,10 @@
 
 ROLL (alibaba/ROLL) builds its tracker by name from ``roll.utils.tracking.tracker_registry``
 (``create_tracker(track_with, config, **tracker_kwargs)`` in ``BasePipeline.__init__``).
-Importing this module adds :class:`OtelTracker` there as ``"otel"`` when ROLL is installed, so
-the pipeline's entry script needs one line, ``import otel_rl.integrations.roll``, and its YAML::
+Importing this module adds :class:`OtelTracker` there as ``"otel"`` when ROLL is installed
+(:class:`RollInstrumentor` instrumented on import; ``RollInstrumentor().instrument()`` does the
+same with a version check, ``uninstrument()`` takes it out again), so the pipeline's entry script
+needs one line, ``import otel_rl.integrations.roll``, and its YAML::
 
     track_with: otel
     tracker_kwargs:              # optional: any otel_rl.init() option
@@ -22,21 +24,25 @@ of creating a second one, so ROLL's spans land next to otel-rl's. ROLL then poin
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import importlib.util
 import inspect
 import logging
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, MutableMapping
 from typing import Any
 
 import otel_rl
+from otel_rl.integrations.base import DependencyConflict, Instrumentor, get_dependency_conflicts
 from otel_rl.semconv import attributes as A
 
 logger = logging.getLogger("otel_rl")
 
 TRACKER_NAME = "otel"
 FRAMEWORK = A.RlFrameworkValues.ROLL.value
+ROLL_REQUIREMENT = "roll >= 0.1"
+ROLL_HINT = "ROLL is not on PyPI: install it from https://github.com/alibaba/ROLL"
 ROLL_TRACING_ENV = "ROLL_OTEL_ENABLED"  # roll/utils/telemetry.py: "1" turns ROLL's tracing on
 # otel_rl.init() options a ROLL YAML may set in tracker_kwargs.
 OPTIONS = frozenset(inspect.signature(otel_rl.init).parameters) - {"framework", "tracer_provider"}
@@ -146,21 +152,64 @@ class OtelTracker:
 
 
 def register() -> bool:
-    """Add :class:`OtelTracker` to ROLL's ``tracker_registry`` as ``"otel"``. Returns False
-    when ROLL is not installed (the PyPI package ``roll`` is another project)."""
+    """Add :class:`OtelTracker` to ROLL's ``tracker_registry`` as ``"otel"`` (what importing this
+    module does: :class:`RollInstrumentor` instrumented on import). Returns False when ROLL is not
+    installed (the PyPI package ``roll`` is another project)."""
     if not _roll_installed():
         return False
     try:
+        _tracker_registry()
+    except ImportError as exc:
+        logger.warning("otel-rl: %s; track_with: %s is not available", exc, TRACKER_NAME)
+        return False
+    return RollInstrumentor().instrument_on_import()
+
+
+def _tracker_registry() -> MutableMapping[str, Any]:
+    """ROLL's ``roll.utils.tracking.tracker_registry``; ImportError when it cannot be had."""
+    try:
         tracking = importlib.import_module("roll.utils.tracking")
     except Exception as exc:  # ROLL's import pulls torch and its own dependencies
-        logger.warning("otel-rl: ROLL is installed but roll.utils.tracking could not be imported (%s: %s); "
-                       "track_with: %s is not available", type(exc).__name__, exc, TRACKER_NAME)
-        return False
+        raise ImportError(f"ROLL is installed but roll.utils.tracking could not be imported "
+                          f"({type(exc).__name__}: {exc})") from exc
     registry = getattr(tracking, "tracker_registry", None)
     if not isinstance(registry, dict):
-        return False
-    registry[TRACKER_NAME] = OtelTracker
-    return True
+        raise ImportError("roll.utils.tracking has no tracker_registry dict: not a ROLL version otel-rl knows")
+    return registry
+
+
+class RollInstrumentor(Instrumentor):
+    """``track_with: otel`` builds an :class:`OtelTracker` (ROLL's ``tracker_registry["otel"]``).
+
+    ``instrument()`` takes no options (the tracker takes them from ``tracker_kwargs``);
+    ``uninstrument()`` takes ``"otel"`` out of the registry again.
+
+    ROLL is not on PyPI and often runs from its git checkout: it is recognised by its
+    ``roll.utils.tracking`` module, and its version is checked when it was pip-installed
+    (distribution ``roll``, a name it shares with an unrelated PyPI project).
+    """
+
+    def instrumentation_dependencies(self) -> Collection[str]:
+        # alibaba/ROLL's pyproject.toml version; the tracker interface is that of commit 8eb27cc2.
+        return (ROLL_REQUIREMENT,)
+
+    def _check_dependency_conflicts(self) -> DependencyConflict | None:
+        if not _roll_installed():
+            try:
+                found: str | None = f"roll {importlib.metadata.version('roll')} without roll.utils.tracking"
+            except importlib.metadata.PackageNotFoundError:
+                found = None
+            return DependencyConflict(ROLL_REQUIREMENT, found, ROLL_HINT)
+        try:
+            importlib.metadata.version("roll")
+        except importlib.metadata.PackageNotFoundError:
+            return None  # a checkout on sys.path: no version to check
+        return get_dependency_conflicts(self.instrumentation_dependencies(), ROLL_HINT)
+
+    def _instrument(self) -> None:
+        if not _roll_installed():
+            raise ImportError(f"otel_rl.integrations.roll found no ROLL (roll.utils.tracking); {ROLL_HINT}")
+        self.patches.set_item(_tracker_registry(), TRACKER_NAME, OtelTracker)
 
 
 def _roll_installed() -> bool:

@@ -1,13 +1,22 @@
-"""TRL: ``GRPOTrainer(..., callbacks=[OtelRLCallback()])`` traces and meters the run.
+"""TRL: ``TrlInstrumentor().instrument()`` (or ``callbacks=[OtelRLCallback()]``) traces and meters the run.
 
-Works with the trainers built on ``transformers.Trainer``'s loop (TRL's GRPO, RLOO, DPO, SFT,
+Either instrument once, before the trainers are built::
+
+    from otel_rl.integrations.trl import TrlInstrumentor
+
+    TrlInstrumentor().instrument()   # keyword arguments go to each callback (and otel_rl.init())
+    trainer = GRPOTrainer(model=..., reward_funcs=..., args=GRPOConfig(...), train_dataset=...)
+    trainer.train()
+
+which gives every ``transformers.Trainer`` built afterwards an :class:`OtelRLCallback` (one it
+already holds is kept; ``uninstrument()`` stops it for trainers built later), or pass the callback
+yourself. Works with the trainers built on ``transformers.Trainer``'s loop (TRL's GRPO, RLOO, DPO, SFT,
 online DPO, distillation, ...; a plain ``Trainer`` too)::
 
     from otel_rl.integrations.trl import OtelRLCallback
 
     trainer = GRPOTrainer(model=..., reward_funcs=..., args=GRPOConfig(...), train_dataset=...,
                           callbacks=[OtelRLCallback()])   # keyword arguments go to otel_rl.init()
-    trainer.train()
 
 What it does:
 
@@ -29,11 +38,13 @@ PPOTrainer runs a loop of its own that sends no ``on_step_begin``: its logs arri
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
-from otel_rl.semconv import attributes as A
-
+from otel_rl.integrations._hf_instrument import attach_to_new_trainers
 from otel_rl.integrations._hf_trainer import HFCallbackMixin, hparams_from_args
+from otel_rl.integrations.base import Instrumentor
+from otel_rl.semconv import attributes as A
 
 try:
     from transformers import TrainerCallback
@@ -44,7 +55,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 FRAMEWORK = A.RlFrameworkValues.TRL.value
 
-__all__ = ["OtelRLCallback", "hparams_from_args"]
+__all__ = ["OtelRLCallback", "TrlInstrumentor", "hparams_from_args"]
 
 
 class OtelRLCallback(HFCallbackMixin, TrainerCallback):
@@ -59,3 +70,24 @@ class OtelRLCallback(HFCallbackMixin, TrainerCallback):
 
     def __init__(self, *, trainer: Any = None, main_process_only: bool = False, **init_kwargs: Any) -> None:
         self._otel_setup(trainer, main_process_only, **init_kwargs)
+
+
+class TrlInstrumentor(Instrumentor):
+    """Every ``transformers.Trainer`` (TRL's trainers are ones) built while instrumented gets an
+    :class:`OtelRLCallback`, unless it already holds an otel-rl callback.
+
+    ``instrument(main_process_only=False, **init_kwargs)``: the callback's options.
+    ``uninstrument()``: trainers built afterwards get none; those built before keep theirs.
+    """
+
+    pip_extra = "trl"
+
+    def instrumentation_dependencies(self) -> Collection[str]:
+        # Stage spans need TRL's profiling_context (TRL >= 0.16); the floors of the trl extra.
+        return ("transformers >= 4.40", "trl >= 0.16")
+
+    def _instrument(self, *, main_process_only: bool = False, **init_kwargs: Any) -> None:
+        def callback_for(trainer: Any) -> OtelRLCallback:
+            return OtelRLCallback(trainer=trainer, main_process_only=main_process_only, **init_kwargs)
+
+        self.patches.on_restore(attach_to_new_trainers(callback_for, self.pip_extra or "trl"))

@@ -1,20 +1,23 @@
 """verl: ``trainer.logger=['console','otel']`` sends every metric verl logs through otel-rl.
 
 verl's ``Tracking`` (verl/utils/tracking.py) builds its backends from a fixed list of names
-(``Tracking.supported_backend``) and has no registry for new ones, so :func:`install` adds
-``"otel"`` to that list and wraps ``Tracking.__init__`` (build an :class:`OtelBackend` when
-``"otel"`` is asked for) and ``Tracking.finish`` (flush it). Nothing else of verl changes.
+(``Tracking.supported_backend``) and has no registry for new ones, so :class:`VerlInstrumentor`
+adds ``"otel"`` to that list and wraps ``Tracking.__init__`` (build an :class:`OtelBackend` when
+``"otel"`` is asked for) and ``Tracking.finish`` (flush it). Nothing else of verl changes, and
+``VerlInstrumentor().uninstrument()`` puts those back.
 
-``install()`` must run in the process that builds the trainer's ``Tracking``: with
+That must happen in the process that builds the trainer's ``Tracking``: with
 ``verl.trainer.main_ppo`` that is the TaskRunner Ray actor, not the driver. Importing this
-module runs it when verl is installed, and verl imports it in every process when told to:
+module does it when verl is installed (:func:`install`), and verl imports it in every process
+when told to:
 
 * otel-rl registers this module as a ``verl.plugins`` entry point, which verl loads on
   ``import verl`` (verl >= 0.9): nothing to add but ``trainer.logger=['console','otel']``;
 * otherwise ``VERL_USE_EXTERNAL_MODULES=otel_rl.integrations.verl`` in the environment (verl
   >= 0.6; on a multi-node Ray cluster pass it to the workers with
   ``+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES=otel_rl.integrations.verl``);
-* or call ``install()`` yourself where your own trainer builds ``Tracking``.
+* or call ``VerlInstrumentor().instrument()`` (which checks verl's version) or ``install()``
+  yourself where your own trainer builds ``Tracking``.
 
 The backend reuses the telemetry of an earlier ``otel_rl.init()`` in the process (and leaves it
 running at ``finish``); otherwise it starts one with ``framework="verl"``, the experiment name as
@@ -34,10 +37,11 @@ import inspect
 import logging
 import os
 import weakref
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import otel_rl
+from otel_rl.integrations.base import Instrumentor, Patches
 from otel_rl.integrations.verl_timers import step_stages
 from otel_rl.semconv import attributes as A
 
@@ -127,19 +131,51 @@ def _finish_backend(tracking: Any) -> None:
 
 
 def install() -> bool:
-    """Make ``"otel"`` a backend name of verl's ``Tracking``. Returns False when verl cannot be
-    imported (reported once); safe to call again."""
+    """Make ``"otel"`` a backend name of verl's ``Tracking`` (what importing this module does:
+    :class:`VerlInstrumentor` instrumented on import). Returns False when verl cannot be imported
+    (reported once); safe to call again."""
     try:
-        from verl.utils import tracking
+        from verl.utils import tracking  # noqa: F401 - imported here to report a broken verl
     except Exception as exc:  # verl's import pulls torch, ray, tensordict: any of them may fail
         logger.warning("otel-rl: verl could not be imported (%s: %s); trainer.logger=[..., %r] is not "
                        "available. pip install 'otel-rl[verl]'", type(exc).__name__, exc, BACKEND)
         return False
-    cls = tracking.Tracking
-    if getattr(cls, _INSTALLED, False):
-        return True
+    return VerlInstrumentor().instrument_on_import()
+
+
+class VerlInstrumentor(Instrumentor):
+    """verl's ``Tracking`` accepts ``"otel"`` (``trainer.logger=['console','otel']``) and builds an
+    :class:`OtelBackend` for it.
+
+    ``instrument(reconstruct_spans=True)``: the backends' option (see :class:`OtelBackend`).
+    ``uninstrument()`` puts ``Tracking`` back as verl defines it: ``"otel"`` is rejected again.
+    """
+
+    pip_extra = "verl"
+
+    def instrumentation_dependencies(self) -> Collection[str]:
+        # Tracking.supported_backend and finish() as wrapped here, and VERL_USE_EXTERNAL_MODULES
+        # (verl >= 0.6) as the module docstring documents; the key set is verl 0.9.1's.
+        return ("verl >= 0.6",)
+
+    def _instrument(self, *, reconstruct_spans: bool = True) -> None:
+        try:
+            from verl.utils import tracking
+        except Exception as exc:  # verl's import pulls torch, ray, tensordict: any of them may fail
+            raise ImportError(f"otel_rl.integrations.verl could not import verl ({type(exc).__name__}: {exc}): "
+                              "pip install 'otel-rl[verl]'") from exc
+        cls = tracking.Tracking
+        if getattr(cls, _INSTALLED, False):
+            # Wrapped by an earlier import of this module (one instrumentor per module object).
+            logger.debug("otel-rl: verl's Tracking already builds the %r backend", BACKEND)
+            return
+        _wrap_tracking(cls, self.patches, reconstruct_spans)
+
+
+def _wrap_tracking(cls: Any, patches: Patches, reconstruct_spans: bool) -> None:
+    """Add ``"otel"`` to ``Tracking.supported_backend`` and wrap ``__init__`` / ``finish`` (through ``patches``)."""
     if BACKEND not in cls.supported_backend:
-        cls.supported_backend = [*cls.supported_backend, BACKEND]
+        patches.replace(cls, "supported_backend", [*cls.supported_backend, BACKEND])
 
     original_init = cls.__init__
     signature = inspect.signature(original_init)
@@ -153,9 +189,10 @@ def install() -> bool:
         backends = given.get("default_backend")
         names = [backends] if isinstance(backends, str) else list(backends or ())
         if BACKEND in names:
-            self.logger[BACKEND] = OtelBackend(given.get("project_name"), given.get("experiment_name"), given.get("config"))
+            self.logger[BACKEND] = OtelBackend(given.get("project_name"), given.get("experiment_name"),
+                                               given.get("config"), reconstruct_spans=reconstruct_spans)
 
-    cls.__init__ = __init__
+    patches.replace(cls, "__init__", __init__)
 
     original_finish = cls.__dict__.get("finish")
     if original_finish is not None:
@@ -166,7 +203,7 @@ def install() -> bool:
             finally:
                 _finish_backend(self)
 
-        cls.finish = finish
+        patches.replace(cls, "finish", finish)
     else:
         # Older verl flushes its backends only in __del__.
         original_del = cls.__dict__.get("__del__")
@@ -178,9 +215,8 @@ def install() -> bool:
             finally:
                 _finish_backend(self)
 
-        cls.__del__ = __del__
-    setattr(cls, _INSTALLED, True)
-    return True
+        patches.replace(cls, "__del__", __del__)
+    patches.replace(cls, _INSTALLED, True)
 
 
 # Loaded by verl's plugin / VERL_USE_EXTERNAL_MODULES hooks, or imported by the user: install now.

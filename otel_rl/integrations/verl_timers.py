@@ -33,7 +33,7 @@ def step_stages(data: Mapping[str, Any]) -> tuple[list[tuple[str, Any, str | Non
     return stages, data.get(TIMING_PREFIX + "step")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _stage_of(timer: str) -> tuple[str, str | None]:
     """(rl.stage, rl.cluster) of a verl timer, through the verl mapping (gen -> generate, ...)."""
     attributes = dict(_resolver().resolve(TIMING_PREFIX + timer, FRAMEWORK).attributes)

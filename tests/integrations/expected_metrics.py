@@ -4,7 +4,8 @@ series and every value of each histogram series, for comparing with the exported
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from otel_rl._sdk.keys import KeyResolver
 from otel_rl.semconv import METRICS

@@ -13,12 +13,11 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from loopback import in_loopback_namespace, rerun_in_loopback_namespace  # noqa: E402
+from ray_actors import RolloutWorker  # noqa: E402
 
 import otel_rl  # noqa: E402
-from otel_rl.runs.folder import find_step_trace, read_log_records, read_spans  # noqa: E402
 from otel_rl.integrations import ray as otel_ray  # noqa: E402
-
-from ray_actors import RolloutWorker  # noqa: E402
+from otel_rl.runs.folder import find_step_trace, read_log_records, read_spans  # noqa: E402
 from otel_rl.semconv import attributes as A  # noqa: E402
 from otel_rl.semconv import names as N  # noqa: E402
 

@@ -13,10 +13,11 @@ import math
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
+from expected_metrics import expected_series
 
 import otel_rl
 from otel_rl._sdk.keys import KeyResolver
@@ -25,8 +26,6 @@ from otel_rl.semconv import METRICS
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import metrics as M
 from otel_rl.semconv import names as N
-
-from expected_metrics import expected_series
 
 REPO = Path(__file__).resolve().parents[2]
 SEED_KEYS = REPO / "tests" / "semconv" / "test_seed_keys.py"

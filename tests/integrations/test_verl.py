@@ -19,6 +19,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from expected_metrics import expected_series
 
 import otel_rl
 from otel_rl._sdk.keys import KeyResolver
@@ -27,8 +28,6 @@ from otel_rl.semconv import METRICS
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import metrics as M
 from otel_rl.semconv import names as N
-
-from expected_metrics import expected_series
 
 REPO = Path(__file__).resolve().parents[2]
 GIB = float(2**30)
@@ -382,8 +381,8 @@ def test_trainer_logger_otel_through_verls_tracking(tracking_module, verl_env, r
 
 def test_each_logged_step_becomes_a_trace_of_verls_timers(tracking_module, verl_env):
     """timing_s/* of a step (seconds, as verl's marked_timer measures them) -> the step's trace, in fit()'s order."""
-    from otel_rl.runs.folder import read_spans
     from otel_rl.integrations.verl_timers import STEP_TIMERS
+    from otel_rl.runs.folder import read_spans
 
     timing = {"start_profile": 0.05, "gen": 6.0, "generate_sequences": 5.5, "agent_loop/generate_sequences/mean": 2.0,
               "reward": 1.0, "old_log_prob": 0.8, "ref": 0.7, "adv": 0.1, "update_actor": 4.0,
