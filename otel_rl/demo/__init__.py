@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from otel_rl.demo._run import ALGOS, DemoConfig, DemoTrainer
+from otel_rl.demo._config import ALGOS, DemoConfig
+from otel_rl.demo._run import DemoTrainer
 
 __all__ = ["DemoConfig", "DemoResult", "run_demo"]
 
@@ -122,7 +123,6 @@ def _run_ranks(cfg: DemoConfig, ranks: int, telemetry: Any, telemetry_options: d
         raise ValueError("run_demo(ranks > 1) starts telemetry in each rank's process: pass telemetry_options "
                          "(otel_rl.init keywords) instead of a Telemetry object")
     from otel_rl._sdk.config import resolve_config
-
     from otel_rl.demo._ranks import run_ranks
 
     options = {"service_name": f"otel-rl-demo-{cfg.algo}", "framework": "roll", **(telemetry_options or {})}

@@ -8,7 +8,7 @@ float or long tensors of 0/1 with the same shape as the values.
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import torch
 

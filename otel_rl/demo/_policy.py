@@ -112,7 +112,7 @@ class Rollout:
     truncated: torch.Tensor
     sample_ids: torch.Tensor | None = None
 
-    def select(self, idx: torch.Tensor) -> "Rollout":
+    def select(self, idx: torch.Tensor) -> Rollout:
         """The sub-batch of rows ``idx`` (a mini-batch)."""
         return Rollout(
             input_ids=self.input_ids[idx],

@@ -9,68 +9,18 @@ records the per-rank load (tokens, active / idle / communication time) and the s
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import sys
 import traceback
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
+from otel_rl.demo._rank_context import RankContext
 from otel_rl.stack.process import free_port
 
 RESULT_FILE = "demo-result.json"
-
-
-@dataclass(frozen=True)
-class RankContext:
-    """This process's rank in the demo's process group (world 1: no group at all)."""
-
-    rank: int = 0
-    world: int = 1
-
-    @property
-    def distributed(self) -> bool:
-        return self.world > 1
-
-    def all_reduce_mean(self, params: Any) -> None:
-        """Average the gradients of ``params`` over the ranks (what DDP does after backward)."""
-        if not self.distributed:
-            return
-        import torch.distributed as dist
-
-        for p in params:
-            if p.grad is not None:
-                dist.all_reduce(p.grad)
-                p.grad /= self.world
-
-    def broadcast(self, obj: Any) -> Any:
-        """Rank 0's ``obj`` on every rank."""
-        if not self.distributed:
-            return obj
-        import torch.distributed as dist
-
-        box = [obj]
-        dist.broadcast_object_list(box, src=0)
-        return box[0]
-
-    @contextlib.contextmanager
-    def step_scope(self, tel: Any, step: int) -> Iterator[None]:
-        """Rank 0: the step's root span, its context sent to the others; other ranks: join it."""
-        if not self.distributed:
-            with tel.step(step):
-                yield
-            return
-        if self.rank == 0:
-            with tel.step(step):
-                self.broadcast(tel.inject() if callable(getattr(tel, "inject", None)) else {})
-                yield
-        else:
-            carrier = self.broadcast(None)
-            join = getattr(tel, "join", None)
-            with join(carrier) if callable(join) else contextlib.nullcontext():
-                yield
 
 
 def _rank_main(rank: int, world: int, port: int, cfg_dict: dict[str, Any], telemetry_options: dict[str, Any],
@@ -80,8 +30,8 @@ def _rank_main(rank: int, world: int, port: int, cfg_dict: dict[str, Any], telem
     import torch.distributed as dist
 
     import otel_rl
-
-    from otel_rl.demo._run import DemoConfig, DemoTrainer
+    from otel_rl.demo._config import DemoConfig
+    from otel_rl.demo._run import DemoTrainer
 
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # the demo's ranks share this machine
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))

@@ -16,8 +16,8 @@ it gets past 0.5 within a few dozen steps.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import torch
 

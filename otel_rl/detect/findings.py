@@ -9,19 +9,38 @@ Each metric is judged on its own scale: a change below the metric's registry flo
 series' resolution (the quantum of rounded values) or below 1% of its typical magnitude is never
 an event, and the scale of a z-score never drops below those, so a loss rounded to 1e-4 or a
 timer that is 0 at most steps gives no absurd z-score.
+The finding records and their text are in :mod:`otel_rl.detect.records`; changes that last to the
+end of the log (collapse from the start, drift) in :mod:`otel_rl.detect.lasting`.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
-from otel_rl.detect.baseline import (MAD_TO_SIGMA, DetectorConfig, drift_windows, early_baseline, median_se, resolution,
-                        rolling_baseline, typical_magnitude)
+from otel_rl.detect.baseline import MAD_TO_SIGMA, DetectorConfig, early_baseline, resolution, rolling_baseline, typical_magnitude
+from otel_rl.detect.lasting import lasting_changes
+
+# The finding records and the metric terms stay importable from here.
+from otel_rl.detect.records import (  # noqa: F401
+    FRACTION_METRICS,
+    GRAD_CLIP_FACTOR,
+    KINDS,
+    LENGTH_METRICS,
+    LEVEL_STATISTICS,
+    Finding,
+    danger_bounds,
+    describe,
+    direction_of,
+    floor_for,
+    format_number,
+    is_bad_change,
+    is_performance_unit,
+    min_change_for,
+    severity_of,
+)
 from otel_rl.semconv import METRICS
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import metrics as M
@@ -31,159 +50,8 @@ __all__ = [
     "direction_of", "floor_for", "format_number", "min_change_for",
 ]
 
-KINDS = ("threshold", "spike", "level shift", "collapse", "explosion", "drift", "pinned-at-limit", "periodic")
-
-
-@dataclass
-class Finding:
-    """One detected event of one series (see ``KINDS``); steps are the log's steps."""
-
-    series: str  # the key as logged (or the registry name)
-    metric: str
-    attributes: dict[str, str]
-    kind: str
-    direction: str  # "up" | "down"
-    first_step: int
-    last_step: int
-    peak_step: int
-    peak_value: float  # drift: the median of the last window
-    baseline: float  # median before the event (drift: of the first window; threshold: of the series' other points)
-    scale: float  # robust spread before the event
-    z: float  # robust z-score of the peak
-    magnitude: float  # peak / baseline when the baseline is positive, else the change in scales
-    recovered_step: int | None = None  # first step back near the baseline; None: not by the end of the log
-    severity: str = "warning"
-    bad: bool | None = None  # whether the direction is the bad one for this metric (registry); None: unknown
-    period: float | None = None  # periodic: steps between occurrences
-    count: int | None = None  # periodic / pinned / threshold: occurrences (points)
-    limit: float | None = None  # pinned-at-limit: the value it sits at; threshold (or an event past one): the threshold
-    detail: str = ""
-    why: str | None = None  # threshold: what the threshold means and where it comes from
-
-    def as_dict(self) -> dict[str, Any]:
-        out = {k: v for k, v in self.__dict__.items() if v is not None}
-        for key in ("peak_value", "baseline", "scale", "z", "magnitude", "period", "limit"):
-            if key in out and isinstance(out[key], float):
-                out[key] = _json_float(out[key])
-        return out
-
-
-def _json_float(value: float) -> float | str:
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "Infinity" if value > 0 else "-Infinity"
-    return float(f"{value:.6g}")
-
-
-def direction_of(metric: str, attributes: Mapping[str, Any] | None = None) -> str | None:
-    """The registry's good direction of ``metric`` (higher / lower / range / None); None for a
-    spread statistic: "higher is better" is said of a metric's level, not of its std."""
-    if attributes and attributes.get(A.RL_STATISTIC) in _SPREAD_STATISTICS:
-        return None
-    mdef = METRICS.get(metric)
-    return mdef.direction if mdef is not None else None
-
-
-def _bad(direction: str | None, sign: str) -> bool | None:
-    if direction == "higher":
-        return sign == "down"
-    if direction == "lower":
-        return sign == "up"
-    if direction == "range":
-        return True  # leaving the range either way is the problem
-    return None
-
-
 # Metrics whose exact 0 means the step did nothing (no gradient reached the optimizer).
 _ZERO_MEANS_STALLED = frozenset({M.RL_GRAD_NORM})
-# Fractions of samples / tokens (0..1): a change of less than 10 points is not an event, however
-# flat the series was (a clipped ratio going 0 -> 1/16 is one truncated response in 16).
-FRACTION_METRICS = frozenset({
-    M.RL_RESPONSE_CLIPPED_RATIO, M.RL_RESPONSE_NON_ABORTED_CLIPPED_RATIO, M.RL_PROMPT_CLIPPED_RATIO, M.RL_CLIP_FRACTION,
-    M.RL_ROLLOUT_ABORT_RATIO, M.RL_ROLLOUT_TIMEOUT_RATIO, M.RL_REWARD_ZERO_STD_RATIO, M.RL_BATCH_VALID_RATIO,
-    M.RL_RESPONSE_MASK_RATIO, M.RL_ASYNC_STALE_SAMPLE_RATIO,
-})
-FRACTION_MIN_CHANGE = 0.1
-# Lengths bounded by a generation / prompt limit.
-LENGTH_METRICS = frozenset({M.RL_RESPONSE_LENGTH, M.RL_RESPONSE_NON_ABORTED_LENGTH, M.RL_PROMPT_LENGTH})
-# Smallest change worth an event, by unit: stage timings jitter by milliseconds.
-MIN_CHANGE_BY_UNIT = {"s": 0.1}
-# A gradient norm this many times the configured clip is far above it.
-GRAD_CLIP_FACTOR = 10.0
-# Spreads (a std going to 0 when a group's samples agree) and the extremes of a batch (one sample
-# sets them) move a lot without the run changing: they are context, never critical.
-_SPREAD_STATISTICS = frozenset({
-    A.RlStatisticValues.STD.value, A.RlStatisticValues.BEST_STD.value, A.RlStatisticValues.WORST_STD.value,
-    A.RlStatisticValues.MAJ_STD.value, A.RlStatisticValues.MINMAX_DIFF.value,
-})
-_EXTREME_STATISTICS = frozenset({
-    A.RlStatisticValues.MAX.value, A.RlStatisticValues.MIN.value, A.RlStatisticValues.SLOWEST.value,
-    A.RlStatisticValues.BALANCED_MIN.value, A.RlStatisticValues.BALANCED_MAX.value,
-})
-_LEVEL_STATISTICS = (None, A.RlStatisticValues.MEAN.value, A.RlStatisticValues.P50.value)
-
-
-def floor_for(metric: str) -> float:
-    """The registry floor of ``metric``: the smallest absolute change of it that can matter (0: none)."""
-    mdef = METRICS.get(metric)
-    return float(mdef.floor) if mdef is not None and mdef.floor is not None else 0.0
-
-
-def min_change_for(metric: str) -> float:
-    """The absolute change below which a value of ``metric`` is never an event."""
-    if metric in FRACTION_METRICS:
-        return max(FRACTION_MIN_CHANGE, floor_for(metric))
-    mdef = METRICS.get(metric)
-    by_unit = MIN_CHANGE_BY_UNIT.get(mdef.unit, 0.0) if mdef is not None else 0.0
-    return max(by_unit, floor_for(metric))
-
-
-def _is_performance(unit: str) -> bool:
-    """Durations and rates: a slow step costs time, it does not break the run."""
-    return unit == "s" or unit.startswith("s/") or unit.endswith("/s")
-
-
-def danger_bounds(metric: str, attributes: Mapping[str, str] | None = None,
-                  settings: Mapping[str, float] | None = None) -> list[tuple[str, float, bool, str]]:
-    """The fixed danger thresholds of a series: ``(direction, threshold, inclusive, why)``.
-
-    The registry's ``danger`` applies to a series' level (its mean, or the metric itself): the
-    largest KL of a batch above 10 or its smallest entropy below 0.01 says nothing of the policy.
-    With ``settings["grad_clip"]``, a gradient norm >= 10x the clip is one too.
-    """
-    stat = (attributes or {}).get(A.RL_STATISTIC)
-    mdef = METRICS.get(metric)
-    out: list[tuple[str, float, bool, str]] = []
-    if mdef is not None:
-        if mdef.danger_above is not None and stat in (*_LEVEL_STATISTICS, A.RlStatisticValues.MIN.value):
-            out.append(("up", float(mdef.danger_above), False, mdef.danger_why or ""))
-        if mdef.danger_below is not None and stat in (*_LEVEL_STATISTICS, A.RlStatisticValues.MAX.value):
-            out.append(("down", float(mdef.danger_below), False, mdef.danger_why or ""))
-    clip = (settings or {}).get("grad_clip")
-    if (metric == M.RL_GRAD_NORM and isinstance(clip, (int, float)) and not isinstance(clip, bool)
-            and math.isfinite(clip) and clip > 0 and stat in (*_LEVEL_STATISTICS, A.RlStatisticValues.MIN.value)):
-        out.append(("up", GRAD_CLIP_FACTOR * float(clip), True,
-                    f"a gradient norm of {GRAD_CLIP_FACTOR:g}x the configured clip (grad_clip = {format_number(float(clip))}) or more "
-                    "is far above the configured clip: those updates are cut to the clip, and a norm that large "
-                    "usually comes with a loss or KL blow-up"))
-    return out
-
-
-def _severity(kind: str, bad: bool | None, attrs: Mapping[str, str], unit: str) -> str:
-    severe = kind in ("explosion", "collapse", "threshold")
-    if bad is True:
-        severity = "critical" if severe else "warning"
-    elif bad is None:
-        severity = "warning" if severe else "info"  # lengths, spreads: notable, not bad in themselves
-    else:
-        severity = "info"
-    stat = attrs.get(A.RL_STATISTIC)
-    if stat in _SPREAD_STATISTICS or (kind == "spike" and (stat in _EXTREME_STATISTICS or _is_performance(unit))):
-        return "info"
-    if severity == "critical" and (stat in _EXTREME_STATISTICS or _is_performance(unit)):
-        return "warning"
-    return severity
 
 
 def detect_series(
@@ -282,7 +150,7 @@ def detect_series(
                 if sign2 != sign and abs(a2 - back) <= 3:
                     suppressed.add(later)
     findings.extend(out)
-    findings.extend(_lasting(s, x, findings, series, metric, attrs, direction, unit, min_change, typical, scale_floor, cfg))
+    findings.extend(lasting_changes(s, x, findings, series, metric, attrs, direction, unit, min_change, typical, scale_floor, cfg))
     findings = _merge_thresholds(findings)
     findings.sort(key=lambda f: (f.first_step, f.series))
     return findings
@@ -309,7 +177,7 @@ def _merge_thresholds(findings: list[Finding]) -> list[Finding]:
         host.limit, host.why = f.limit, f.why
         if _SEVERITY_RANK.get(f.severity, 0) > _SEVERITY_RANK.get(host.severity, 0):
             host.severity = f.severity
-        host.detail = _describe(host)
+        host.detail = describe(host)
     return out
 
 
@@ -337,8 +205,8 @@ def _early_event(event: tuple[int, int, int], x: np.ndarray, med: np.ndarray, sc
         return abs(float(x[a - 1]) - m0) <= tol
     rest = x[1:]
     extreme = x[0] > np.quantile(rest, 0.95) if sign > 0 else x[0] < np.quantile(rest, 0.05)
-    return (abs(float(z[0])) >= cfg.z and bool(extreme) and _bad(direction, "up" if sign > 0 else "down") is True
-            and not _is_performance(unit))
+    return (abs(float(z[0])) >= cfg.z and bool(extreme) and is_bad_change(direction, "up" if sign > 0 else "down") is True
+            and not is_performance_unit(unit))
 
 
 def _drop_bursty(flag: np.ndarray, z: np.ndarray, delta: np.ndarray, n: int, cfg: DetectorConfig) -> np.ndarray:
@@ -395,14 +263,14 @@ def _classify(a: int, b: int, sign: int, s: np.ndarray, x: np.ndarray, med: np.n
         kind = "level shift"
     magnitude = peak / m0 if m0 > 0 and peak >= 0 else (peak - m0) / s0
     sign_text = "up" if up else "down"
-    bad = _bad(direction, sign_text)
+    bad = is_bad_change(direction, sign_text)
     finding = Finding(
         series=series, metric=metric, attributes=attrs, kind=kind, direction=sign_text,
         first_step=int(s[a]), last_step=int(s[b]), peak_step=int(s[p]), peak_value=peak, baseline=m0, scale=s0,
         z=(peak - m0) / s0, magnitude=magnitude, recovered_step=int(s[back]) if back is not None and back < len(s) else None,
-        severity=_severity(kind, bad, attrs, unit), bad=bad,
+        severity=severity_of(kind, bad, attrs, unit), bad=bad,
     )
-    finding.detail = _describe(finding)
+    finding.detail = describe(finding)
     return finding, back
 
 
@@ -423,7 +291,7 @@ def _threshold(s: np.ndarray, x: np.ndarray, sign: str, limit: float, inclusive:
                      floor_for(metric), cfg.abs_floor)
     else:
         base, spread = limit, max(cfg.rel_floor * abs(limit), cfg.abs_floor)
-    bad = _bad(direction, sign)
+    bad = is_bad_change(direction, sign)
     out = []
     for a, b, _ in _runs(past, np.ones(len(x)), gap=0):
         seg = x[a:b + 1]
@@ -432,171 +300,12 @@ def _threshold(s: np.ndarray, x: np.ndarray, sign: str, limit: float, inclusive:
         f = Finding(series=series, metric=metric, attributes=attrs, kind="threshold", direction=sign,
                     first_step=int(s[a]), last_step=int(s[b]), peak_step=int(s[p]), peak_value=peak, baseline=base,
                     scale=spread, z=(peak - base) / spread, magnitude=peak / base if base > 0 and peak >= 0 else (peak - base) / spread,
-                    recovered_step=int(s[b + 1]) if b + 1 < len(s) else None, severity=_severity("threshold", bad, attrs, unit),
+                    recovered_step=int(s[b + 1]) if b + 1 < len(s) else None, severity=severity_of("threshold", bad, attrs, unit),
                     bad=bad, count=b - a + 1, limit=limit, why=why or None)
-        f.detail = _describe(f)
+        f.detail = describe(f)
         out.append(f)
     return out
 
-
-def _explained(findings: Sequence[Finding], sign_text: str) -> bool:
-    """An unrecovered collapse / explosion / level shift / threshold run already tells a lasting change."""
-    return any(f.kind in ("collapse", "explosion", "level shift", "threshold") and f.direction == sign_text
-               and f.recovered_step is None for f in findings)
-
-
-def _lasting(s: np.ndarray, x: np.ndarray, findings: Sequence[Finding], series: str, metric: str, attrs: dict[str, str],
-             direction: str | None, unit: str, min_change: float, typical: float, scale_floor: float,
-             cfg: DetectorConfig) -> list[Finding]:
-    """Changes that last to the end of the log, against where the series started: a collapse from
-    the start that is too gradual for the rolling baseline (lengths 1759 -> 1014 -> 278 -> 1 over six
-    steps widen their own baseline as they fall), then a slow drift, window against window."""
-    chunks = drift_windows(x, cfg)
-    if len(chunks) < 3:
-        return []
-    fast = _from_start(s, x, chunks, findings, series, metric, attrs, direction, unit, scale_floor, cfg)
-    if fast is not None:
-        return [fast]
-    drift = _drift(s, x, chunks, findings, series, metric, attrs, direction, unit, min_change, typical, scale_floor, cfg)
-    return [drift] if drift is not None else []
-
-
-def _from_start(s: np.ndarray, x: np.ndarray, chunks: list[np.ndarray], findings: Sequence[Finding], series: str,
-                metric: str, attrs: dict[str, str], direction: str | None, unit: str, scale_floor: float,
-                cfg: DetectorConfig) -> Finding | None:
-    """A collapse from the start: the last two windows at half or less of the first points' median
-    (not for lower-is-better metrics), reached within one window and held. Rises are left to the
-    rolling baseline and the thresholds: a KL that starts at 0 rises by construction."""
-    k = cfg.min_baseline
-    head = x[:k]
-    h = float(np.median(head))
-    e, e2 = float(np.median(x[chunks[-1]])), float(np.median(x[chunks[-2]]))
-    if not (h > 0 and e >= 0 and max(e, e2) <= cfg.collapse_factor * h and direction != "lower"):
-        return None
-    if _explained(findings, "down"):
-        return None
-    # the series' point-to-point noise (from its differences, so a trend does not count as noise):
-    # five noisy first values must not make a start level that the rest "collapses" from
-    diffs = np.diff(x)
-    noise = max(MAD_TO_SIGMA * float(np.median(np.abs(diffs - np.median(diffs)))) / math.sqrt(2.0), scale_floor)
-    se = math.hypot(median_se(noise, len(head)), median_se(noise, len(chunks[-1])))
-    if h - max(e, e2) < cfg.drift_se * se:
-        return None
-    h_scale = max(MAD_TO_SIGMA * float(np.median(np.abs(head - h))), scale_floor)
-    tol = max(cfg.return_z * h_scale, cfg.min_rel_change * h)
-    # arrived: within a tenth of the way (on a log scale when the end level is positive)
-    near = e * (h / e) ** 0.1 if e > 0 else e + 0.1 * (h - e)
-    n = len(x)
-    ahead = np.array([float(np.median(x[i:i + k])) for i in range(n)])  # each point and the next k - 1
-    left = np.flatnonzero((np.arange(n) >= 1) & (x < h - tol) & (ahead < h - tol))
-    if left.size == 0:
-        return None
-    a = int(left[0])
-    arrived = np.flatnonzero((np.arange(n) >= a) & (x <= near) & (ahead <= near))
-    if arrived.size == 0:
-        return None
-    b = int(arrived[0])
-    if b - a + 1 > len(chunks[0]):
-        return None  # a slow change: a drift
-    p = a + int(np.argmin(x[a:b + 1]))
-    peak = float(x[p])
-    bad = _bad(direction, "down")
-    f = Finding(series=series, metric=metric, attributes=attrs, kind="collapse", direction="down",
-                first_step=int(s[a]), last_step=int(s[b]), peak_step=int(s[p]), peak_value=peak, baseline=h, scale=h_scale,
-                z=(peak - h) / h_scale, magnitude=peak / h if peak >= 0 else (peak - h) / h_scale,
-                severity=_severity("collapse", bad, attrs, unit), bad=bad)
-    f.detail = (_describe(f) + f" (against the median of the first {len(head)} logged values; the last window's "
-                f"median is {format_number(e)})")
-    return f
-
-
-def _drift(s: np.ndarray, x: np.ndarray, chunks: list[np.ndarray], findings: Sequence[Finding], series: str, metric: str,
-           attrs: dict[str, str], direction: str | None, unit: str, min_change: float, typical: float, scale_floor: float,
-           cfg: DetectorConfig) -> Finding | None:
-    """A slow, lasting change: the median of each window against the first window's, on a log scale
-    for positive series (a KL going 4e-4 -> 0.05 and an entropy halving are alike there). The last
-    two windows must both have moved, by more than the metric's floor and than the windows' own noise."""
-    w = min(len(c) for c in chunks)
-    meds = np.array([float(np.median(x[c])) for c in chunks])
-    log = bool(np.all(x >= 0.0) and np.all(meds > 0.0))
-    if log:
-        t = np.log(meds)
-        spreads = []
-        for c in chunks:
-            v = x[c][x[c] > 0]
-            lv = np.log(v) if v.size else np.zeros(1)
-            spreads.append(MAD_TO_SIGMA * float(np.median(np.abs(lv - np.median(lv)))))
-        need = math.log(cfg.drift_ratio)
-    else:
-        t = meds
-        spreads = [max(MAD_TO_SIGMA * float(np.median(np.abs(x[c] - np.median(x[c])))), scale_floor) for c in chunks]
-        need = max(cfg.drift_relative * typical, min_change, scale_floor)
-    noise = float(np.median(spreads))
-    need = max(need, cfg.drift_se * math.sqrt(2.0) * median_se(noise, w))
-    d = t - t[0]
-    sign = 1.0 if d[-1] > 0 else -1.0
-    m0, m1 = float(meds[0]), float(meds[-1])
-    if not (sign * d[-1] >= need and sign * d[-2] >= need) or abs(m1 - m0) < max(min_change, scale_floor):
-        return None
-    sign_text = "up" if sign > 0 else "down"
-    if _explained(findings, sign_text):
-        return None
-    k0 = next(j for j in range(1, len(chunks)) if np.all(sign * d[j:] >= need / 2.0))
-    far = int(np.argmax(sign * d))
-    last = chunks[-1]
-    bad = _bad(direction, sign_text)
-    stat = attrs.get(A.RL_STATISTIC)
-    # a slower stage as outputs grow is a cost, and a batch's extreme or spread is context
-    quiet = stat in _SPREAD_STATISTICS or stat in _EXTREME_STATISTICS or _is_performance(unit)
-    spread_lin = max(MAD_TO_SIGMA * float(np.median(np.abs(x[chunks[0]] - m0))), scale_floor)
-    f = Finding(series=series, metric=metric, attributes=attrs, kind="drift", direction=sign_text,
-                first_step=int(s[chunks[k0][0]]), last_step=int(s[-1]), peak_step=int(s[last[len(last) // 2]]), peak_value=m1,
-                baseline=m0, scale=spread_lin, z=(m1 - m0) / spread_lin,
-                magnitude=m1 / m0 if m0 > 0 and m1 >= 0 else (m1 - m0) / spread_lin,
-                severity="warning" if bad and not quiet else "info", bad=bad, count=len(chunks))
-    f.detail = _describe(f)
-    if far not in (0, len(chunks) - 1) and abs(float(meds[far]) - m0) > 1.5 * abs(m1 - m0):
-        f.detail += (f"; it went furthest around step {int(s[chunks[far][len(chunks[far]) // 2]])} "
-                     f"(window median {format_number(float(meds[far]))})")
-    return f
-
-
-def format_number(value: float) -> str:
-    if value == 0 or not math.isfinite(value):
-        return str(value)
-    magnitude = abs(value)
-    if magnitude >= 1e5 or magnitude < 1e-3:
-        return f"{value:.3g}"
-    return f"{value:.4g}"
-
-
-def _describe(f: Finding) -> str:
-    if f.kind == "periodic":
-        return (f"every {f.period:g} steps the value goes {f.direction} (x{f.magnitude:.3g} of the baseline, {f.count} times "
-                f"from step {f.first_step} to {f.last_step}): a schedule (checkpointing, validation), not an anomaly")
-    if f.kind == "pinned-at-limit":
-        return f"sits at {format_number(f.limit or 0.0)} on {f.count} logged steps (steps {f.first_step}-{f.last_step})"
-    span = f"step {f.first_step}" if f.first_step == f.last_step else f"steps {f.first_step}-{f.last_step}"
-    if f.kind == "threshold":
-        side = "above" if f.direction == "up" else "below"
-        text = (f"{side} the danger threshold {format_number(f.limit or 0.0)} at {span} ({f.count} logged point(s)): "
-                f"{'peak' if f.direction == 'up' else 'lowest'} {format_number(f.peak_value)} at step {f.peak_step}, "
-                f"{format_number(f.baseline)} at the other steps")
-        text += f"; back past the threshold at step {f.recovered_step}" if f.recovered_step is not None else \
-            "; still past it at the end of the log"
-        return text + (f". {f.why[0].upper()}{f.why[1:]}" if f.why else "")
-    change = f"x{f.magnitude:.3g}" if f.baseline > 0 and f.peak_value >= 0 else f"{f.z:+.1f} scales"
-    if f.kind == "drift":
-        return (f"drift {f.direction} from step {f.first_step} to the end of the log (step {f.last_step}): the median of "
-                f"the last of {f.count} windows is {format_number(f.peak_value)} against {format_number(f.baseline)} in the first ({change})")
-    text = f"{f.kind} {f.direction} at {span}: peak {format_number(f.peak_value)} at step {f.peak_step} vs baseline {format_number(f.baseline)} ({change}, z {f.z:+.1f})"
-    if f.recovered_step is not None:
-        text += f"; back near the baseline at step {f.recovered_step}"
-    else:
-        text += "; not back to the baseline by the end of the log"
-    if f.limit is not None:
-        text += f"; past the danger threshold {format_number(f.limit)}" + (f" ({f.why})" if f.why else "")
-    return text
 
 
 def _nonfinite(s: np.ndarray, v: np.ndarray, finite: np.ndarray, series: str, metric: str, attrs: dict[str, str],
@@ -640,7 +349,7 @@ def _pinned(s: np.ndarray, x: np.ndarray, series: str, metric: str, attrs: dict[
                                    "the generation length limit" if length_like else "its maximum, 1"))
     low = float(x.min())
     at_low = x == low
-    if (direction == "higher" and not constant and attrs.get(A.RL_STATISTIC) in _LEVEL_STATISTICS
+    if (direction == "higher" and not constant and attrs.get(A.RL_STATISTIC) in LEVEL_STATISTICS
             and bool(at_low[-1]) and int(at_low.sum()) >= max(need, int(math.ceil(0.5 * n)))):
         # A score that sits exactly at its lowest value for most of the run, to the end: nothing
         # scores above the floor any more (every answer wrong, or only the format reward left).
@@ -702,6 +411,6 @@ def _periodic(s: np.ndarray, x: np.ndarray, med: np.ndarray, scale: np.ndarray, 
                     scale=float(np.median(scale[on_grid])), z=float(np.median(z[on_grid])),
                     magnitude=float(np.nanmedian(ratios)) if not np.all(np.isnan(ratios)) else float(np.median(z[on_grid])),
                     severity="info", bad=None, period=step_period, count=int(on_grid.size))
-        f.detail = _describe(f)
+        f.detail = describe(f)
         return [f], grid
     return [], empty

@@ -17,14 +17,13 @@ from typing import Any
 
 import pytest
 import yaml
+from alert_tools import REPO, RuleTools
 
 import otel_rl.ops.alerts as _alerts
 from otel_rl.cli import alerts as alerts_cli
 from otel_rl.codegen.generate import differences, prometheus_name
 from otel_rl.semconv import ENUM_MEMBERS, METRICS
 from otel_rl.semconv import attributes as A
-
-from alert_tools import REPO, RuleTools
 
 RULES = REPO / _alerts.RULES_PATH
 GRAFANA = REPO / _alerts.GRAFANA_PATH

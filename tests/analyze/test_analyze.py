@@ -8,11 +8,11 @@ import random
 from pathlib import Path
 
 import pytest
-from shared_files import LOGS, needs_shared_logs
 import yaml
+from shared_files import LOGS, needs_shared_logs
 
-from otel_rl.detect.detectors import load_rules, parse_rules
 from otel_rl.analyze import add_cli, analyze
+from otel_rl.detect.detectors import load_rules, parse_rules
 from otel_rl.semconv import metrics as M
 
 AAIPL = LOGS / "trl_grpo_aaipl_checkpoint-500_trainer_state.json"

@@ -10,10 +10,10 @@ from __future__ import annotations
 import time
 
 import pytest
+from shared_files import LOGS, needs_shared_logs
 
 from otel_rl.analyze import analyze
 from otel_rl.replay import parse_file
-from shared_files import LOGS, needs_shared_logs
 
 pytestmark = needs_shared_logs
 

@@ -11,8 +11,8 @@ pytest.importorskip("torch")
 
 from loopback import in_loopback_namespace, rerun_in_loopback_namespace  # noqa: E402
 
-from otel_rl.runs.folder import find_step_trace, read_log_records, read_metrics, read_spans  # noqa: E402
 from otel_rl.demo import DemoConfig, run_demo  # noqa: E402
+from otel_rl.runs.folder import find_step_trace, read_log_records, read_metrics, read_spans  # noqa: E402
 from otel_rl.semconv import attributes as A  # noqa: E402
 from otel_rl.semconv import metrics as M  # noqa: E402
 from otel_rl.semconv import names as N  # noqa: E402

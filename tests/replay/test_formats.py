@@ -7,9 +7,9 @@ import math
 from pathlib import Path
 
 import pytest
+import replay_samples as samples
 from shared_files import LOGS, needs_shared_logs
 
-import replay_samples as samples
 from otel_rl.replay import FORMATS, FormatError, detect_format, parse_file
 
 SWIFT_LOG = LOGS / "swift_grpo_logging_lines_from_issues.jsonl"

@@ -8,18 +8,17 @@ import json
 from pathlib import Path
 
 import pytest
+import replay_samples as samples
 from shared_files import LOGS, needs_shared_logs
 
 import otel_rl
-import replay_samples as samples
-from otel_rl.runs.folder import read_log_records, read_metrics
 from otel_rl.replay import MARKER_FILE, add_cli, parse_file, replay_file, run_id_for
-from otel_rl.replay.progress import Progress
 from otel_rl.replay._run import parse_start
+from otel_rl.replay.progress import Progress
+from otel_rl.runs.folder import read_log_records, read_metrics
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import metrics as M
 from otel_rl.semconv import names as N
-
 
 
 @pytest.fixture(autouse=True)

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from trap_logs import Bar, Clock, Console, NpRepr, Tensor, Truth, f32, format_interval, g4, plain, spread, write_text
 
