@@ -56,7 +56,7 @@ class Plan:
 
 
 _FLOAT = {float}
-_UNPLANNED = object()
+_UNPLANNED: Any = object()  # sentinel in StepPlan | None lookups; Any so an identity check can rule it out
 _STEP_PLANS = 8  # key sets whose plans are kept
 _PLAN_TRIES = 3  # steps of a key set with a series that has no value yet, before it goes per key for good
 _FLOATS = frozenset({float, np.float64, np.float32, np.float16})
@@ -344,6 +344,7 @@ class Pipeline:
             slot[0] = value
         skipped: set[int] = set()
         if plan.histograms:
+            assert plan.histogram_values is not None  # set whenever there are histograms
             row = plan.histogram_values(floats)
             measured = self._span_measured.get(step)
             if measured:  # a stage span of this step already measured these series: NaN leaves them out

@@ -170,6 +170,7 @@ class NvmlProbe:
         nvml = self._nvml
         if not self._handles:
             return {}
+        assert nvml is not None  # start() found devices, so it kept the NVML module
         return {
             M.HW_GPU_UTILIZATION: self._observe(lambda h: nvml.nvmlDeviceGetUtilizationRates(h).gpu / 100.0),
             M.HW_GPU_MEMORY_USAGE: self._observe(lambda h: nvml.nvmlDeviceGetMemoryInfo(h).used),

@@ -88,7 +88,8 @@ def _numel(raw: Any) -> int:
     numel = getattr(raw, "numel", None)
     if callable(numel):
         try:
-            return int(numel())
+            count: Any = numel()  # torch / numpy: an int
+            return int(count)
         except Exception:
             return -1
     try:

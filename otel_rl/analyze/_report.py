@@ -148,8 +148,8 @@ def _run_section(doc: _Doc, run: RunAnalysis, heading: int) -> None:
     for chain in run.chains[:3]:
         summary.append(("divergence chain: " if chain.divergence else "chain: ") + chain.text())
     if run.alerts:
-        by_rule = Counter(a.name for a in run.alerts)
-        summary.append("online rules would have fired: " + ", ".join(f"{name} x{n}" for name, n in by_rule.items()))
+        fire_counts = Counter(a.name for a in run.alerts)
+        summary.append("online rules would have fired: " + ", ".join(f"{name} x{n}" for name, n in fire_counts.items()))
     summary.extend(f"{r.topic}: {r.action}" for r in run.recommendations[:3])
     doc.ul(summary)
 
@@ -186,8 +186,9 @@ def _run_section(doc: _Doc, run: RunAnalysis, heading: int) -> None:
     recovered = [f for f in events if f.kind not in ("pinned-at-limit",) and f.recovered_step is not None]
     lasting = [f for f in events if f.kind not in ("pinned-at-limit",) and f.recovered_step is None]
     doc.h(heading + 1, "Recoveries")
-    items = [f"{f.series}: {f.kind} at step {f.first_step}, back near its baseline at step {f.recovered_step} "
-             f"({f.recovered_step - f.first_step} steps later)" for f in recovered[:20]]
+    items = [f"{f.series}: {f.kind} at step {f.first_step}, back near its baseline at step {back} "
+             f"({back - f.first_step} steps later)"
+             for f in recovered[:20] if (back := f.recovered_step) is not None]  # all are: narrows for pyright
     items += [f"{f.series}: {f.kind} at step {f.first_step}, not back by the end of the log" for f in lasting[:20]]
     doc.ul(items) if items else doc.p("Nothing to recover from.")
 

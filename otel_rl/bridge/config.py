@@ -7,7 +7,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from otel_rl._sdk.config import read_yaml_file
 from otel_rl.trackers.fanout import KEY_STYLES, redact_tracker_kwargs
@@ -118,7 +118,7 @@ def _parse_ranks(raw: Any, source: str) -> tuple[int, ...] | None:
     items = raw if isinstance(raw, (list, tuple)) else [raw]
     if not items or not all(isinstance(r, int) and not isinstance(r, bool) and r >= 0 for r in items):
         raise ValueError(f"{source}: ranks: expected `all`, a rank (0) or a list of ranks ([0, 8]), got {raw!r}")
-    return tuple(sorted(set(items)))
+    return tuple(sorted(set(cast("list[int]", items))))  # checked above: all non-negative ints
 
 
 def parse_listen(listen: str, source: str = "listen") -> tuple[str, int]:

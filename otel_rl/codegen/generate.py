@@ -140,7 +140,8 @@ def render(registry: Registry, mappings: list[dict[str, Any]], templates_dir: Pa
     metric_ctx = []
     for g in metric_groups:
         name = g.metric_name or ""
-        danger = g.otel_rl.get("danger") if isinstance(g.otel_rl.get("danger"), dict) else {}
+        danger_note = g.otel_rl.get("danger")
+        danger: dict[str, Any] = danger_note if isinstance(danger_note, dict) else {}
         attributes = ", ".join(f"{r.id} ({r.requirement_level})" for r in g.attributes) or "none"
         doc = f"{g.brief}\n\nInstrument: {g.instrument}\nUnit: {g.unit}\nAttributes: {attributes}"
         if g.note:

@@ -79,7 +79,7 @@ class StepStats:
         self._deferred.append(item)
 
     def _queue_on_device(self, value: Any) -> tuple:
-        torch = T.torch_module()
+        torch = T.loaded_torch()
         value = value.detach()
         key = value.device
         dtype = torch.float32 if key.type == "mps" else torch.float64
@@ -129,10 +129,9 @@ class StepStats:
         return len(host)
 
     def _read_devices(self) -> dict[Any, np.ndarray]:
-        torch = T.torch_module()
         host: dict[Any, np.ndarray] = {}
-        for key, parts in self._device_parts.items():
-            flat = parts[0] if len(parts) == 1 else torch.cat(parts)
+        for key, parts in self._device_parts.items():  # device parts exist only where torch does
+            flat = parts[0] if len(parts) == 1 else T.loaded_torch().cat(parts)
             host[key] = flat.cpu().numpy()  # the one transfer for this device
             self.transfers += 1
         self._device_parts, self._device_sizes = {}, {}

@@ -21,6 +21,13 @@ def torch_module() -> Any | None:
     return sys.modules.get("torch")
 
 
+def loaded_torch() -> Any:
+    """The program's torch where a torch tensor in hand (or a checked flag) shows it was imported."""
+    torch = torch_module()
+    assert torch is not None, "torch is not imported"
+    return torch
+
+
 def is_torch(x: Any) -> bool:
     torch = torch_module()
     return torch is not None and isinstance(x, torch.Tensor)
@@ -63,7 +70,7 @@ def nan_inf_counts(x: Any) -> tuple[Any, Any]:
         return 0, 0
     if is_torch(x):
         x = x.detach()
-        torch = torch_module()
+        torch = loaded_torch()
         count = torch.int32 if x.numel() < 2**31 else torch.int64  # int32 sums are cheaper where they fit
         return x.isnan().sum(dtype=count), x.isinf().sum(dtype=count)
     a = host_array(x)
@@ -75,7 +82,7 @@ def total(x: Any) -> Any:
     if is_torch(x):
         x = x.detach()
         if x.is_floating_point() and x.element_size() < 4:
-            return x.sum(dtype=torch_module().float32)  # a float16 sum of a large mask overflows
+            return x.sum(dtype=loaded_torch().float32)  # a float16 sum of a large mask overflows
         return x.sum()
     return float(host_array(x).sum(dtype=np.float64))
 
@@ -85,7 +92,7 @@ def row_sums(x: Any) -> Any:
     if is_torch(x):
         x = x.detach()
         if x.is_floating_point() and x.element_size() < 4:
-            return x.sum(-1, dtype=torch_module().float32)
+            return x.sum(-1, dtype=loaded_torch().float32)
         return x.sum(-1)
     return host_array(x).sum(-1, dtype=np.float64)
 
@@ -121,7 +128,7 @@ def checksum(x: Any) -> Any:
     if numel(x) == 0:
         return 0.0
     if is_torch(x):
-        torch = torch_module()
+        torch = loaded_torch()
         x = x.detach()
         m = x.reshape(x.shape[0] if x.dim() else 1, -1).to(_float64(x))
         ones, cols = _weights(m.shape[1], m)
@@ -138,7 +145,7 @@ def _weights(n: int, like: Any) -> tuple[Any, Any]:
     key = (like.device, like.dtype, n)
     found = _weights_cache.get(key)
     if found is None:
-        torch = torch_module()
+        torch = loaded_torch()
         if len(_weights_cache) > 64:
             _weights_cache.clear()
         found = _weights_cache[key] = (torch.ones(n, dtype=like.dtype, device=like.device),
@@ -148,5 +155,5 @@ def _weights(n: int, like: Any) -> tuple[Any, Any]:
 
 def _float64(x: Any) -> Any:
     """float64, except on devices that lack it (Apple MPS), where float32 is the widest."""
-    torch = torch_module()
+    torch = loaded_torch()
     return torch.float32 if x.device.type == "mps" else torch.float64

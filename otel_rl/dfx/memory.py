@@ -51,6 +51,7 @@ def fragmentation(
         allocated, reserved, device = cuda.memory_allocated(index), cuda.memory_reserved(index), index
     if not reserved:
         return None
+    assert allocated is not None  # given, or read from torch.cuda above
     ratio = 1.0 - float(allocated) / float(reserved)
     stats.record(M.RL_GPU_MEMORY_FRAGMENTATION, ratio, _attrs(stage=stage, device=device))
     return ratio

@@ -364,7 +364,7 @@ class StepTimeline:
 
 def _union_length(intervals: list[tuple[float, float]], lo: float | None, hi: float | None) -> float:
     clipped = sorted((max(s, lo) if lo is not None else s, min(e, hi) if hi is not None else e) for s, e in intervals)
-    covered, cur_start, cur_end = 0.0, None, None
+    covered, cur_start, cur_end = 0.0, 0.0, None  # cur_start is read only once cur_end is set
     for s, e in clipped:
         if e <= s:
             continue

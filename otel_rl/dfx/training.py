@@ -113,7 +113,7 @@ class ComputeTimer:
         if name not in _OPS:
             raise ValueError(f"compute op {name!r} is not one of {_OPS}")
         if self.use_events:
-            torch = T.torch_module()
+            torch = T.loaded_torch()
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             try:

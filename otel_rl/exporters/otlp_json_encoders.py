@@ -78,7 +78,7 @@ _COMPACT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, check_cir
 try:  # orjson formats floats ~20x faster than json (shortest round-trip digits, "1e-5" for "1e-05")
     import orjson
 
-    def _dumps(tree: Any) -> str:
+    def _dumps(tree: Any, /) -> str:  # positional-only, as JSONEncoder.encode is called
         return orjson.dumps(tree).decode()
 
     _ENCODE_ERRORS: tuple[type[Exception], ...] = (orjson.JSONEncodeError,)

@@ -518,7 +518,7 @@ class HFCallbackMixin:
     def _run_last(self, trainer: Any) -> None:
         """See every log after the other callbacks: ms-swift's progress callback, added after the
         user's, adds its keys (global_step/max_steps, train_speed(s/it), ...) to the same dict."""
-        handler = getattr(trainer, "callback_handler", None)
+        handler: Any = getattr(trainer, "callback_handler", None)
         callbacks = getattr(handler, "callbacks", None)
         if isinstance(callbacks, list) and callbacks and callbacks[-1] is not self and any(c is self for c in callbacks):
             # A new list: transformers is iterating over the old one right now.

@@ -282,7 +282,7 @@ def memory_timeline(m: Metrics) -> Board:
 
 
 def training_stability(m: Metrics) -> Board:
-    full = dict(w=24, h=6)
+    full: dict[str, Any] = dict(w=24, h=6)
     R = A.RlStatisticValues
     clip_stat = match(STAT, one_of((R.MEAN,)) + "|")  # the mean where a statistic is given, else the value
     return Board("training-stability", "otel-rl / Training stability",

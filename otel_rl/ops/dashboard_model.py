@@ -113,7 +113,7 @@ class Board:
     slug: str
     title: str
     description: str
-    items: list[Panel | Row]
+    items: Sequence[Panel | Row]
     tags: tuple[str, ...] = ()
     cursor_sync: int = 1  # 1: shared crosshair, 2: shared tooltip
 

@@ -28,7 +28,7 @@ import os
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from otel_rl._sdk.keys import TRANSFORMS
 from otel_rl.replay._checks import check_parse, settle_steps
@@ -168,7 +168,7 @@ def _read_trl_state(path: Path, text: str, out: ParsedLog) -> None:
             apply_settings(out, hf_settings(whole), "trainer_state.json")
             out.settings.update({k: whole[k] for k in _STATE_SETTINGS if whole.get(k) is not None and k not in out.settings})
     except ValueError as exc:
-        out.problems.append(Problem(name, line_of(starts, exc.pos) if hasattr(exc, "pos") else 1,
+        out.problems.append(Problem(name, line_of(starts, exc.pos) if isinstance(exc, json.JSONDecodeError) else 1,
                                     "the file is not complete JSON (truncated?); log entries before the break are read"))
     pos = text.find("[", key_at)
     if pos < 0:
@@ -189,7 +189,7 @@ def _read_trl_state(path: Path, text: str, out: ParsedLog) -> None:
             # Resynchronise on the next entry that starts at this one's indentation.
             indent = pos - starts[line - 1]
             nxt = re.compile(r"\n" + r"[ \t]" * indent + r"\{").search(text, pos + 1)
-            out.problems.append(Problem(name, line, f"log_history entry is not valid JSON ({exc.msg})"))
+            out.problems.append(Problem(name, line, f"log_history entry is not valid JSON ({cast(json.JSONDecodeError, exc).msg})"))
             if nxt is None:
                 break
             pos = nxt.start() + 1

@@ -215,7 +215,7 @@ def _interval(run: _Run) -> tuple[int | None, str, list[str]]:
     guessed = False
     if not per_epoch and run.header.get("num_epochs") and total and "max_steps" in run.header:
         per_epoch, guessed = total / float(run.header["num_epochs"]), True
-    epochs = [v.get("epoch") for _, v in run.train]
+    epochs: list[Any] = [v.get("epoch") for _, v in run.train]  # numbers once checked below
     if per_epoch and all(isinstance(e, (int, float)) for e in epochs) and epochs[-1] > 0 and not (guessed and candidates):
         estimate = (float(epochs[-1]) * float(per_epoch) - start) / n
         whole = round(estimate)
@@ -300,8 +300,9 @@ def read_hf_console(path: Path, text: str, out: ParsedLog, segment: int | None =
         out.notes.append(f"this file holds {len(groups)} training runs ({parts}); reading run {chosen.index} "
                          "(--segment N reads another)")
     header = {k: v for k, v in chosen.header.items()}
-    if chosen.total() and "max_steps" not in header:
-        header["max_steps"] = chosen.total()
+    planned_steps = chosen.total()
+    if planned_steps and "max_steps" not in header:
+        header["max_steps"] = planned_steps
     apply_settings(out, header, f"the training header at line {chosen.header_line}" if chosen.header_line else "the training bar")
     if chosen.summary is not None:
         out.settings["train_runtime"] = chosen.summary.get(_SUMMARY_KEY)

@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from otel_rl.runs.folder import Problem
 
@@ -187,7 +187,7 @@ def json_lines(name: str, text: str, out: ParsedLog) -> Iterator[tuple[int, str,
         try:
             obj = json.loads(line)
         except ValueError as exc:
-            out.problems.append(Problem(name, number, f"not JSON ({exc.msg}): {short(line)}"))
+            out.problems.append(Problem(name, number, f"not JSON ({cast(json.JSONDecodeError, exc).msg}): {short(line)}"))
             continue
         yield number, line, obj
 

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from opentelemetry.sdk.resources import SERVICE_INSTANCE_ID
 
@@ -161,7 +161,7 @@ def replay_file(
     """
     import otel_rl
 
-    out = out if out is not None else sys.stdout
+    out = out if out is not None else cast(IO[str], sys.stdout)  # typeshed: TextIO | MaybeNone
     p = Path(path)
     start_ns = parse_start(start_time)
     if not step_seconds > 0:

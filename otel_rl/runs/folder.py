@@ -26,7 +26,7 @@ import json
 import os
 import re
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from otel_rl.exporters.files import LOGS_FILE, METRICS_FILE, TRACES_FILE, rank_file_name
 from otel_rl.runs.otlp_json_decode import (
@@ -114,7 +114,7 @@ def _read_file(path: str, top_key: str, decode_request: Callable[[Mapping[str, A
         try:
             obj = json.loads(text)
         except ValueError as error:
-            reason = "truncated JSON" if not text.endswith("\n") else f"not JSON ({error.msg})"
+            reason = "truncated JSON" if not text.endswith("\n") else f"not JSON ({cast(json.JSONDecodeError, error).msg})"
             result.problems.append(Problem(base, number, reason))
             continue
         if not isinstance(obj, dict) or top_key not in obj:

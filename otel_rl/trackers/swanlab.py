@@ -60,7 +60,7 @@ class SwanlabTracker(Tracker):
         import swanlab
 
         env_mode = os.environ.get("SWANLAB_MODE")
-        mode = self.mode or _MODE_ALIASES.get(env_mode, env_mode) or "online"  # SwanLab's default
+        mode = self.mode or (_MODE_ALIASES.get(env_mode, env_mode) if env_mode else None) or "online"  # SwanLab's default
         if self.settings["login_kwargs"] and mode == "online":
             # save=False: in memory only, never written to SwanLab's .netrc. The kwargs are read
             # inside the lambda so no frame that outlives a failure holds the key.
