@@ -17,8 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
 from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.logs.v1 import logs_pb2
@@ -27,6 +25,7 @@ from otlp_sink import OtlpSink
 import otel_rl
 import otel_rl.runs.push as _push
 from otel_rl._sdk.config import resolve_config
+from otel_rl._sdk.otlp_settings import OtlpSettings
 from otel_rl._sdk.providers import open_spool
 from otel_rl._sdk.spool import BACKEND_REJECTED, LOGS, SEGMENT_SUFFIX, SPOOL_FULL, TRACES, Spool, SpoolBusy, transport_for
 from otel_rl.semconv import attributes as A
@@ -55,7 +54,7 @@ def received_indices(sink: OtlpSink) -> list[int]:
 
 
 def log_transport(endpoint: str) -> Any:
-    return transport_for(OTLPLogExporter(endpoint=f"{endpoint}/v1/logs", timeout=2), LOGS)
+    return transport_for(OtlpSettings(LOGS, "http/protobuf", f"{endpoint}/v1/logs", timeout_s=2))
 
 
 def segments(folder: Path) -> list[Path]:
@@ -125,7 +124,7 @@ def test_a_collector_refusing_data_drops_it_counted_but_unavailable_is_retried(t
     with OtlpSink(status=status) as sink:
         spool = Spool(tmp_path / "spool", 2**20)
         spool.attach(LOGS, log_transport(sink.endpoint))
-        spool.attach(TRACES, transport_for(OTLPSpanExporter(endpoint=f"{sink.endpoint}/v1/traces"), TRACES))
+        spool.attach(TRACES, transport_for(OtlpSettings(TRACES, "http/protobuf", f"{sink.endpoint}/v1/traces")))
         for k in range(5):
             spool.append(LOGS, log_request(k, 1), 1)
         spool.append(TRACES, log_request(0, 1), 7)  # refused with 400 whatever it holds

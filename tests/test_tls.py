@@ -123,6 +123,23 @@ def test_otlp_http_over_tls_with_a_ca_file_and_an_auth_header(pki: Pki, secret: 
         assert all(h.get("authorization") == f"Bearer {secret}" for h in sink.received.headers)
 
 
+@pytest.mark.parametrize(("bundle_variable", "spool"), [("REQUESTS_CA_BUNDLE", True), ("CURL_CA_BUNDLE", False)])
+def test_the_otlp_ca_file_wins_over_the_requests_ca_bundle(pki: Pki, make_telemetry, monkeypatch, bundle_variable: str,
+                                                           spool: bool) -> None:
+    # Managed machines often set these; requests would let them override the collector's CA. Both
+    # ways out hold: the spool's senders and (spool off) the SDK exporters with otel-rl's session.
+    monkeypatch.setenv(bundle_variable, str(pki.other_ca))
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_CERTIFICATE", str(pki.ca))
+    if not spool:
+        monkeypatch.setenv("OTEL_RL_SPOOL_MAX_BYTES", "0")
+    with OtlpSink(tls=server_context(pki)) as sink:
+        tel = make_telemetry(endpoint=sink.endpoint, protocol="http/protobuf", exporters="otlp")
+        assert (tel._providers.spool is not None) == spool
+        train(tel)
+        tel.shutdown()
+        assert len(sink.received.events(N.RL_LOG_EVENT)) == 10 and len(sink.received.spans) == 20
+
+
 def test_otlp_grpc_over_tls_with_a_ca_file_and_auth_metadata(pki: Pki, secret: str, make_telemetry, monkeypatch) -> None:
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_CERTIFICATE", str(pki.ca))
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", f"authorization=Bearer%20{secret}")

@@ -340,7 +340,8 @@ class StampedPoints:
                                                 count=count, sum=total, bucket_counts=counts, explicit_bounds=state.bounds,
                                                 min=vmin, max=vmax)
             else:
-                point = NumberDataPoint(attributes=attributes, start_time_unix_nano=None if instrument == "gauge" else start_ns,
+                point = NumberDataPoint(attributes=attributes,  # a gauge point has no start time (as the SDK writes it)
+                                        start_time_unix_nano=None if instrument == "gauge" else start_ns,  # pyright: ignore[reportArgumentType]
                                         time_unix_nano=time_ns, value=value)
             found = points.get(metric)
             if found is None:

@@ -10,6 +10,10 @@ This module depends on the standard library and PyYAML only. It reads the genera
 ``otel_rl.semconv`` lazily (they are generated from the same YAML) and otherwise parses the YAML
 files itself; the metric and attribute names it must know before any table exists (the fallback
 metrics) are defined here once.
+
+The parts live beside this module: ``keys_transforms`` (value transforms), ``keys_rules`` (one
+compiled rule) and ``keys_mappings`` (loading and validating the YAML); their public names are
+importable from here.
 """
 
 from __future__ import annotations
@@ -23,7 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
+from otel_rl._sdk.keys_mappings import _attributes_of, load_mapping_files, load_registry_tables, validate_mappings
+from otel_rl._sdk.keys_rules import _Rule, _rule_where, _RuleError, _scalar
+from otel_rl._sdk.keys_transforms import LINEAR_TRANSFORMS, TRANSFORMS, _BoundTransform  # noqa: F401 - re-exported
 
 __all__ = [
     "DEFAULT_UNMAPPED_KEY_LIMIT",
@@ -51,136 +57,15 @@ _REASON_ATTRIBUTE = "rl.telemetry.reason"
 _STATISTIC_ATTRIBUTE = "rl.statistic"
 _OVERFLOW_REASON = "unmapped_overflow"
 _BAD_KEY_REASON = "bad_key"
-# Attributes a mapping rule must never set: rl.step is for spans/events only, rl.key is the fallback's.
-_FORBIDDEN_RULE_ATTRIBUTES = ("rl.step", "rl.key")
 
 _SEMCONV_DIR = Path(__file__).resolve().parent.parent / "semconv"
 # Resolutions kept per resolver: far above any real run's key count, low enough that a stream of
 # unique garbage keys cannot grow memory without bound (past it, resolution still works, uncached).
 _CACHE_LIMIT = 1 << 16
 
-_RULE_FIELDS = frozenset({"key", "metric", "attributes", "values", "transform", "except"})
-_NAME_RE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$")
-_FRAMEWORK_RE = re.compile(r"^[a-z][a-z0-9_]*$")
-_PLACEHOLDER_RE = re.compile(r"\{([^{}]*)\}")
 _STAT_SUFFIX_RE = re.compile(r"^(.+)@([A-Za-z0-9_.]+)$")
 _PERCENTILE_RE = re.compile(r"^p\d{1,2}(\.\d+)?$")
 _BASE_STATISTICS = frozenset({"mean", "max", "min", "std", "sum"})
-
-
-# --------------------------------------------------------------------------------------------------
-# Transforms
-
-
-def _number(value: Any) -> float:
-    if isinstance(value, str):
-        return float(value.strip())
-    return float(value)
-
-
-def _gib(value: Any) -> float:
-    return _number(value) * 1073741824.0
-
-
-def _ms(value: Any) -> float:
-    return _number(value) * 0.001
-
-
-def _percent(value: Any) -> float:
-    if isinstance(value, str):
-        text = value.strip()
-        if text.endswith("%"):
-            text = text[:-1].strip()
-        return float(text) * 0.01
-    return float(value) * 0.01
-
-
-def _inverse(value: Any) -> float:
-    number = _number(value)
-    if number == 0.0:
-        raise ValueError("cannot invert 0")
-    return 1.0 / number
-
-
-_DURATION_PART_RE = re.compile(r"(\d+(?:\.\d+)?)\s*([dhms])(?![a-z])")
-_DURATION_TEXT_RE = re.compile(r"^(?:\d+(?:\.\d+)?\s*[dhms](?![a-z])\s*)+$")
-_CLOCK_RE = re.compile(r"^(?:(\d+)\s+days?,\s*)?(\d+):(\d{1,2}):(\d{1,2}(?:\.\d+)?)$")
-_UNIT_SECONDS = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0}
-
-
-def _duration_text(value: Any) -> float:
-    """ms-swift's format_time ("4d 3h 37m 48s", "5m 18s", "36s"), "H:MM:SS" or plain seconds."""
-    if not isinstance(value, str):
-        return float(value)
-    text = value.strip()
-    if _DURATION_TEXT_RE.match(text):
-        return sum(float(n) * _UNIT_SECONDS[u] for n, u in _DURATION_PART_RE.findall(text))
-    clock = _CLOCK_RE.match(text)
-    if clock:
-        days, hours, minutes, seconds = clock.groups()
-        return int(days or 0) * 86400.0 + int(hours) * 3600.0 + int(minutes) * 60.0 + float(seconds)
-    return float(text)  # plain seconds as text; anything else raises ValueError
-
-
-def _fraction(value: Any) -> tuple[float, float | None]:
-    if isinstance(value, str):
-        parts = value.strip().split("/")
-        if len(parts) == 2:
-            return float(parts[0]), float(parts[1])
-        if len(parts) == 1:
-            return float(parts[0]), None
-        raise ValueError("not a fraction 'a/b'")
-    return float(value), None
-
-
-def _fraction_numerator(value: Any) -> float:
-    return _fraction(value)[0]
-
-
-def _fraction_denominator(value: Any) -> float:
-    denominator = _fraction(value)[1]
-    if denominator is None:
-        raise ValueError("no denominator (expected 'a/b')")
-    return denominator
-
-
-#: Value transforms a rule may name (spec: "Mapping files").
-TRANSFORMS: Mapping[str, Callable[[Any], float]] = {
-    "gib": _gib,
-    "gb": _gib,  # verl's *_gb values are bytes / 1024**3
-    "ms": _ms,
-    "percent": _percent,
-    "inverse": _inverse,
-    "duration_text": _duration_text,
-    "fraction_numerator": _fraction_numerator,
-    "fraction_denominator": _fraction_denominator,
-}
-
-
-#: The transforms that are ``float(value) * factor``: a float value's result is ``value * factor``
-#: exactly, which lets a whole step's values be converted without a call per key.
-LINEAR_TRANSFORMS: Mapping[str, float] = {"gib": 1073741824.0, "gb": 1073741824.0, "ms": 0.001, "percent": 0.01}
-
-
-class _BoundTransform:
-    """A transform bound to the key it converts, so a failure names both the key and the value."""
-
-    __slots__ = ("_fn", "__name__", "key", "factor")
-
-    def __init__(self, fn: Callable[[Any], float], name: str, key: str) -> None:
-        self._fn = fn
-        self.__name__ = name
-        self.key = key
-        self.factor: float | None = LINEAR_TRANSFORMS.get(name)  # None: not linear
-
-    def __call__(self, value: Any) -> float:
-        try:
-            return self._fn(value)
-        except Exception as exc:  # float() of odd objects raises TypeError, RuntimeError (tensors), ...
-            raise ValueError(f"transform {self.__name__!r} of key {self.key!r} cannot convert value {value!r}: {exc}") from None
-
-    def __repr__(self) -> str:
-        return f"<transform {self.__name__} of {self.key!r}>"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -197,179 +82,6 @@ class Resolution:
     framework: str | None  # framework whose rule matched; None for generic rules and fallbacks
     fallback: bool  # True for rl.unmapped / rl.telemetry.rejected
     key: str
-
-
-# --------------------------------------------------------------------------------------------------
-# Rules
-
-
-class _RuleError(ValueError):
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class _Part:
-    literal: str | None = None  # a literal piece of the key, or
-    attribute: str | None = None  # a placeholder capturing this attribute
-    allowed: frozenset[str] | None = None  # values an enum placeholder accepts (None: any segment)
-
-
-class _Rule:
-    __slots__ = (
-        "framework", "index", "line", "key", "metric", "fixed", "values", "inverse_values",
-        "transform_name", "transform", "parts", "placeholders", "pattern", "groups", "excepted",
-    )
-
-    def __init__(self, framework: str, index: int, raw: Mapping[str, Any], enum_members: Mapping[str, Iterable[str]]):
-        self.framework = framework
-        self.index = index
-        self.line = raw.get("__line__")
-        key = raw.get("key")
-        metric = raw.get("metric")
-        if not isinstance(key, str) or not key:
-            raise _RuleError("`key` must be a non-empty string")
-        if not isinstance(metric, str) or not metric:
-            raise _RuleError("`metric` must be a non-empty string")
-        self.key = key
-        self.metric = metric
-        self.fixed = {str(k): _scalar(v) for k, v in _mapping(raw.get("attributes"), "attributes").items()}
-        self.values: dict[str, dict[str, str]] = {}
-        for attr, renames in _mapping(raw.get("values"), "values").items():
-            self.values[str(attr)] = {_scalar(s): _scalar(t) for s, t in _mapping(renames, f"values.{attr}").items()}
-        self.inverse_values: dict[str, dict[str, str]] = {}
-        for attr, renames in self.values.items():
-            inverse: dict[str, str] = {}
-            for source, target in renames.items():
-                inverse.setdefault(target, source)
-            self.inverse_values[attr] = inverse
-        name = raw.get("transform")
-        if name is not None and (not isinstance(name, str) or name not in TRANSFORMS):
-            raise _RuleError(f"unknown transform {name!r} (known: {', '.join(sorted(TRANSFORMS))})")
-        self.transform_name: str | None = name
-        self.transform = TRANSFORMS[name] if name is not None else None
-        # Keys the template would match that mean something else (TRL's DPO rewards/chosen under
-        # the old GRPO rewards/{function} shape).
-        excepted = raw.get("except") or ()
-        if isinstance(excepted, str) or not all(isinstance(k, str) for k in excepted):
-            raise _RuleError("`except` must be a list of keys")
-        self.excepted = frozenset(excepted)
-        self.parts = _parse_template(key, self.values, enum_members)
-        self.placeholders = tuple(p.attribute for p in self.parts if p.attribute is not None)
-        for attr in self.placeholders:
-            if attr in self.fixed:
-                raise _RuleError(f"attribute {attr!r} is both a placeholder and a fixed attribute")
-        regex = []
-        self.groups: list[tuple[str, str]] = []
-        for part in self.parts:
-            if part.literal is not None:
-                regex.append(re.escape(part.literal))
-                continue
-            group = f"p{len(self.groups)}"
-            self.groups.append((group, part.attribute or ""))
-            if part.allowed is None:
-                regex.append(f"(?P<{group}>[^/]+)")
-            else:
-                choices = "|".join(re.escape(v) for v in sorted(part.allowed, key=lambda v: (-len(v), v)))
-                regex.append(f"(?P<{group}>{choices})")
-        self.pattern = re.compile("".join(regex))
-
-    def match(self, key: str) -> dict[str, str] | None:
-        m = self.pattern.fullmatch(key)
-        if m is None or key in self.excepted:
-            return None
-        attributes = dict(self.fixed)
-        for group, attr in self.groups:
-            captured = m.group(group)
-            attributes[attr] = self.values.get(attr, {}).get(captured, captured)
-        return attributes
-
-    def format(self, attributes: Mapping[str, str]) -> str | None:
-        """The key this rule writes for ``attributes`` (exactly its attributes), or None."""
-        if set(attributes) != set(self.fixed) | set(self.placeholders):
-            return None
-        if any(attributes[k] != v for k, v in self.fixed.items()):
-            return None
-        out = []
-        for part in self.parts:
-            if part.literal is not None:
-                out.append(part.literal)
-                continue
-            value = attributes[part.attribute or ""]
-            value = self.inverse_values.get(part.attribute or "", {}).get(value, value)
-            if not value or "/" in value or (part.allowed is not None and value not in part.allowed):
-                return None
-            out.append(value)
-        key = "".join(out)
-        # An adjacent literal can make the written key read back differently: check it does not.
-        return key if self.match(key) == dict(attributes) else None
-
-    def as_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"key": self.key, "metric": self.metric}
-        if self.fixed:
-            out["attributes"] = dict(self.fixed)
-        if self.values:
-            out["values"] = {a: dict(r) for a, r in self.values.items()}
-        if self.transform_name:
-            out["transform"] = self.transform_name
-        if self.excepted:
-            out["except"] = sorted(self.excepted)
-        return out
-
-
-def _mapping(value: Any, what: str) -> Mapping[Any, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise _RuleError(f"`{what}` must be a mapping")
-    return value
-
-
-def _scalar(value: Any) -> str:
-    if isinstance(value, bool):  # YAML `true` -> "true", as OTel writes booleans
-        return "true" if value else "false"
-    return str(value)
-
-
-def _parse_template(key: str, values: Mapping[str, Mapping[str, str]], enum_members: Mapping[str, Iterable[str]]) -> list[_Part]:
-    parts: list[_Part] = []
-    seen: set[str] = set()
-    pos = 0
-    for m in _PLACEHOLDER_RE.finditer(key):
-        literal = key[pos:m.start()]
-        if "{" in literal or "}" in literal:
-            raise _RuleError("unbalanced braces in key")
-        if literal:
-            parts.append(_Part(literal=literal))
-        body = m.group(1)
-        attr, _, modifier = body.partition(":")
-        if not _NAME_RE.match(attr):
-            raise _RuleError(f"placeholder {{{body}}} does not name an attribute")
-        if modifier not in ("", "*"):
-            raise _RuleError(f"placeholder {{{body}}}: the only modifier is ':*'")
-        if attr in seen:
-            raise _RuleError(f"placeholder {{{attr}}} appears twice")
-        seen.add(attr)
-        allowed = None
-        members = enum_members.get(attr)
-        if modifier != "*" and members:
-            allowed = frozenset(str(v) for v in members) | frozenset(values.get(attr, {}))
-        parts.append(_Part(attribute=attr, allowed=allowed))
-        pos = m.end()
-    tail = key[pos:]
-    if "{" in tail or "}" in tail:
-        raise _RuleError("unbalanced braces in key")
-    if tail:
-        parts.append(_Part(literal=tail))
-    return parts
-
-
-def _rule_where(mapping: Mapping[str, Any], index: int, raw: Any) -> str:
-    framework = mapping.get("framework")
-    file = mapping.get("__file__") or f"semconv/mappings/{framework}.yaml"
-    line = raw.get("__line__") if isinstance(raw, Mapping) else None
-    key = raw.get("key") if isinstance(raw, Mapping) else None
-    where = f"{file}:{line}" if line else str(file)
-    return f"{where}: keys[{index}]" + (f" ({key!r})" if isinstance(key, str) else "")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -545,227 +257,12 @@ class KeyResolver:
         return Resolution(_REJECTED_METRIC, ((_REASON_ATTRIBUTE, _OVERFLOW_REASON),), None, None, True, key)
 
 
-def _attributes_of(registry_metrics: Iterable[str] | Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
-    out: dict[str, tuple[str, ...]] = {}
-    if isinstance(registry_metrics, Mapping):
-        for name, definition in registry_metrics.items():
-            attrs = getattr(definition, "attributes", None)
-            if attrs is None and isinstance(definition, Mapping):
-                attrs = definition.get("attributes")
-            if attrs is None and isinstance(definition, (list, tuple, set, frozenset)):
-                attrs = definition
-            if attrs is not None:
-                out[name] = tuple(str(getattr(a, "id", a)) for a in attrs)  # ids, or refs with an .id
-    return out
-
-
 def _generated_tables() -> tuple[list[Mapping[str, Any]], Mapping[str, Any], Mapping[str, Iterable[str]]] | None:
     try:
         module = importlib.import_module("otel_rl.semconv")
     except ImportError:
         return None
-    tables = [getattr(module, name, None) for name in ("MAPPINGS", "METRICS", "ENUM_MEMBERS")]
-    if any(t is None for t in tables):
+    mappings, metrics, enums = (getattr(module, name, None) for name in ("MAPPINGS", "METRICS", "ENUM_MEMBERS"))
+    if mappings is None or metrics is None or enums is None:
         return None
-    return tables[0], tables[1], tables[2]
-
-
-# --------------------------------------------------------------------------------------------------
-# Loading YAML (with rule line numbers for messages)
-
-
-_SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when PyYAML was built with it
-
-
-class _LineLoader(_SafeLoader):  # type: ignore[misc, valid-type]
-    pass
-
-
-def _construct_rule_mapping(loader: _LineLoader, node: yaml.MappingNode) -> dict:
-    mapping = loader.construct_mapping(node, deep=True)
-    if "key" in mapping and "metric" in mapping:  # a mapping rule: remember where it is
-        mapping["__line__"] = node.start_mark.line + 1
-    return mapping
-
-
-_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_rule_mapping)
-
-
-def load_mapping_files(directory: str | Path) -> list[dict[str, Any]]:
-    """Parse ``<directory>/*.yaml``; rules carry ``__line__`` and each file ``__file__``.
-
-    Raises ValueError naming the file (and line) when one is not UTF-8 YAML."""
-    out = []
-    for path in sorted(Path(directory).glob("*.yaml")):
-        try:
-            with open(path, encoding="utf-8") as fh:
-                data = yaml.load(fh, Loader=_LineLoader)  # noqa: S506 - a safe loader
-        except UnicodeDecodeError as exc:
-            raise ValueError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
-            raise ValueError(f"{where}: not valid YAML: {getattr(exc, 'problem', None) or exc}") from None
-        if isinstance(data, dict):
-            data["__file__"] = str(path)
-        out.append(data)
-    return out
-
-
-def load_registry_tables(directory: str | Path) -> tuple[dict[str, tuple[str, ...]], set[str], dict[str, tuple[str, ...]]]:
-    """From ``registry/*.yaml``: metric name -> attribute ids, attribute ids, enum id -> member values."""
-    metrics: dict[str, tuple[str, ...]] = {}
-    attributes: set[str] = set()
-    enums: dict[str, tuple[str, ...]] = {}
-    for path in sorted(Path(directory).glob("*.yaml")):
-        with open(path, encoding="utf-8") as fh:
-            data = yaml.load(fh, Loader=_SafeLoader) or {}  # noqa: S506 - a safe loader
-        for group in data.get("groups") or ():
-            if not isinstance(group, dict):
-                continue
-            refs = []
-            for attr in group.get("attributes") or ():
-                if not isinstance(attr, dict):
-                    continue
-                if "id" in attr:
-                    attributes.add(str(attr["id"]))
-                    kind = attr.get("type")
-                    if isinstance(kind, dict) and kind.get("members"):
-                        enums[str(attr["id"])] = tuple(str(m.get("value", m.get("id"))) for m in kind["members"])
-                if "ref" in attr or "id" in attr:
-                    refs.append(str(attr.get("ref", attr.get("id"))))
-            if group.get("type") == "metric" and group.get("metric_name"):
-                metrics[str(group["metric_name"])] = tuple(refs)
-    return metrics, attributes, enums
-
-
-# --------------------------------------------------------------------------------------------------
-# Validation (used by `otel-rl semconv check`)
-
-
-def validate_mappings(
-    mappings: Iterable[Any],
-    registry_metrics: Iterable[str] | Mapping[str, Any],
-    registry_attributes: Iterable[str],
-    enum_members: Mapping[str, Iterable[str]],
-) -> list[str]:
-    """Human-readable problems of mapping files, each naming the file, rule index and line."""
-    problems: list[str] = []
-    metric_names = frozenset(registry_metrics)
-    metric_attrs = _attributes_of(registry_metrics)
-    known_attrs = frozenset(registry_attributes)
-    enums = {k: frozenset(str(v) for v in vs) for k, vs in enum_members.items()}
-    frameworks: dict[str, str] = {}
-
-    for n, mapping in enumerate(mappings):
-        if not isinstance(mapping, Mapping):
-            problems.append(f"mappings[{n}]: a mapping file must be a YAML mapping with `framework` and `keys`")
-            continue
-        framework = mapping.get("framework")
-        file = mapping.get("__file__") or f"semconv/mappings/{framework}.yaml"
-        if not isinstance(framework, str) or not _FRAMEWORK_RE.match(framework):
-            problems.append(f"{file}: `framework` must be a lowercase name, got {framework!r}")
-        elif framework in frameworks:
-            problems.append(f"{file}: framework {framework!r} is also defined in {frameworks[framework]}")
-        else:
-            frameworks[framework] = str(file)
-        if not isinstance(mapping.get("brief"), str) or not mapping.get("brief"):
-            problems.append(f"{file}: `brief` (one line saying where the keys come from) is missing")
-        extra = sorted(k for k in mapping if not str(k).startswith("__") and k not in ("framework", "brief", "keys"))
-        if extra:
-            problems.append(f"{file}: unknown top-level fields {extra}")
-        rules = mapping.get("keys")
-        if not isinstance(rules, list) or not rules:
-            problems.append(f"{file}: `keys` must be a non-empty list of rules")
-            continue
-        seen_keys: dict[str, int] = {}
-        for index, raw in enumerate(rules):
-            where = _rule_where(mapping, index, raw)
-            if not isinstance(raw, Mapping):
-                problems.append(f"{where}: a rule must be a mapping with `key` and `metric`")
-                continue
-            problems.extend(f"{where}: {p}" for p in _rule_problems(raw, metric_names, metric_attrs, known_attrs, enums))
-            key = raw.get("key")
-            if isinstance(key, str):
-                if key in seen_keys:
-                    problems.append(f"{where}: same key as keys[{seen_keys[key]}], which always wins")
-                else:
-                    seen_keys[key] = index
-    return problems
-
-
-def _rule_problems(
-    raw: Mapping[str, Any],
-    metric_names: frozenset[str],
-    metric_attrs: Mapping[str, tuple[str, ...]],
-    known_attrs: frozenset[str],
-    enums: Mapping[str, frozenset[str]],
-) -> list[str]:
-    out: list[str] = []
-    unknown = sorted(str(k) for k in raw if not str(k).startswith("__") and k not in _RULE_FIELDS)
-    if unknown:
-        out.append(f"unknown fields {unknown} (allowed: {', '.join(sorted(_RULE_FIELDS))})")
-    key, metric = raw.get("key"), raw.get("metric")
-    if not isinstance(key, str) or not key:
-        out.append("`key` must be a non-empty string")
-    if not isinstance(metric, str) or not metric:
-        out.append("`metric` must be a non-empty string")
-    elif metric not in metric_names:
-        out.append(f"unknown metric {metric!r} (not in the registry)")
-    declared = metric_attrs.get(metric) if isinstance(metric, str) else None
-
-    def check_attribute(attr: str, how: str) -> None:
-        if attr in _FORBIDDEN_RULE_ATTRIBUTES:
-            out.append(f"{how} attribute {attr!r} must not be set by a mapping rule")
-        elif attr not in known_attrs:
-            out.append(f"{how} attribute {attr!r} is not in the registry")
-        elif declared is not None and attr not in declared:
-            out.append(f"{how} attribute {attr!r} is not an attribute of metric {metric!r}")
-
-    fixed = raw.get("attributes")
-    if fixed is not None and not isinstance(fixed, Mapping):
-        out.append("`attributes` must be a mapping attribute -> value")
-        fixed = None
-    for attr, value in (fixed or {}).items():
-        check_attribute(str(attr), "fixed")
-        if str(attr) in enums and _scalar(value) not in enums[str(attr)]:
-            out.append(f"fixed attribute {attr!r}: {value!r} is not a member ({', '.join(sorted(enums[str(attr)]))})")
-
-    values = raw.get("values")
-    if values is not None and not (isinstance(values, Mapping) and all(isinstance(v, Mapping) for v in values.values())):
-        out.append("`values` must map attribute -> {captured: renamed}")
-        values = None
-
-    placeholders: list[str] = []
-    if isinstance(key, str) and key:
-        try:
-            parts = _parse_template(key, {str(a): {str(s): str(t) for s, t in r.items()} for a, r in (values or {}).items()}, {})
-        except _RuleError as exc:
-            out.append(str(exc))
-            parts = []
-        placeholders = [p.attribute for p in parts if p.attribute]
-        for attr in placeholders:
-            check_attribute(attr, "placeholder")
-            if attr in (fixed or {}):
-                out.append(f"attribute {attr!r} is both a placeholder and a fixed attribute")
-        if "//" in key or key.startswith("/") or key.endswith("/"):
-            out.append("key has an empty segment")
-
-    for attr, renames in (values or {}).items():
-        if str(attr) not in placeholders:
-            out.append(f"`values` renames {attr!r}, which is not a placeholder of the key")
-            continue
-        for source, target in renames.items():
-            if "/" in str(source) or not str(source):
-                out.append(f"`values` source {source!r} of {attr!r} cannot be one key segment")
-            if str(attr) in enums and _scalar(target) not in enums[str(attr)]:
-                out.append(f"`values` target {target!r} of {attr!r} is not a member")
-
-    excepted = raw.get("except")
-    if excepted is not None and (isinstance(excepted, str) or not isinstance(excepted, (list, tuple))
-                                 or not all(isinstance(k, str) for k in excepted)):
-        out.append("`except` must be a list of keys")
-    transform = raw.get("transform")
-    if transform is not None and (not isinstance(transform, str) or transform not in TRANSFORMS):
-        out.append(f"unknown transform {transform!r} (known: {', '.join(sorted(TRANSFORMS))})")
-    return out
+    return mappings, metrics, enums

@@ -13,7 +13,7 @@ import os
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import psutil
 from opentelemetry.metrics import CallbackOptions, Observation
@@ -171,6 +171,7 @@ class NvmlProbe:
         if not self._handles:
             return {}
         assert nvml is not None  # start() found devices, so it kept the NVML module
+        nvml = cast(Any, nvml)  # pynvml's stubs type its structs' fields as str
         return {
             M.HW_GPU_UTILIZATION: self._observe(lambda h: nvml.nvmlDeviceGetUtilizationRates(h).gpu / 100.0),
             M.HW_GPU_MEMORY_USAGE: self._observe(lambda h: nvml.nvmlDeviceGetMemoryInfo(h).used),

@@ -9,7 +9,7 @@ and logs under the driver's step. The propagators are fixed rather than taken fr
 from __future__ import annotations
 
 from collections.abc import MutableMapping
-from typing import Any
+from typing import Any, cast
 
 from opentelemetry import baggage
 from opentelemetry.baggage.propagation import W3CBaggagePropagator
@@ -43,7 +43,7 @@ def extract_context(carrier: Any) -> tuple[Context, int | None]:
         return Context(), None
     raw = baggage.get_baggage(STEP_BAGGAGE_KEY, context)
     try:
-        step = int(raw) if raw is not None else None
+        step = int(cast(Any, raw)) if raw is not None else None  # baggage values are str; anything else fails here
     except (TypeError, ValueError):
         step = None
     return context, step

@@ -10,15 +10,11 @@ from __future__ import annotations
 import inspect
 import logging
 import os
-import re
-import ssl
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
-from urllib.parse import urlsplit
+from typing import Any
 
-from opentelemetry.sdk._logs import LoggerProvider, LogRecordLimits
-from opentelemetry.sdk._logs.export import BatchLogRecordProcessor, LogRecordExporter, LogRecordExportResult
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult, MetricsData, PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
@@ -28,19 +24,20 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from otel_rl._sdk.aggregation import BulkHistograms, LatestValues, MergingMetricExporter, SeriesGuard, StampedPoints
 from otel_rl._sdk.config import TelemetryConfig
-from otel_rl.exporters.files import LOGS_FILE, METRICS_FILE, TRACES_FILE, rank_file_name
-from otel_rl._sdk.spool import (
-    LOGS,
-    METRICS,
-    TRACES,
-    Spool,
-    SpoolBusy,
-    SpoolingLogExporter,
-    SpoolingMetricExporter,
-    SpoolingSpanExporter,
-    transport_for,
+from otel_rl._sdk.otlp_settings import check_otlp_environment, resolve_otlp_settings, sdk_exporter
+from otel_rl._sdk.sdk_compat import (
+    BatchLogRecordProcessor,
+    LoggerProvider,
+    LogRecordExporter,
+    LogRecordExportResult,
+    LogRecordLimits,
+    log_encoder,
+    metric_preferences,
 )
+from otel_rl._sdk.spool import LOGS, METRICS, TRACES, Spool, SpoolBusy, transport_for
+from otel_rl._sdk.spool_exporters import SpoolingLogExporter, SpoolingMetricExporter, SpoolingSpanExporter
 from otel_rl._version import __version__
+from otel_rl.exporters.files import LOGS_FILE, METRICS_FILE, TRACES_FILE, rank_file_name
 from otel_rl.exporters.otlp_json import OtlpJsonLogExporter, OtlpJsonMetricExporter, OtlpJsonSpanExporter
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import metrics as M
@@ -110,8 +107,8 @@ class _ForkSafeLogExporter(LogRecordExporter):
 
 class _ForkSafeMetricExporter(MetricExporter):
     def __init__(self, inner: MetricExporter) -> None:
-        super().__init__(preferred_temporality=getattr(inner, "_preferred_temporality", None),
-                         preferred_aggregation=getattr(inner, "_preferred_aggregation", None))
+        temporality, aggregation = metric_preferences(inner)
+        super().__init__(preferred_temporality=temporality, preferred_aggregation=aggregation)
         self.inner = inner
         self._pid = os.getpid()
 
@@ -217,123 +214,12 @@ def open_spool(config: TelemetryConfig, latest: LatestValues | None) -> Spool | 
         return None
 
 
-_SIGNAL_WORDS = ("TRACES", "METRICS", "LOGS")
-_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an HTTP token (RFC 9110)
-
-
-def check_otlp_environment(protocol: str, endpoint: str | None, environ: Any = None) -> None:
-    """Raise a ValueError naming the variable and the fix for OTEL_EXPORTER_OTLP_* settings that the
-    SDK exporters would otherwise ignore with a log line or fail on at every export.
-
-    Header values are never shown: they usually hold credentials."""
-    environ = os.environ if environ is None else environ
-    problems: list[str] = []
-
-    def names(suffix: str) -> list[str]:
-        return [f"OTEL_EXPORTER_OTLP_{suffix}", *(f"OTEL_EXPORTER_OTLP_{s}_{suffix}" for s in _SIGNAL_WORDS)]
-
-    if endpoint:
-        parts = urlsplit(endpoint)
-        if protocol != "grpc" and (parts.scheme not in ("http", "https") or not parts.hostname):
-            problems.append(f"endpoint {endpoint!r} (endpoint= or OTEL_EXPORTER_OTLP_ENDPOINT) is not an http:// or "
-                            f"https:// URL; OTLP/HTTP needs e.g. http://collector:4318")
-    for name in names("ENDPOINT")[1:]:
-        value = environ.get(name)
-        if value and protocol != "grpc":  # gRPC also takes host:port
-            parts = urlsplit(value)
-            if parts.scheme not in ("http", "https") or not parts.hostname:
-                problems.append(f"{name}={value!r} is not an http:// or https:// URL (e.g. http://collector:4318/v1/traces)")
-    for name in names("HEADERS"):
-        value = environ.get(name)
-        if not value:
-            continue
-        entries = [e for e in value.split(",") if e.strip()]
-        bad = [i for i, e in enumerate(entries, 1) if "=" not in e or not _HEADER_NAME.match(e.split("=", 1)[0].strip())]
-        if bad:
-            problems.append(f"{name}: entr{'y' if len(bad) == 1 else 'ies'} {', '.join(map(str, bad))} of {len(entries)} "
-                            f"{'is' if len(bad) == 1 else 'are'} not name=value (the value is not shown: it may hold a "
-                            f"credential); write name1=value1,name2=value2 with each value URL-encoded")
-    for suffix, what in (("CERTIFICATE", "the PEM file of the CA that signed the collector's certificate"),
-                         ("CLIENT_CERTIFICATE", "this client's PEM certificate (mTLS)"),
-                         ("CLIENT_KEY", "this client's PEM private key (mTLS)")):
-        for name in names(suffix):
-            path = environ.get(name)
-            if not path:
-                continue
-            if not os.path.isfile(path) or not os.access(path, os.R_OK):
-                problems.append(f"{name}={path}: no such readable file; set it to {what}, or unset it")
-            elif suffix == "CERTIFICATE":
-                try:
-                    ssl.create_default_context(cafile=path)
-                except (ssl.SSLError, ValueError) as exc:
-                    problems.append(f"{name}={path}: not a PEM CA certificate ({exc}); set it to {what}")
-    for name in names("TIMEOUT"):
-        value = environ.get(name)
-        if value:
-            try:
-                ok = float(value) > 0
-            except ValueError:
-                ok = False
-            if not ok:
-                problems.append(f"{name}={value!r} is not a positive number of seconds (e.g. 10)")
-    choices = ("gzip", "deflate", "none")
-    for name in names("COMPRESSION"):
-        value = environ.get(name)
-        if value and value.strip().lower() not in choices:
-            problems.append(f"{name}={value!r} is not one of {', '.join(choices)}")
-    for name in ("OTEL_EXPORTER_OTLP_INSECURE", *(f"OTEL_EXPORTER_OTLP_{s}_INSECURE" for s in _SIGNAL_WORDS)):
-        value = environ.get(name)
-        if value and value.strip().lower() not in ("true", "false"):
-            problems.append(f"{name}={value!r} is not true or false")
-    if problems:
-        raise ValueError("otel-rl: invalid OTLP exporter settings:\n  " + "\n  ".join(problems))
-
-
 def otlp_exporters(config: TelemetryConfig) -> tuple[Any, MetricExporter, Any]:
+    """The SDK's OTLP span, metric and log exporters for ``config``'s collector (see ``otlp_settings``)."""
     check_otlp_environment(config.protocol, config.endpoint)
-    endpoint = (config.endpoint or "").rstrip("/")
-    if config.protocol == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter
-        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-
-        kwargs = {"endpoint": endpoint} if endpoint else {}
-        return OTLPSpanExporter(**kwargs), OTLPMetricExporter(**kwargs), OTLPLogExporter(**kwargs)
-    from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter as HttpLogExporter
-    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as HttpMetricExporter
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpanExporter
-
-    if not endpoint:  # the exporters read OTEL_EXPORTER_OTLP_*_ENDPOINT themselves
-        exporters = (HttpSpanExporter(), HttpMetricExporter(), HttpLogExporter())
-    else:  # the base endpoint gets the per-signal paths, as OTEL_EXPORTER_OTLP_ENDPOINT does
-        exporters = (
-            HttpSpanExporter(endpoint=f"{endpoint}/v1/traces"),
-            HttpMetricExporter(endpoint=f"{endpoint}/v1/metrics"),
-            HttpLogExporter(endpoint=f"{endpoint}/v1/logs"),
-        )
-    for exporter in exporters:
-        _prefer_otlp_certificate(exporter)
-    return exporters
-
-
-def _prefer_otlp_certificate(exporter: Any) -> None:
-    """Make OTEL_EXPORTER_OTLP_*CERTIFICATE win over REQUESTS_CA_BUNDLE / CURL_CA_BUNDLE.
-
-    The SDK puts the CA file on its requests session, but requests lets those environment
-    variables override a session's ``verify`` on every request, so with either set (common on
-    managed machines) the collector's CA is silently ignored and every export fails verification.
-    """
-    session = getattr(getattr(getattr(exporter, "_client", None), "_transport", None), "_session", None)
-    if session is None or not isinstance(getattr(session, "verify", None), str):
-        return
-    merge = session.merge_environment_settings
-
-    def merge_keeping_the_ca(url: str, proxies: Any, stream: Any, verify: Any, cert: Any) -> dict[str, Any]:
-        settings = merge(url, proxies, stream, verify, cert)
-        settings["verify"] = session.verify
-        return settings
-
-    session.merge_environment_settings = merge_keeping_the_ca
+    span, metric, log = (sdk_exporter(resolve_otlp_settings(config.protocol, config.endpoint, signal))
+                         for signal in (TRACES, METRICS, LOGS))
+    return span, metric, log
 
 
 def build_providers(config: TelemetryConfig, resource: Resource, histograms: BulkHistograms,
@@ -377,7 +263,8 @@ def build_providers(config: TelemetryConfig, resource: Resource, histograms: Bul
     spool: Spool | None = None
     if config.otlp_enabled:
         exporters = otlp_exporters(config)
-        spool = open_spool(config, latest)
+        # The spool stores what the SDK's encoders make: off (warned once) where they are not supported.
+        spool = open_spool(config, latest) if log_encoder() is not None else None
         if spool is not None:
             exporters, spool = _spooled(spool, exporters)
         # With the spool, what lies between log() and the disk obeys the same bound as the files.
@@ -389,13 +276,12 @@ def build_providers(config: TelemetryConfig, resource: Resource, histograms: Bul
 
 
 def _spooled(spool: Spool, exporters: tuple[Any, MetricExporter, Any]) -> tuple[tuple[Any, MetricExporter, Any], Spool | None]:
-    """The SDK OTLP exporters behind the spool: they become its transports, one sender thread each."""
+    """The SDK OTLP exporters behind the spool: a transport with each one's settings, one sender thread each."""
     span_exporter, metric_exporter, log_exporter = exporters
     try:
         transports = [transport_for(e, s) for e, s in ((span_exporter, TRACES), (metric_exporter, METRICS), (log_exporter, LOGS))]
-    except (TypeError, AttributeError) as exc:  # an SDK whose exporter internals moved: no spool, say so
-        logger.warning("otel-rl: the disk spool does not support this OpenTelemetry SDK's OTLP exporters (%s); "
-                       "exporting without it", exc)
+    except (TypeError, ValueError) as exc:  # exporters otel-rl did not build: no spool, say so
+        logger.warning("otel-rl: the disk spool cannot stand in for these OTLP exporters (%s); exporting without it", exc)
         spool.close()
         return exporters, None
     for transport in transports:

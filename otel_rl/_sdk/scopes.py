@@ -35,7 +35,7 @@ _FRACTION_KINDS = (A.RlMemoryKindValues.MAX_ALLOCATED.value, A.RlMemoryKindValue
 _GIB = float(2**30)  # ROLL logs memory in GiB
 
 
-def _end_span(span: Any, token: object, exc: BaseException | None) -> None:
+def _end_span(span: Any, token: Any, exc: BaseException | None) -> None:
     """Leave the span's context and end it, marking it failed when the block raised."""
     context_api.detach(token)
     if exc is not None:
