@@ -8,7 +8,7 @@ float or long tensors of 0/1 with the same shape as the values.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import torch
 
@@ -222,7 +222,7 @@ _REDUCE_MIN = ("_min", "/min")
 _REDUCE_SUM = ("actor/valid_samples", "actor/total_samples")
 
 
-def reduce_minibatch_metrics(per_minibatch: list[Mapping[str, float]]) -> dict[str, float]:
+def reduce_minibatch_metrics(per_minibatch: Sequence[Mapping[str, float]]) -> dict[str, float]:
     """Combine mini-batch metrics into one value per key for the step.
 
     max/min keys take the max/min over mini-batches, sample counts add up to the batch,

@@ -57,6 +57,7 @@ class RankContext:
                 yield
         else:
             carrier = self.broadcast(None)
-            join = getattr(tel, "join", None)
-            with join(carrier) if callable(join) else contextlib.nullcontext():
+            join: Any = getattr(tel, "join", None)
+            scope: Any = join(carrier) if callable(join) else contextlib.nullcontext()
+            with scope:
                 yield

@@ -324,7 +324,9 @@ class DemoTrainer:
                 with d.stage(tel.stage("compute_values", cluster="critic", offload=True)) as st:
                     def critic_values():
                         with torch.no_grad():
-                            return response_values(self.critic, rollout) * mask
+                            critic = self.critic
+                            assert critic is not None  # this stage runs only with a critic
+                            return response_values(critic, rollout) * mask
                     values = self._offloaded(st, self.critic_host, critic_values, with_optimizer=False)
                 logs.update(st.metrics)
                 d.after_values(values, rollout)
@@ -338,6 +340,7 @@ class DemoTrainer:
                 else:
                     rewards, reward_clip_frac = alg.clip_rewards(scores, cfg.reward_clip)
                     token_rewards = alg.token_level_rewards(rewards, mask)
+                    assert values is not None  # GAE runs only with a critic, which computed them
                     raw_adv, returns = alg.compute_gae(token_rewards, values, mask, gamma=cfg.gamma, lam=cfg.lam)
                     advantages = alg.masked_whiten(raw_adv, mask)
             logs.update(st.metrics)

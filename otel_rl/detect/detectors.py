@@ -230,7 +230,7 @@ class AlertEngine:
         now = step if step is not None else -1
         within = self.rules[r].within_steps
         states = self._states[r]
-        return all(states[c].last_true_step is not None and 0 <= now - states[c].last_true_step <= within for c in gates)
+        return all((last := states[c].last_true_step) is not None and 0 <= now - last <= within for c in gates)
 
     def _derive(self, sel: Selector, metric: str, attrs: tuple[tuple[str, str], ...], value: float,
                 current: Mapping[tuple[str, tuple[tuple[str, str], ...]], float]) -> float | None:

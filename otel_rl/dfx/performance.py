@@ -267,7 +267,7 @@ class SmActivityProbe:
             try:
                 second = nvml.nvmlGpmSampleAlloc()
                 nvml.nvmlGpmSampleGet(handle, second)
-                query = nvml.c_nvmlGpmMetricsGet_t()
+                query: Any = nvml.c_nvmlGpmMetricsGet_t()  # a ctypes struct; the stubs type its array loosely
                 query.version = nvml.NVML_GPM_METRICS_GET_VERSION
                 query.numMetrics = 1
                 query.sample1, query.sample2 = first, second

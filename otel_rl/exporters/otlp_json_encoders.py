@@ -308,6 +308,7 @@ def _trace_state(context: Any) -> str:
 def _span(span: ReadableSpan) -> dict[str, Any]:
     """One span, its fields in proto field-number order, defaults left out (as MessageToDict)."""
     context = span.get_span_context()
+    assert context is not None  # a finished SDK span always has one
     out: dict[str, Any] = {"traceId": format(context.trace_id, "032x"), "spanId": format(context.span_id, "016x")}
     state = _trace_state(context)
     if state:

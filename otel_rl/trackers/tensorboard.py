@@ -52,10 +52,10 @@ class TensorBoardTracker(Tracker):
         queue, flush_secs = self.settings["max_queue"], self.settings["flush_secs"]
         if importlib.util.find_spec("tensorboardX") is not None:
             from tensorboardX import SummaryWriter
-            from tensorboardX.proto.summary_pb2 import Summary
+            from tensorboardX.proto.summary_pb2 import Summary  # pyright: ignore[reportAttributeAccessIssue]  (generated protobuf module)
             from tensorboardX.summary import hparams as hparams_summaries
         else:
-            from tensorboard.compat.proto.summary_pb2 import Summary
+            from tensorboard.compat.proto.summary_pb2 import Summary  # pyright: ignore[reportAttributeAccessIssue]  (generated protobuf module)
             from torch.utils.tensorboard import SummaryWriter
             from torch.utils.tensorboard.summary import hparams as hparams_summaries
         self._summary, self._hparams_summaries = Summary, hparams_summaries

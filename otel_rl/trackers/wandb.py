@@ -60,7 +60,7 @@ class WandbTracker(Tracker):
         import wandb
 
         # The key stays out of this frame's locals (see Tracker.backend_call): init() reads it.
-        settings = {k: v for k, v in (self.settings["settings"] or {"console": "off"}).items() if k != "api_key"}
+        settings: dict[str, Any] = {k: v for k, v in (self.settings["settings"] or {"console": "off"}).items() if k != "api_key"}
         mode = self.settings["mode"] or os.environ.get("WANDB_MODE") or "online"
         login = bool(self._api_key()) and mode.lower() not in _NO_LOGIN_MODES  # offline: no key at all
         config = self.scrub_hparams({**(self.settings["config"] or {}), **(hparams or {})})
@@ -68,7 +68,7 @@ class WandbTracker(Tracker):
             self.dir.mkdir(parents=True, exist_ok=True)
 
         def init() -> Any:
-            credentials = {"api_key": self._api_key()} if login else {}
+            credentials: dict[str, Any] = {"api_key": self._api_key()} if login else {}
             return wandb.init(
                 project=self.settings["project"],
                 entity=self.settings["entity"],
