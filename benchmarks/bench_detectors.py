@@ -35,11 +35,16 @@ TARGETS = {"worker_with_rules_vs_without": ("<=", 1.5), "caller_with_rules_vs_wi
 
 def values_for(step: int) -> dict[str, float]:
     values = step_values()
-    values.update({
-        "actor/kl_loss": 0.02 + 0.001 * (step % 7), "actor/grad_norm": 0.8 + 0.01 * (step % 5),
-        "critic/entropy/mean": 2.0 - 0.001 * (step % 11), M.RL_RESPONSE_CLIPPED_RATIO: 0.02,
-        M.RL_STEP_TOKENS: 50_000.0 + step % 13, M.RL_STRAGGLER_MARGIN: 0.05,
-    })
+    values.update(
+        {
+            "actor/kl_loss": 0.02 + 0.001 * (step % 7),
+            "actor/grad_norm": 0.8 + 0.01 * (step % 5),
+            "critic/entropy/mean": 2.0 - 0.001 * (step % 11),
+            M.RL_RESPONSE_CLIPPED_RATIO: 0.02,
+            M.RL_STEP_TOKENS: 50_000.0 + step % 13,
+            M.RL_STRAGGLER_MARGIN: 0.05,
+        }
+    )
     return values
 
 
@@ -62,10 +67,12 @@ def run(quick: bool = False) -> dict[str, float]:
     logging.getLogger("otel_rl").setLevel(logging.ERROR)
     steps, repeats = (100, 3) if quick else (400, 5)
     tmp = Path(tempfile.mkdtemp(prefix="otel-rl-bench-det-"))
-    with_rules = otel_rl.init(service_name="bench", run_dir=str(tmp / "on"), exporters="none", console=False,
-                              framework="roll", alert_rules="default")
-    without = otel_rl.init(service_name="bench", run_dir=str(tmp / "off"), exporters="none", console=False,
-                           framework="roll", alert_rules="off")
+    with_rules = otel_rl.init(
+        service_name="bench", run_dir=str(tmp / "on"), exporters="none", console=False, framework="roll", alert_rules="default"
+    )
+    without = otel_rl.init(
+        service_name="bench", run_dir=str(tmp / "off"), exporters="none", console=False, framework="roll", alert_rules="off"
+    )
     rules = len(with_rules._alerts.rules) if with_rules._alerts is not None else 0
     for tel in (with_rules, without):  # warm the key caches and the rules' windows
         measure(tel, 50, 0)
@@ -93,9 +100,12 @@ def run(quick: bool = False) -> dict[str, float]:
     without.shutdown()
     keys = len(values_for(0))
     return {
-        "keys_per_log": float(keys), "default_rules": float(rules),
-        "caller_us_without_rules": best["off"][0] * 1e6, "caller_us_with_rules": best["on"][0] * 1e6,
-        "worker_us_without_rules": best["off"][1] * 1e6, "worker_us_with_rules": best["on"][1] * 1e6,
+        "keys_per_log": float(keys),
+        "default_rules": float(rules),
+        "caller_us_without_rules": best["off"][0] * 1e6,
+        "caller_us_with_rules": best["on"][0] * 1e6,
+        "worker_us_without_rules": best["off"][1] * 1e6,
+        "worker_us_with_rules": best["on"][1] * 1e6,
         "worker_with_rules_vs_without_end_to_end": best["on"][1] / best["off"][1],
         "caller_with_rules_vs_without": best["on"][0] / best["off"][0],
         "rules_us_per_log": direct * 1e6,
@@ -116,12 +126,18 @@ def main() -> int:
         return 0
     print(f"{result['keys_per_log']:.0f} keys per log(), {result['default_rules']:.0f} default rules")
     print(f"{'':34}{'without rules':>16}{'with rules':>14}{'ratio':>8}")
-    print(f"{'caller: log() (us)':34}{result['caller_us_without_rules']:>16.1f}{result['caller_us_with_rules']:>14.1f}"
-          f"{result['caller_with_rules_vs_without']:>8.2f}")
-    print(f"{'worker: per log() (us)':34}{result['worker_us_without_rules']:>16.1f}{result['worker_us_with_rules']:>14.1f}"
-          f"{result['worker_with_rules_vs_without']:>8.2f}")
-    print(f"the rules alone (AlertEngine.observe on the same resolved values): {result['rules_us_per_log']:.1f} us per log(), "
-          "on the telemetry worker; none on the caller")
+    print(
+        f"{'caller: log() (us)':34}{result['caller_us_without_rules']:>16.1f}{result['caller_us_with_rules']:>14.1f}"
+        f"{result['caller_with_rules_vs_without']:>8.2f}"
+    )
+    print(
+        f"{'worker: per log() (us)':34}{result['worker_us_without_rules']:>16.1f}{result['worker_us_with_rules']:>14.1f}"
+        f"{result['worker_with_rules_vs_without']:>8.2f}"
+    )
+    print(
+        f"the rules alone (AlertEngine.observe on the same resolved values): {result['rules_us_per_log']:.1f} us per log(), "
+        "on the telemetry worker; none on the caller"
+    )
     print(f"end to end, worker with rules / without: {result['worker_with_rules_vs_without_end_to_end']:.2f} (noisy)")
     for name, (op, target) in TARGETS.items():
         value = result[name]

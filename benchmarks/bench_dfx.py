@@ -54,39 +54,58 @@ def make_batch(batch: int, response_len: int, prompt_len: int, seed: int = 0) ->
     rewards = torch.randn(batch, generator=g)
     now = time.time()
     outputs = [  # vLLM RequestOutput-shaped stand-ins (V0 metrics), one completion each
-        SimpleNamespace(prompt_token_ids=range(int(p)), outputs=[SimpleNamespace(
-            token_ids=range(int(r)), finish_reason="length" if int(r) == response_len else "stop")],
-            metrics=SimpleNamespace(arrival_time=now, first_token_time=now + 0.2, last_token_time=now + 0.2 + 0.01 * int(r),
-                                    finished_time=now + 0.21 + 0.01 * int(r)))
+        SimpleNamespace(
+            prompt_token_ids=range(int(p)),
+            outputs=[SimpleNamespace(token_ids=range(int(r)), finish_reason="length" if int(r) == response_len else "stop")],
+            metrics=SimpleNamespace(
+                arrival_time=now,
+                first_token_time=now + 0.2,
+                last_token_time=now + 0.2 + 0.01 * int(r),
+                finished_time=now + 0.21 + 0.01 * int(r),
+            ),
+        )
         for p, r in zip(prompt_lens.tolist(), resp_lens.tolist())
     ]
     return {
-        "mask": mask, "attention": attention, "input_ids": input_ids, "old_logp": old_logp, "ref_logp": ref_logp,
-        "advantages": advantages, "rewards": rewards, "resp_lens": resp_lens, "prompt_lens": prompt_lens,
-        "sample_ids": torch.arange(batch), "engine_lens": resp_lens.tolist(), "outputs": outputs,
-        "versions": torch.full((batch,), 7), "response_len": response_len,
+        "mask": mask,
+        "attention": attention,
+        "input_ids": input_ids,
+        "old_logp": old_logp,
+        "ref_logp": ref_logp,
+        "advantages": advantages,
+        "rewards": rewards,
+        "resp_lens": resp_lens,
+        "prompt_lens": prompt_lens,
+        "sample_ids": torch.arange(batch),
+        "engine_lens": resp_lens.tolist(),
+        "outputs": outputs,
+        "versions": torch.full((batch,), 7),
+        "response_len": response_len,
     }
 
 
 def families(b: dict[str, Any]) -> dict[str, Callable[[dfx.StepStats, Any], None]]:
     """Each family's helpers as one step calls them. ``ctx`` holds long-lived helper objects."""
     mask, n = b["mask"], b["mask"].shape[0]
-    micro = [b["attention"][i:i + 512].sum() for i in range(0, n, 512)]
+    micro = [b["attention"][i : i + 512].sum() for i in range(0, n, 512)]
 
     def correctness(stats, ctx):
-        dfx.count_nonfinite(stats, {"old_log_probs": b["old_logp"], "ref_log_probs": b["ref_logp"],
-                                    "advantages": b["advantages"], "rewards": b["rewards"]})
+        dfx.count_nonfinite(
+            stats, {"old_log_probs": b["old_logp"], "ref_log_probs": b["ref_logp"], "advantages": b["advantages"], "rewards": b["rewards"]}
+        )
         ctx.step += 1
-        for stage, extra in (("compute_log_probs", {"old_log_probs": b["old_logp"]}),
-                             ("compute_ref_log_probs", {"ref_log_probs": b["ref_logp"]}),
-                             ("train_step", {"old_log_probs": b["old_logp"], "advantages": b["advantages"]})):
+        for stage, extra in (
+            ("compute_log_probs", {"old_log_probs": b["old_logp"]}),
+            ("compute_ref_log_probs", {"ref_log_probs": b["ref_logp"]}),
+            ("train_step", {"old_log_probs": b["old_logp"], "advantages": b["advantages"]}),
+        ):
             dfx.token_alignment(stats, stage, mask, logprobs=b["old_logp"], response_lengths=b["engine_lens"])
-            ctx.ledger.record(dfx.batch_id(ctx.step), stage, {"input_ids": b["input_ids"], "response_mask": mask, **extra},
-                              sample_ids=b["sample_ids"])
+            ctx.ledger.record(
+                dfx.batch_id(ctx.step), stage, {"input_ids": b["input_ids"], "response_mask": mask, **extra}, sample_ids=b["sample_ids"]
+            )
 
     def data_quality(stats, ctx):
-        dfx.lengths(stats, prompt_lengths=b["prompt_lens"], response_lengths=b["resp_lens"],
-                    max_response_length=b["response_len"])
+        dfx.lengths(stats, prompt_lengths=b["prompt_lens"], response_lengths=b["resp_lens"], max_response_length=b["response_len"])
         dfx.reward_distribution(stats, b["rewards"])
 
     def performance(stats, ctx):
@@ -100,13 +119,15 @@ def families(b: dict[str, Any]) -> dict[str, Callable[[dfx.StepStats, Any], None
 
     def load_balance(stats, ctx):
         per_rank = [mask[i::8].sum() for i in range(8)]  # what all_gather of each rank's token count gives
-        dfx.rank_balance(stats, tokens=per_rank, active_time=[10.0 + 0.1 * r for r in range(8)],
-                         communication_time=[1.0] * 8, step_time=12.0)
+        dfx.rank_balance(
+            stats, tokens=per_rank, active_time=[10.0 + 0.1 * r for r in range(8)], communication_time=[1.0] * 8, step_time=12.0
+        )
         dfx.queue_depth(stats, "rollout", n)
 
     def memory(stats, ctx):
-        dfx.kv_cache(stats, [{"kv_cache_usage": u, "num_gpu_blocks": 8000, "block_size": 16, "kv_bytes_per_token": 131072}
-                             for u in (0.3, 0.9, 0.6)])
+        dfx.kv_cache(
+            stats, [{"kv_cache_usage": u, "num_gpu_blocks": 8000, "block_size": 16, "kv_bytes_per_token": 131072} for u in (0.3, 0.9, 0.6)]
+        )
         dfx.comm_buffer_peak(stats, 2 * 7e9)
         dfx.fragmentation(stats, allocated=60e9, reserved=70e9, device=0)
 
@@ -131,21 +152,32 @@ def families(b: dict[str, Any]) -> dict[str, Callable[[dfx.StepStats, Any], None
         with ctx.timer.op("optimizer_step"):
             pass
         dfx.grad_norm(stats, b["rewards"].norm())
-        dfx.losses(stats, {"policy": b["rewards"][0], "kl": b["rewards"][1], "entropy": b["rewards"][2],
-                           "total": b["rewards"][3]})
+        dfx.losses(stats, {"policy": b["rewards"][0], "kl": b["rewards"][1], "entropy": b["rewards"][2], "total": b["rewards"][3]})
 
     def asynchronous(stats, ctx):
         dfx.policy_lag(stats, b["versions"], 8, max_lag=1)
 
-    return {"correctness": correctness, "data_quality": data_quality, "performance": performance,
-            "load_balance": load_balance, "memory": memory, "rollout": rollout, "reward": reward,
-            "training": training, "asynchronous": asynchronous}
+    return {
+        "correctness": correctness,
+        "data_quality": data_quality,
+        "performance": performance,
+        "load_balance": load_balance,
+        "memory": memory,
+        "rollout": rollout,
+        "reward": reward,
+        "training": training,
+        "asynchronous": asynchronous,
+    }
 
 
 def context(stats: dfx.StepStats) -> SimpleNamespace:
-    return SimpleNamespace(step=0, ledger=dfx.ShapeLedger(stats), spec=dfx.ModelSpec(7_000_000_000, 32, 4096),
-                           timer=dfx.ComputeTimer(stats, "train_step", device="cpu"),
-                           guarded=dfx.guard_reward(stats, lambda r: float(r > 10), 0.0, name="rule"))
+    return SimpleNamespace(
+        step=0,
+        ledger=dfx.ShapeLedger(stats),
+        spec=dfx.ModelSpec(7_000_000_000, 32, 4096),
+        timer=dfx.ComputeTimer(stats, "train_step", device="cpu"),
+        guarded=dfx.guard_reward(stats, lambda r: float(r > 10), 0.0, name="rule"),
+    )
 
 
 def best_ms(fn: Callable[[], None], rounds: int, between: Callable[[], None]) -> float:
@@ -158,19 +190,22 @@ def best_ms(fn: Callable[[], None], rounds: int, between: Callable[[], None]) ->
     return best * 1e3
 
 
-def run(batch: int = 4096, response_len: int = 512, prompt_len: int = 256, quick: bool = False,
-        threads: int = 1) -> dict[str, Any]:
+def run(batch: int = 4096, response_len: int = 512, prompt_len: int = 256, quick: bool = False, threads: int = 1) -> dict[str, Any]:
     rounds = 3 if quick else 10
     logging.getLogger("otel_rl").setLevel(logging.ERROR)
     torch.set_num_threads(threads)
     torch.manual_seed(0)
-    tel = otel_rl.init(service_name="bench-dfx", run_dir=tempfile.mkdtemp(prefix="otel-rl-bench-dfx-"), exporters="none",
-                       console=False)
+    tel = otel_rl.init(service_name="bench-dfx", run_dir=tempfile.mkdtemp(prefix="otel-rl-bench-dfx-"), exporters="none", console=False)
     pipeline = tel._pipeline
     b = make_batch(batch, response_len, prompt_len)
     fams = families(b)
-    out: dict[str, Any] = {"batch": batch, "response_len": response_len, "prompt_len": prompt_len,
-                           "threads": torch.get_num_threads(), "families_ms": {}}
+    out: dict[str, Any] = {
+        "batch": batch,
+        "response_len": response_len,
+        "prompt_len": prompt_len,
+        "threads": torch.get_num_threads(),
+        "families_ms": {},
+    }
 
     def drain() -> None:
         pipeline.drain()
@@ -230,16 +265,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=4096, help="samples per step (default 4096)")
     parser.add_argument("--response-len", type=int, default=512, help="padded response width (default 512)")
     parser.add_argument("--prompt-len", type=int, default=256, help="padded prompt width (default 256)")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch CPU threads (default 1: on a shared machine, multi-threaded reductions mostly "
-                             "measure waits for a free core)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch CPU threads (default 1: on a shared machine, multi-threaded reductions mostly measure waits for a free core)",
+    )
     args = parser.parse_args(argv)
     r = run(args.batch, args.response_len, args.prompt_len, quick=args.quick, threads=args.threads)
     if args.json:
         print(json.dumps(r, indent=2))
         return 0
-    print(f"DFX helpers, one step of {r['batch']} samples x {r['response_len']} response tokens "
-          f"(+{r['prompt_len']} prompt), CPU, {r['threads']} threads")
+    print(
+        f"DFX helpers, one step of {r['batch']} samples x {r['response_len']} response tokens "
+        f"(+{r['prompt_len']} prompt), CPU, {r['threads']} threads"
+    )
     for name, ms in r["families_ms"].items():
         print(f"  {name:<14} {ms:9.2f} ms")
     print(f"  {'whole step':<14} {r['step_ms']:9.2f} ms   ({r['transfers_per_step']:.0f} batched host read per step)")

@@ -46,12 +46,36 @@ def step_values(n: int = 250) -> dict[str, float]:
     """250 keys as ROLL logs them: algorithm scalars plus per-stage timing and memory keys."""
     keys = []
     stats = ("mean", "max", "min")
-    for family in ("critic/score", "critic/rewards", "critic/advantages", "critic/returns", "critic/values",
-                   "tokens/response_length", "tokens/prompt_length", "val/score"):
+    for family in (
+        "critic/score",
+        "critic/rewards",
+        "critic/advantages",
+        "critic/returns",
+        "critic/values",
+        "tokens/response_length",
+        "tokens/prompt_length",
+        "val/score",
+    ):
         keys += [f"{family}/{s}" for s in stats]
-    keys += ["actor/pg_loss", "actor/kl_loss", "actor/total_loss", "actor/approxkl", "actor/policykl", "actor/clipfrac",
-             "actor/ppo_ratio_high_clipfrac", "actor/ppo_ratio_low_clipfrac", "actor/ppo_ratio_clipfrac", "actor/lr",
-             "actor/grad_norm", "critic/lr", "critic/loss", "critic/value", "critic/vpred", "system/tps", "system/samples"]
+    keys += [
+        "actor/pg_loss",
+        "actor/kl_loss",
+        "actor/total_loss",
+        "actor/approxkl",
+        "actor/policykl",
+        "actor/clipfrac",
+        "actor/ppo_ratio_high_clipfrac",
+        "actor/ppo_ratio_low_clipfrac",
+        "actor/ppo_ratio_clipfrac",
+        "actor/lr",
+        "actor/grad_norm",
+        "critic/lr",
+        "critic/loss",
+        "critic/value",
+        "critic/vpred",
+        "system/tps",
+        "system/samples",
+    ]
     stages = ("train_step", "generate", "model_update", "compute_log_probs", "do_checkpoint", "compute_values", "compute_rewards")
     for stage in stages:
         keys += [f"time/actor_train/{stage}/{p}" for p in ("total", "execute", "onload", "offload")]
@@ -195,16 +219,26 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps({"results": results, "targets": {k: f"{op} {b}" for k, (op, b) in TARGETS.items()}, "met": ok}, indent=2))
     else:
-        print(f"log() 250 keys, caller:      {results['log_caller_us']:8.2f} us   dict loop {results['dict_loop_us']:.2f} us   "
-              f"SDK gauges {results['sdk_gauges_us']:.1f} us")
-        print(f"  ratio log / dict loop:      {results['log_vs_dict_loop']:8.2f}   (target <= 2)   {'ok' if ok['log_vs_dict_loop'] else 'MISSED'}")
-        print(f"  ratio SDK gauges / log:     {results['sdk_gauges_vs_log']:8.1f}   (target >= 20)  {'ok' if ok['sdk_gauges_vs_log'] else 'MISSED'}")
+        print(
+            f"log() 250 keys, caller:      {results['log_caller_us']:8.2f} us   dict loop {results['dict_loop_us']:.2f} us   "
+            f"SDK gauges {results['sdk_gauges_us']:.1f} us"
+        )
+        print(
+            f"  ratio log / dict loop:      {results['log_vs_dict_loop']:8.2f}   (target <= 2)   {'ok' if ok['log_vs_dict_loop'] else 'MISSED'}"
+        )
+        print(
+            f"  ratio SDK gauges / log:     {results['sdk_gauges_vs_log']:8.1f}   (target >= 20)  {'ok' if ok['sdk_gauges_vs_log'] else 'MISSED'}"
+        )
         print(f"  worker, off-thread:         {results['log_worker_us_per_step']:8.1f} us per step")
-        print(f"4096-value distribution:     {results['distribution_4096_ms']:8.3f} ms   (caller {results['distribution_caller_us']:.1f} us + "
-              f"binning {results['distribution_binning_us']:.1f} us; SDK one call per value {results['sdk_histogram_4096_ms']:.2f} ms)"
-              f"   (target <= 1 ms) {'ok' if ok['distribution_4096_ms'] else 'MISSED'}")
+        print(
+            f"4096-value distribution:     {results['distribution_4096_ms']:8.3f} ms   (caller {results['distribution_caller_us']:.1f} us + "
+            f"binning {results['distribution_binning_us']:.1f} us; SDK one call per value {results['sdk_histogram_4096_ms']:.2f} ms)"
+            f"   (target <= 1 ms) {'ok' if ok['distribution_4096_ms'] else 'MISSED'}"
+        )
         print(f"stage span:                  {results['stage_span_us']:8.2f} us   bare SDK span {results['bare_span_us']:.2f} us")
-        print(f"  ratio stage / bare span:    {results['stage_vs_bare_span']:8.2f}   (target <= 1.5) {'ok' if ok['stage_vs_bare_span'] else 'MISSED'}")
+        print(
+            f"  ratio stage / bare span:    {results['stage_vs_bare_span']:8.2f}   (target <= 1.5) {'ok' if ok['stage_vs_bare_span'] else 'MISSED'}"
+        )
     return 0
 
 

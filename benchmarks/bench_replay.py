@@ -31,11 +31,30 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from otel_rl.replay import parse_file, replay_file  # noqa: E402
 
 TARGET_POINTS_PER_S = 100_000
-KEYS = ["loss", "grad_norm", "learning_rate", "kl", "reward", "reward_std", "frac_reward_zero_std",
-        "rewards/Format/mean", "rewards/Format/std", "completions/mean_length", "completions/min_length",
-        "completions/max_length", "completions/clipped_ratio", "entropy/mean", "entropy/max", "entropy/min",
-        "clip_ratio/low_mean", "clip_ratio/low_min", "clip_ratio/high_mean", "clip_ratio/high_max",
-        "clip_ratio/region_mean", "epoch"]
+KEYS = [
+    "loss",
+    "grad_norm",
+    "learning_rate",
+    "kl",
+    "reward",
+    "reward_std",
+    "frac_reward_zero_std",
+    "rewards/Format/mean",
+    "rewards/Format/std",
+    "completions/mean_length",
+    "completions/min_length",
+    "completions/max_length",
+    "completions/clipped_ratio",
+    "entropy/mean",
+    "entropy/max",
+    "entropy/min",
+    "clip_ratio/low_mean",
+    "clip_ratio/low_min",
+    "clip_ratio/high_mean",
+    "clip_ratio/high_max",
+    "clip_ratio/region_mean",
+    "epoch",
+]
 
 _SINK = r"""
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -62,9 +81,20 @@ def write_logs(folder: Path, steps: int) -> dict[str, Path]:
     swift = folder / "logging.jsonl"
     with open(swift, "w") as f:
         for s, v in data:
-            f.write(json.dumps({**v, "global_step/max_steps": f"{s}/{steps}", "elapsed_time": f"{s // 60}m {s % 60}s",
-                                "memory(GiB)": 55.3, "train_speed(iter/s)": 0.1, "percentage": f"{s / steps * 100:.2f}%",
-                                "remaining_time": "1h 0m 0s"}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        **v,
+                        "global_step/max_steps": f"{s}/{steps}",
+                        "elapsed_time": f"{s // 60}m {s % 60}s",
+                        "memory(GiB)": 55.3,
+                        "train_speed(iter/s)": 0.1,
+                        "percentage": f"{s / steps * 100:.2f}%",
+                        "remaining_time": "1h 0m 0s",
+                    }
+                )
+                + "\n"
+            )
     files["swift"] = swift
     state = folder / "trainer_state.json"
     state.write_text(json.dumps({"log_history": [{**v, "step": s} for s, v in data], "max_steps": steps}, indent=2))
@@ -88,8 +118,10 @@ def write_logs(folder: Path, steps: int) -> dict[str, Path]:
     roll = folder / "roll.log"
     with open(roll, "w") as f:
         for s, v in data:
-            f.write(f"[2025-06-01 10:{s // 60 % 60:02d}:{s % 60:02d},000] [tracking.py (112)] [INFO] metrics_tag: "
-                    f"{json.dumps({'step': s, 'metrics': v})}\n")
+            f.write(
+                f"[2025-06-01 10:{s // 60 % 60:02d}:{s % 60:02d},000] [tracking.py (112)] [INFO] metrics_tag: "
+                f"{json.dumps({'step': s, 'metrics': v})}\n"
+            )
     files["roll-stdout"] = roll
     return files
 
@@ -106,16 +138,21 @@ def measure(files: dict[str, Path], work: Path, otlp: bool) -> list[dict[str, ob
             t0 = time.perf_counter()
             parsed = parse_file(path)
             parse_s = time.perf_counter() - t0
-            row: dict[str, object] = {"format": fmt, "steps": len(parsed.records), "points": parsed.points,
-                                      "parse_points_per_s": parsed.points / parse_s}
+            row: dict[str, object] = {
+                "format": fmt,
+                "steps": len(parsed.records),
+                "points": parsed.points,
+                "parse_points_per_s": parsed.points / parse_s,
+            }
             modes = [("pipeline", {"exporters": "none"}), ("run_folder", {"exporters": "file"})]
             if endpoint:
                 modes.append(("otlp_http", {"endpoint": endpoint, "protocol": "http/protobuf", "exporters": "otlp"}))
             for mode, options in modes:
                 t0 = time.perf_counter()
                 parsed_again = parse_file(path)
-                result = replay_file(path, parsed=parsed_again, out=io.StringIO(), progress=False, force=True,
-                                     run_dir=str(work / f"{fmt}-{mode}"), **options)  # type: ignore[arg-type]
+                result = replay_file(
+                    path, parsed=parsed_again, out=io.StringIO(), progress=False, force=True, run_dir=str(work / f"{fmt}-{mode}"), **options
+                )  # type: ignore[arg-type]
                 total = time.perf_counter() - t0
                 row[f"{mode}_points_per_s"] = result.points / total  # parse + log, end to end
             results.append(row)
@@ -147,7 +184,9 @@ def main() -> int:
         print(f"{row['format']:<14}{row['points']:>10,}  " + "  ".join(f"{row[c]:>24,.0f}" for c in cols))
     worst = min(float(r["pipeline_points_per_s"]) for r in results)  # type: ignore[arg-type]
     verdict = "meets" if worst >= TARGET_POINTS_PER_S else "MISSES"
-    print(f"\nparse + log through the pipeline: slowest format {worst:,.0f} points/s, {verdict} the {TARGET_POINTS_PER_S:,} points/s target")
+    print(
+        f"\nparse + log through the pipeline: slowest format {worst:,.0f} points/s, {verdict} the {TARGET_POINTS_PER_S:,} points/s target"
+    )
     print("(points/s; each column is the whole job: reading the file plus, where named, logging and exporting every point)")
     return 0
 

@@ -199,8 +199,7 @@ class Wandb(Way):
 
         os.environ.setdefault("WANDB_SILENT", "true")
         self.wandb = wandb
-        self.run = wandb.init(mode="offline", dir=str(folder), project="bench",
-                              settings=wandb.Settings(silent=True, console="off"))
+        self.run = wandb.init(mode="offline", dir=str(folder), project="bench", settings=wandb.Settings(silent=True, console="off"))
         self.values, self.dist = values, dist
 
     def step(self, s: int, work: Callable[[], None]) -> None:
@@ -208,8 +207,7 @@ class Wandb(Way):
         work()
         t1 = time.perf_counter()
         row = dict(self.values)
-        row.update({"time/generate": t1 - t0, "time/train": time.perf_counter() - t1,
-                    "response_length": self.wandb.Histogram(self.dist)})
+        row.update({"time/generate": t1 - t0, "time/train": time.perf_counter() - t1, "response_length": self.wandb.Histogram(self.dist)})
         self.run.log(row, step=s)
 
     def keys(self, s: int, work: Callable[[], None]) -> None:
@@ -307,8 +305,7 @@ def falls_behind(folder: Path, values: dict[str, float], seconds: float = 2.0) -
     dropped = tel.queue_dropped_calls
     tel.flush()
     tel.shutdown()
-    return {"caller_steps_per_s": s / caller, "worker_steps_per_s": processed / worker_s, "logged": s,
-            "dropped": dropped}
+    return {"caller_steps_per_s": s / caller, "worker_steps_per_s": processed / worker_s, "logged": s, "dropped": dropped}
 
 
 def _added(rows: dict[str, dict[str, float]]) -> None:
@@ -326,8 +323,12 @@ def run(quick: bool = False) -> dict[str, Any]:
     folder = Path(tempfile.mkdtemp(prefix="otel-rl-bench-total-"))
     values = step_values(250)
     dist = np.random.default_rng(0).random(4096) * 512
-    ways: list[Way] = [Off(), OtelRl(folder / "otel", values, dist, None),
-                       OtelRl(folder / "pipeline", values, dist, "none"), Sdk(folder, values, dist)]
+    ways: list[Way] = [
+        Off(),
+        OtelRl(folder / "otel", values, dist, None),
+        OtelRl(folder / "pipeline", values, dist, "none"),
+        Sdk(folder, values, dist),
+    ]
     for extra in (Wandb, TensorboardX):
         try:
             ways.append(extra(folder, values, dist))
@@ -348,8 +349,7 @@ def run(quick: bool = False) -> dict[str, Any]:
         results["steps"][f"{ms}ms"] = rows
     # The target's figure: 250 scalar keys only (no spans, no distribution), 1 ms steps.
     work = calibrate(1)
-    rows = measure([w for w in ways if "pipeline" not in w.name], work, 100 if quick else 500, 2 if quick else 3,
-                   only_keys=True)
+    rows = measure([w for w in ways if "pipeline" not in w.name], work, 100 if quick else 500, 2 if quick else 3, only_keys=True)
     _added(rows)
     results["keys_only"] = rows
     results["falls_behind"] = falls_behind(folder / "behind", values)
@@ -357,14 +357,17 @@ def run(quick: bool = False) -> dict[str, Any]:
         way.close()
     added = results["keys_only"]["otel-rl"]["added_cpu_us"]
     sdk = results["keys_only"]["OTel SDK (sync gauges)"]["added_cpu_us"]
-    results["target"] = {"added_cpu_us_max": TARGET_ADDED_US, "added_cpu_us": added, "sdk_over_otel_rl": sdk / added,
-                         "met": added <= TARGET_ADDED_US and sdk / added >= 3.0}
+    results["target"] = {
+        "added_cpu_us_max": TARGET_ADDED_US,
+        "added_cpu_us": added,
+        "sdk_over_otel_rl": sdk / added,
+        "met": added <= TARGET_ADDED_US and sdk / added >= 3.0,
+    }
     return results
 
 
 def print_table(results: dict[str, Any]) -> None:
-    tables = [(f"{label} steps: 250 keys, 2 stage spans, a 4096-value distribution", rows)
-              for label, rows in results["steps"].items()]
+    tables = [(f"{label} steps: 250 keys, 2 stage spans, a 4096-value distribution", rows) for label, rows in results["steps"].items()]
     tables.append(("1ms steps: 250 keys only", results["keys_only"]))
     for label, rows in tables:
         off = rows["off"]
@@ -377,17 +380,22 @@ def print_table(results: dict[str, Any]) -> None:
             if row["added_cpu_us"] < noise:  # below what the work alone varies by between rounds
                 print(f"{name:34} {'< ' + format(noise, ',.0f'):>12} us  (within the work's own spread between rounds)")
                 continue
-            print(f"{name:34} {row['added_cpu_us']:>12,.0f} us {row['added_cpu_pct']:>7.1f}% "
-                  f"{row['added_wall_us']:>13,.0f} us {row['vs_otel_rl']:>14.2f}x")
+            print(
+                f"{name:34} {row['added_cpu_us']:>12,.0f} us {row['added_cpu_pct']:>7.1f}% "
+                f"{row['added_wall_us']:>13,.0f} us {row['vs_otel_rl']:>14.2f}x"
+            )
     fb = results["falls_behind"]
-    print(f"\nfalls behind: the caller logs {fb['caller_steps_per_s']:,.0f} steps/s with no work between them; the worker "
-          f"keeps up with {fb['worker_steps_per_s']:,.0f} steps/s (250 keys, run folder); {fb['dropped']} of "
-          f"{fb['logged']:,} steps dropped by the bounded queue and counted in rl.telemetry.dropped")
+    print(
+        f"\nfalls behind: the caller logs {fb['caller_steps_per_s']:,.0f} steps/s with no work between them; the worker "
+        f"keeps up with {fb['worker_steps_per_s']:,.0f} steps/s (250 keys, run folder); {fb['dropped']} of "
+        f"{fb['logged']:,} steps dropped by the bounded queue and counted in rl.telemetry.dropped"
+    )
     t = results["target"]
-    print(f"target: log() of 250 keys adds <= {t['added_cpu_us_max']:.0f} us CPU in total and >= 3x less than SDK gauges: "
-          f"{t['added_cpu_us']:.0f} us, the SDK {t['sdk_over_otel_rl']:.1f}x that; {'met' if t['met'] else 'MISSED'}")
-    print("(CPU: the process's every thread plus its child processes, flush included; the least disturbed of "
-          "interleaved rounds)")
+    print(
+        f"target: log() of 250 keys adds <= {t['added_cpu_us_max']:.0f} us CPU in total and >= 3x less than SDK gauges: "
+        f"{t['added_cpu_us']:.0f} us, the SDK {t['sdk_over_otel_rl']:.1f}x that; {'met' if t['met'] else 'MISSED'}"
+    )
+    print("(CPU: the process's every thread plus its child processes, flush included; the least disturbed of interleaved rounds)")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -106,8 +106,9 @@ def bench_trackers(quick: bool = False) -> dict[str, Any]:
 
     pipeline = tel._pipeline
     with pipeline._drain_lock:  # the worker's share is measured separately below
-        scalars = interleaved({"dict": dict_store, "otel_rl": otel_rl_log, "otel_sdk": sdk_gauges, "wandb": wandb_log,
-                               "tensorboardX": tbx_scalars}, number)
+        scalars = interleaved(
+            {"dict": dict_store, "otel_rl": otel_rl_log, "otel_sdk": sdk_gauges, "wandb": wandb_log, "tensorboardX": tbx_scalars}, number
+        )
         queued = len(pipeline.queue)
     t0 = time.perf_counter()
     pipeline.drain()
@@ -132,8 +133,7 @@ def bench_trackers(quick: bool = False) -> dict[str, Any]:
         writer.add_scalar("time/generate", time.perf_counter() - t, next_step())
 
     with pipeline._drain_lock:
-        spans = interleaved({"otel_rl": stage_span, "otel_sdk": bare_span, "wandb": wandb_timer, "tensorboardX": tbx_timer},
-                            number * 4)
+        spans = interleaved({"otel_rl": stage_span, "otel_sdk": bare_span, "wandb": wandb_timer, "tensorboardX": tbx_timer}, number * 4)
     pipeline.drain()
 
     rewards = np.random.default_rng(1).normal(size=4096)
@@ -158,8 +158,10 @@ def bench_trackers(quick: bool = False) -> dict[str, Any]:
         writer.add_histogram("reward", rewards, next_step())
 
     with pipeline._drain_lock:
-        dist = interleaved({"otel_rl_caller": otel_rl_record, "otel_rl_binning": otel_rl_binning, "wandb": wandb_hist,
-                            "tensorboardX": tbx_hist}, max(number // 10, 5))
+        dist = interleaved(
+            {"otel_rl_caller": otel_rl_record, "otel_rl_binning": otel_rl_binning, "wandb": wandb_hist, "tensorboardX": tbx_hist},
+            max(number // 10, 5),
+        )
     pipeline.drain()
     dist["otel_sdk"] = best_of(sdk_per_value, 3, 3)
     dist["otel_rl"] = dist.pop("otel_rl_caller") + dist.pop("otel_rl_binning")
@@ -208,16 +210,27 @@ def bench_demo(pairs: int = 5, steps: int = 12) -> dict[str, Any]:
         order = ("on", "off") if i % 2 == 0 else ("off", "on")
         got = {}
         for mode in order:
-            done = subprocess.run([sys.executable, "-c", DEMO_CHILD, mode, str(tmp / f"{mode}{i}"), str(steps)],
-                                  capture_output=True, text=True, timeout=900, cwd=ROOT)
+            done = subprocess.run(
+                [sys.executable, "-c", DEMO_CHILD, mode, str(tmp / f"{mode}{i}"), str(steps)],
+                capture_output=True,
+                text=True,
+                timeout=900,
+                cwd=ROOT,
+            )
             if done.returncode != 0:
                 raise RuntimeError(done.stderr[-3000:])
             got[mode] = json.loads(done.stdout.strip().splitlines()[-1])["seconds"]
         on_s.append(got["on"])
         off_s.append(got["off"])
         diffs.append((got["on"] - got["off"]) / got["off"] * 100)
-    return {"pairs": pairs, "steps": steps, "on_s": [round(x, 2) for x in on_s], "off_s": [round(x, 2) for x in off_s],
-            "median_overhead_pct": round(statistics.median(diffs), 2), "per_pair_pct": [round(d, 2) for d in diffs]}
+    return {
+        "pairs": pairs,
+        "steps": steps,
+        "on_s": [round(x, 2) for x in on_s],
+        "off_s": [round(x, 2) for x in off_s],
+        "median_overhead_pct": round(statistics.median(diffs), 2),
+        "per_pair_pct": [round(d, 2) for d in diffs],
+    }
 
 
 # -- 16 ranks through the collector ------------------------------------------------------------------------
@@ -267,18 +280,43 @@ def bench_ranks(steps: int = 30, ranks: int = 16) -> dict[str, Any]:
     with OtlpSink() as sink:
         grpc_port, http_port = free_port(), free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith("ROTEL_")}
-        env.update({"ROTEL_OTLP_GRPC_ENDPOINT": f"127.0.0.1:{grpc_port}", "ROTEL_OTLP_HTTP_ENDPOINT": f"127.0.0.1:{http_port}",
-                    "ROTEL_EXPORTER": "otlp", "ROTEL_OTLP_EXPORTER_PROTOCOL": "http",
-                    "ROTEL_OTLP_EXPORTER_ENDPOINT": sink.endpoint, "NO_COLOR": "1"})
-        rotel = subprocess.Popen([str(binary), "start", "--pid-file", str(tmp / "rotel.pid"), "--log-file",
-                                  str(tmp / "rotel-agent.log")], env=env, stdout=subprocess.DEVNULL,
-                                 stderr=subprocess.DEVNULL, start_new_session=True)
+        env.update(
+            {
+                "ROTEL_OTLP_GRPC_ENDPOINT": f"127.0.0.1:{grpc_port}",
+                "ROTEL_OTLP_HTTP_ENDPOINT": f"127.0.0.1:{http_port}",
+                "ROTEL_EXPORTER": "otlp",
+                "ROTEL_OTLP_EXPORTER_PROTOCOL": "http",
+                "ROTEL_OTLP_EXPORTER_ENDPOINT": sink.endpoint,
+                "NO_COLOR": "1",
+            }
+        )
+        rotel = subprocess.Popen(
+            [str(binary), "start", "--pid-file", str(tmp / "rotel.pid"), "--log-file", str(tmp / "rotel-agent.log")],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         try:
             time.sleep(1.0)
             for mode in ("none", "otlp"):
-                procs = [subprocess.Popen([sys.executable, "-c", code, str(r), str(steps), f"http://127.0.0.1:{grpc_port}",
-                                           mode, str(tmp / f"{mode}-rank{r}")], stdout=subprocess.PIPE, text=True)
-                         for r in range(ranks)]
+                procs = [
+                    subprocess.Popen(
+                        [
+                            sys.executable,
+                            "-c",
+                            code,
+                            str(r),
+                            str(steps),
+                            f"http://127.0.0.1:{grpc_port}",
+                            mode,
+                            str(tmp / f"{mode}-rank{r}"),
+                        ],
+                        stdout=subprocess.PIPE,
+                        text=True,
+                    )
+                    for r in range(ranks)
+                ]
                 outs = [json.loads(p.communicate(timeout=steps + 120)[0].strip().splitlines()[-1]) for p in procs]
                 results[f"cpu_ms_per_step_{mode}"] = round(statistics.median(o["cpu_s"] for o in outs) / steps * 1e3, 2)
                 results[f"rss_mb_{mode}"] = round(statistics.median(o["rss_mb"] for o in outs), 1)
@@ -294,7 +332,7 @@ def bench_ranks(steps: int = 30, ranks: int = 16) -> dict[str, Any]:
         results["events_emitted"] = ranks * steps
         results["spans_received"] = len(sink.received.spans)
         results["spans_emitted"] = ranks * steps * 3
-        results["no_drops"] = (len(events) == ranks * steps and len(sink.received.spans) == ranks * steps * 3)
+        results["no_drops"] = len(events) == ranks * steps and len(sink.received.spans) == ranks * steps * 3
         results["exporter_cpu_ms_per_step_per_rank"] = round(results["cpu_ms_per_step_otlp"] - results["cpu_ms_per_step_none"], 2)
         results["exporter_cpu_pct_of_a_core"] = round(results["exporter_cpu_ms_per_step_per_rank"] / 1000 * 100, 3)
     return results
@@ -325,8 +363,15 @@ def bench_rss(steps: int = 100_000, keys: int = 250) -> dict[str, Any]:
     try:
         port = int(receiver.stdout.readline())
         tmp = Path(tempfile.mkdtemp(prefix="otel-rl-bench-rss-"))
-        tel = otel_rl.init(service_name="bench-rss", endpoint=f"http://127.0.0.1:{port}", exporters="otlp",
-                           run_dir=str(tmp), console=False, framework="roll", metric_export_interval_s=5)
+        tel = otel_rl.init(
+            service_name="bench-rss",
+            endpoint=f"http://127.0.0.1:{port}",
+            exporters="otlp",
+            run_dir=str(tmp),
+            console=False,
+            framework="roll",
+            metric_export_interval_s=5,
+        )
         values = step_values(keys)
         proc = psutil.Process()
         samples: dict[int, float] = {}
@@ -346,9 +391,14 @@ def bench_rss(steps: int = 100_000, keys: int = 250) -> dict[str, Any]:
         receiver.terminate()
         receiver.wait(10)
     base = samples[10_000]
-    return {"steps": steps, "keys": keys, "seconds": round(elapsed, 1), "rss_mb": {k: round(v, 1) for k, v in samples.items()},
-            "growth_mb_10k_to_end": round(samples[steps] - base, 1),
-            "growth_bytes_per_step": round((samples[steps] - base) * 2**20 / (steps - 10_000), 1)}
+    return {
+        "steps": steps,
+        "keys": keys,
+        "seconds": round(elapsed, 1),
+        "rss_mb": {k: round(v, 1) for k, v in samples.items()},
+        "growth_mb_10k_to_end": round(samples[steps] - base, 1),
+        "growth_bytes_per_step": round((samples[steps] - base) * 2**20 / (steps - 10_000), 1),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -143,9 +143,13 @@ def init(
 
 def _replace(previous: Telemetry, successor: Telemetry) -> None:
     """Shut down the telemetry of an earlier init() (flushing it), saying once that it was replaced."""
-    logger.warning("otel-rl: otel_rl.init() was called again while the telemetry of an earlier init() was running: "
-                   "that one (%s) is flushed and shut down, and the new one (%s) replaces it. Use "
-                   "otel_rl.get_telemetry() to reuse a running telemetry.", _where(previous), _where(successor))
+    logger.warning(
+        "otel-rl: otel_rl.init() was called again while the telemetry of an earlier init() was running: "
+        "that one (%s) is flushed and shut down, and the new one (%s) replaces it. Use "
+        "otel_rl.get_telemetry() to reuse a running telemetry.",
+        _where(previous),
+        _where(successor),
+    )
     previous.shutdown()
 
 

@@ -69,4 +69,3 @@ def _e2e_deadline(request: pytest.FixtureRequest) -> Iterator[None]:
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
-

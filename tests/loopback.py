@@ -34,10 +34,18 @@ def rerun_in_loopback_namespace(request: pytest.FixtureRequest, timeout_s: float
     script = f'{ip} link set lo up && exec "$0" -m pytest -q -p no:cacheprovider "$1"'
     env = {**os.environ, LOOPBACK_NETNS_ENV: "1"}
     try:
-        done = subprocess.run([unshare, "-n", "sh", "-c", script, sys.executable, request.node.nodeid],
-                              cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout_s)
+        done = subprocess.run(
+            [unshare, "-n", "sh", "-c", script, sys.executable, request.node.nodeid],
+            cwd=REPO_ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+        )
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"{request.node.nodeid} ran past {timeout_s} s in its network namespace:\n{exc.stdout or ''}")
     if done.returncode != 0:
-        pytest.fail(f"{request.node.nodeid} failed in its loopback-only network namespace "
-                    f"(exit {done.returncode}):\n{done.stdout[-8000:]}\n{done.stderr[-4000:]}")
+        pytest.fail(
+            f"{request.node.nodeid} failed in its loopback-only network namespace "
+            f"(exit {done.returncode}):\n{done.stdout[-8000:]}\n{done.stderr[-4000:]}"
+        )

@@ -73,8 +73,11 @@ class Received:
                         for m in sm.metrics:
                             kind = m.WhichOneof("data")
                             for p in getattr(m, kind).data_points:
-                                value = p.as_double if kind in ("gauge", "sum") and p.WhichOneof("value") == "as_double" else \
-                                    (p.as_int if kind in ("gauge", "sum") else p.count)
+                                value = (
+                                    p.as_double
+                                    if kind in ("gauge", "sum") and p.WhichOneof("value") == "as_double"
+                                    else (p.as_int if kind in ("gauge", "sum") else p.count)
+                                )
                                 attrs = tuple(sorted((k, str(v)) for k, v in _attrs(p.attributes).items()))
                                 self.points.append((m.name, attrs, p.time_unix_nano, value))
 
@@ -90,8 +93,14 @@ class Received:
 class OtlpSink:
     """``with OtlpSink() as sink: sink.endpoint`` -> 'http://127.0.0.1:PORT'; ``sink.received``."""
 
-    def __init__(self, *, port: int = 0, tls: ssl.SSLContext | None = None, require_header: tuple[str, str] | None = None,
-                 status: Callable[[str], int | None] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        port: int = 0,
+        tls: ssl.SSLContext | None = None,
+        require_header: tuple[str, str] | None = None,
+        status: Callable[[str], int | None] | None = None,
+    ) -> None:
         self.received = Received()
         self._tls = tls
         self._require = require_header
@@ -193,11 +202,15 @@ class GrpcSink:
 
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
         trace_service_pb2_grpc.add_TraceServiceServicer_to_server(
-            servicer(trace_service_pb2_grpc.TraceServiceServicer, "/v1/traces", trace_service_pb2.ExportTraceServiceResponse), self._server)
+            servicer(trace_service_pb2_grpc.TraceServiceServicer, "/v1/traces", trace_service_pb2.ExportTraceServiceResponse), self._server
+        )
         metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(
-            servicer(metrics_service_pb2_grpc.MetricsServiceServicer, "/v1/metrics", metrics_service_pb2.ExportMetricsServiceResponse), self._server)
+            servicer(metrics_service_pb2_grpc.MetricsServiceServicer, "/v1/metrics", metrics_service_pb2.ExportMetricsServiceResponse),
+            self._server,
+        )
         logs_service_pb2_grpc.add_LogsServiceServicer_to_server(
-            servicer(logs_service_pb2_grpc.LogsServiceServicer, "/v1/logs", logs_service_pb2.ExportLogsServiceResponse), self._server)
+            servicer(logs_service_pb2_grpc.LogsServiceServicer, "/v1/logs", logs_service_pb2.ExportLogsServiceResponse), self._server
+        )
         if tls is not None:
             credentials = grpc.ssl_server_credentials([tls])
             self.port = self._server.add_secure_port("127.0.0.1:0", credentials)

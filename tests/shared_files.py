@@ -16,10 +16,10 @@ LOGS = SHARED / "logs"
 REQUIRED = os.environ.get("OTEL_RL_REQUIRE_SHARED", "") not in ("", "0")
 
 needs_shared_logs = pytest.mark.skipif(
-    not LOGS.is_dir() and not REQUIRED,
-    reason=f"the real training logs are not here ({LOGS} is absent: it sits beside the project in CI)")
+    not LOGS.is_dir() and not REQUIRED, reason=f"the real training logs are not here ({LOGS} is absent: it sits beside the project in CI)"
+)
 
 needs_shared = pytest.mark.skipif(
     not SHARED.is_dir() and not REQUIRED,
-    reason=f"the design documents and real training logs are not here ({SHARED} is absent: it sits beside the "
-           "project in CI)")
+    reason=f"the design documents and real training logs are not here ({SHARED} is absent: it sits beside the project in CI)",
+)

@@ -20,8 +20,7 @@ def test_bulk_binning_matches_the_sdk_histogram(bucket_set):
     # Values on the bounds exercise the (lower, upper] edge rule; the SDK drops negatives, so none here.
     values = np.concatenate([rng.uniform(0, bounds[-1] * 1.2, 500), np.array(bounds), np.array([0.0])])
     reader = InMemoryMetricReader()
-    sdk = MeterProvider(metric_readers=[reader]).get_meter("t").create_histogram(
-        "h", explicit_bucket_boundaries_advisory=list(bounds))
+    sdk = MeterProvider(metric_readers=[reader]).get_meter("t").create_histogram("h", explicit_bucket_boundaries_advisory=list(bounds))
     for v in values:
         sdk.record(float(v))
     sdk_point = reader.get_metrics_data().resource_metrics[0].scope_metrics[0].metrics[0].data.data_points[0]
@@ -112,6 +111,11 @@ def test_histogram_rows_bin_later_to_the_same_points_as_single_records():
     expected = {m.name: m.data.data_points[0] for m in one.to_metrics()}
     for name in ("a", "b"):
         got, want = by_name[name], expected[name]
-        assert (got.count, got.sum, got.min, got.max, list(got.bucket_counts)) == \
-            (want.count, want.sum, want.min, want.max, list(want.bucket_counts))
+        assert (got.count, got.sum, got.min, got.max, list(got.bucket_counts)) == (
+            want.count,
+            want.sum,
+            want.min,
+            want.max,
+            list(want.bucket_counts),
+        )
     assert by_name["b"].count == 5  # the NaN row left b out

@@ -121,11 +121,9 @@ def test_semconv_check_passes_on_an_unchanged_copy(semconv_copy, capsys):
     assert str(semconv_copy) in out
 
 
-@pytest.mark.parametrize(("case", "rule"), [
-    ("unit_not_ucum", "unit-ucum"),
-    ("step_on_metric", "high-cardinality"),
-    ("yaml_syntax", "yaml-syntax"),
-])
+@pytest.mark.parametrize(
+    ("case", "rule"), [("unit_not_ucum", "unit-ucum"), ("step_on_metric", "high-cardinality"), ("yaml_syntax", "yaml-syntax")]
+)
 def test_semconv_check_fails_on_a_broken_registry_with_file_and_line(semconv_copy, capsys, case, rule):
     text = (FIXTURES / f"{case}.yaml").read_text(encoding="utf-8")
     (semconv_copy / "registry" / f"zz_{case}.yaml").write_text(text, encoding="utf-8")
@@ -208,9 +206,10 @@ def test_resolve_registry_metric_name_without_framework(capsys):
 
 def test_resolve_reads_mappings_from_registry_folder(semconv_copy, capsys):
     path = semconv_copy / "mappings" / "roll.yaml"
-    path.write_text(path.read_text(encoding="utf-8")
-                    + '  - key: "custom/total_loss_x"\n    metric: rl.loss\n    attributes: {rl.loss.type: total}\n',
-                    encoding="utf-8")
+    path.write_text(
+        path.read_text(encoding="utf-8") + '  - key: "custom/total_loss_x"\n    metric: rl.loss\n    attributes: {rl.loss.type: total}\n',
+        encoding="utf-8",
+    )
     # the generated tables do not know the new rule ...
     rc, out, _ = _run(capsys, "semconv", "resolve", "--framework", "roll", "custom/total_loss_x")
     assert rc == 1 and "fallback" in out
@@ -328,8 +327,10 @@ def _two_step_run(run_dir):
 def test_trace_prints_the_url_and_tree_and_writes_jaeger_json(tmp_path, capsys):
     run_dir = _two_step_run(tmp_path / "run")
     out = tmp_path / "step2.json"
-    assert cli.main(["trace", "--step", "2", "--run-dir", str(run_dir), "--out", str(out),
-                     "--jaeger-url", "http://jaeger.example:16686/"]) == 0
+    assert (
+        cli.main(["trace", "--step", "2", "--run-dir", str(run_dir), "--out", str(out), "--jaeger-url", "http://jaeger.example:16686/"])
+        == 0
+    )
     printed = capsys.readouterr().out
     trace = json.loads(out.read_text())["data"][0]
     trace_id = trace["traceID"]
@@ -347,7 +348,9 @@ def test_trace_prints_the_url_and_tree_and_writes_jaeger_json(tmp_path, capsys):
     assert spans["rl.execute"]["references"] == [{"refType": "CHILD_OF", "traceID": trace_id, "spanID": spans["rl.train_step"]["spanID"]}]
     assert {"key": "rl.step", "type": "int64", "value": 2} in spans["rl.generate"]["tags"]
     assert spans["rl.step"]["startTime"] <= spans["rl.generate"]["startTime"] < 10**17  # microseconds, not ns
-    snapshot_logs = [log for log in spans["rl.train_step"]["logs"] if {"key": "event", "type": "string", "value": "rl.memory.snapshot"} in log["fields"]]
+    snapshot_logs = [
+        log for log in spans["rl.train_step"]["logs"] if {"key": "event", "type": "string", "value": "rl.memory.snapshot"} in log["fields"]
+    ]
     assert len(snapshot_logs) == 4
     assert trace["processes"][spans["rl.step"]["processID"]]["serviceName"] == "trace-test"
 

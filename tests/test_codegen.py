@@ -56,8 +56,12 @@ def test_generation_covers_the_package_and_the_docs():
     _, files = _codegen.generate(REPO_ROOT)
     paths = {f.path.as_posix() for f in files}
     assert {
-        "otel_rl/semconv/__init__.py", "otel_rl/semconv/attributes.py", "otel_rl/semconv/metrics.py",
-        "otel_rl/semconv/names.py", "otel_rl/semconv/_tables.py", "docs/semconv/mappings.md",
+        "otel_rl/semconv/__init__.py",
+        "otel_rl/semconv/attributes.py",
+        "otel_rl/semconv/metrics.py",
+        "otel_rl/semconv/names.py",
+        "otel_rl/semconv/_tables.py",
+        "docs/semconv/mappings.md",
     } <= paths
     # one Markdown page per registry file
     stems = {Path(p).stem for p in (SEMCONV / "registry").glob("*.yaml")}
@@ -89,8 +93,7 @@ def test_rendering_is_deterministic():
 def repo_copy(tmp_path: Path) -> Path:
     """semconv/, otel_rl/semconv/ and docs/semconv/ copied into tmp_path (a repository layout)."""
     shutil.copytree(SEMCONV, tmp_path / "semconv", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copytree(REPO_ROOT / "otel_rl" / "semconv", tmp_path / "otel_rl" / "semconv",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO_ROOT / "otel_rl" / "semconv", tmp_path / "otel_rl" / "semconv", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(REPO_ROOT / "docs" / "semconv", tmp_path / "docs" / "semconv")
     # Start from an up-to-date copy even if someone is editing the real mappings right now.
     _, files = _codegen.generate(tmp_path)
@@ -138,9 +141,7 @@ def test_write_brings_an_edited_copy_up_to_date(repo_copy, capsys):
     _edit_stage_duration_brief(repo_copy)
     _, files = _codegen.generate(repo_copy)
     written = _codegen.write(repo_copy, files)
-    assert {p.as_posix() for p in written} == {
-        "otel_rl/semconv/metrics.py", "otel_rl/semconv/_tables.py", "docs/semconv/performance.md",
-    }
+    assert {p.as_posix() for p in written} == {"otel_rl/semconv/metrics.py", "otel_rl/semconv/_tables.py", "docs/semconv/performance.md"}
     assert "Wall time of one stage, edited." in (repo_copy / "otel_rl" / "semconv" / "metrics.py").read_text(encoding="utf-8")
     rc, out, err = _check(repo_copy, capsys)
     assert rc == 0, err
@@ -380,22 +381,25 @@ def test_span_and_event_names():
 # ---------------------------------------------------------------------------- naming helpers
 
 
-@pytest.mark.parametrize(("name", "unit", "instrument", "expected"), [
-    ("rl.stage.duration", "s", "histogram", "rl_stage_duration_seconds"),
-    ("rl.progress.tokens", "{token}", "counter", "rl_progress_tokens_total"),
-    ("rl.tensor.nonfinite", "{value}", "counter", "rl_tensor_nonfinite_total"),
-    ("rl.loss", "1", "gauge", "rl_loss_ratio"),
-    ("rl.throughput.tokens", "{token}/s", "gauge", "rl_throughput_tokens_per_second"),
-    ("rl.gpu.memory.usage", "By", "gauge", "rl_gpu_memory_usage_bytes"),
-    ("process.memory.usage", "By", "updowncounter", "process_memory_usage_bytes"),
-    ("rl.response.length", "{token}", "gauge", "rl_response_length"),
-    ("rl.sample.reward", "1", "histogram", "rl_sample_reward"),
-    ("rl.stage.time_per_token", "s/{token}", "gauge", "rl_stage_time_per_token_seconds"),
-    ("hw.power", "W", "gauge", "hw_power_watts"),
-    ("hw.temperature", "Cel", "gauge", "hw_temperature_celsius"),
-    ("rl.run.elapsed_time", "s", "gauge", "rl_run_elapsed_time_seconds"),
-    ("rl.progress.samples_total", "{sample}", "counter", "rl_progress_samples_total"),
-])
+@pytest.mark.parametrize(
+    ("name", "unit", "instrument", "expected"),
+    [
+        ("rl.stage.duration", "s", "histogram", "rl_stage_duration_seconds"),
+        ("rl.progress.tokens", "{token}", "counter", "rl_progress_tokens_total"),
+        ("rl.tensor.nonfinite", "{value}", "counter", "rl_tensor_nonfinite_total"),
+        ("rl.loss", "1", "gauge", "rl_loss_ratio"),
+        ("rl.throughput.tokens", "{token}/s", "gauge", "rl_throughput_tokens_per_second"),
+        ("rl.gpu.memory.usage", "By", "gauge", "rl_gpu_memory_usage_bytes"),
+        ("process.memory.usage", "By", "updowncounter", "process_memory_usage_bytes"),
+        ("rl.response.length", "{token}", "gauge", "rl_response_length"),
+        ("rl.sample.reward", "1", "histogram", "rl_sample_reward"),
+        ("rl.stage.time_per_token", "s/{token}", "gauge", "rl_stage_time_per_token_seconds"),
+        ("hw.power", "W", "gauge", "hw_power_watts"),
+        ("hw.temperature", "Cel", "gauge", "hw_temperature_celsius"),
+        ("rl.run.elapsed_time", "s", "gauge", "rl_run_elapsed_time_seconds"),
+        ("rl.progress.samples_total", "{sample}", "counter", "rl_progress_samples_total"),
+    ],
+)
 def test_prometheus_name(name, unit, instrument, expected):
     assert prometheus_name(name, unit, instrument) == expected
 

@@ -79,11 +79,7 @@ def merge(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
 
 def configs() -> dict[str, dict[str, Any]]:
     gateway = load(GATEWAY)
-    return {
-        "agent": load(AGENT),
-        "gateway": gateway,
-        "gateway+bridge": merge(gateway, load(BRIDGE_OVERLAY)),
-    }
+    return {"agent": load(AGENT), "gateway": gateway, "gateway+bridge": merge(gateway, load(BRIDGE_OVERLAY))}
 
 
 CONFIG_IDS = ["agent", "gateway", "gateway+bridge"]

@@ -34,27 +34,27 @@ def _warnings(caplog) -> list[str]:
 # field, env variable, kwarg value, raw env value, config-file YAML value,
 # expected from kwarg, from env, from file, default
 MATRIX = [
-    ("service_name", "OTEL_SERVICE_NAME", "from-kwarg", "from-env", "from-file",
-     "from-kwarg", "from-env", "from-file", "otel-rl"),
-    ("endpoint", "OTEL_EXPORTER_OTLP_ENDPOINT", "http://kwarg:4318", "http://env:4318", "http://file:4318",
-     "http://kwarg:4318", "http://env:4318", "http://file:4318", None),
-    ("protocol", "OTEL_EXPORTER_OTLP_PROTOCOL", "grpc", "http/protobuf", "grpc",
-     "grpc", "http/protobuf", "grpc", "http/protobuf"),
+    ("service_name", "OTEL_SERVICE_NAME", "from-kwarg", "from-env", "from-file", "from-kwarg", "from-env", "from-file", "otel-rl"),
+    (
+        "endpoint",
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "http://kwarg:4318",
+        "http://env:4318",
+        "http://file:4318",
+        "http://kwarg:4318",
+        "http://env:4318",
+        "http://file:4318",
+        None,
+    ),
+    ("protocol", "OTEL_EXPORTER_OTLP_PROTOCOL", "grpc", "http/protobuf", "grpc", "grpc", "http/protobuf", "grpc", "http/protobuf"),
     # the environment variable is in milliseconds (as in every OTel SDK); argument and file in seconds
-    ("metric_export_interval_s", "OTEL_METRIC_EXPORT_INTERVAL", 2.0, "3000", 4.0,
-     2.0, 3.0, 4.0, 10.0),
-    ("console", "OTEL_RL_CONSOLE", False, "true", False,
-     False, True, False, True),
-    ("strict", "OTEL_RL_STRICT", False, "yes", False,
-     False, True, False, False),
-    ("unmapped_key_limit", "OTEL_RL_UNMAPPED_KEY_LIMIT", 7, "8", 9,
-     7, 8, 9, 256),
-    ("exporters", "OTEL_RL_EXPORTERS", "otlp", "file", ["otlp", "file"],
-     ("otlp",), ("file",), ("otlp", "file"), ("auto",)),
-    ("framework", "OTEL_RL_FRAMEWORK", "roll", "verl", "trl",
-     "roll", "verl", "trl", None),
-    ("rank", "RANK", 1, "2", 3,
-     1, 2, 3, None),
+    ("metric_export_interval_s", "OTEL_METRIC_EXPORT_INTERVAL", 2.0, "3000", 4.0, 2.0, 3.0, 4.0, 10.0),
+    ("console", "OTEL_RL_CONSOLE", False, "true", False, False, True, False, True),
+    ("strict", "OTEL_RL_STRICT", False, "yes", False, False, True, False, False),
+    ("unmapped_key_limit", "OTEL_RL_UNMAPPED_KEY_LIMIT", 7, "8", 9, 7, 8, 9, 256),
+    ("exporters", "OTEL_RL_EXPORTERS", "otlp", "file", ["otlp", "file"], ("otlp",), ("file",), ("otlp", "file"), ("auto",)),
+    ("framework", "OTEL_RL_FRAMEWORK", "roll", "verl", "trl", "roll", "verl", "trl", None),
+    ("rank", "RANK", 1, "2", 3, 1, 2, 3, None),
 ]
 
 
@@ -74,7 +74,7 @@ def test_precedence(tmp_path, row, level):
     field, env_name, kwarg, env_raw, file_value, from_kwarg, from_env, from_file, default = row
     config_file = _write(tmp_path / "otel-rl.yaml", f"{field}: {_yaml_scalar(file_value)}\n")
     sources = ["kwarg", "env", "file", "default"]
-    present = sources[sources.index(level):]  # every source at or below `level` is set
+    present = sources[sources.index(level) :]  # every source at or below `level` is set
     kwargs = {field: kwarg} if "kwarg" in present else {}
     environ = {env_name: env_raw} if "env" in present else {}
     if "file" in present:
@@ -128,10 +128,10 @@ def test_protocol_http_shorthand_and_case():
     assert resolve_config({}, {"OTEL_EXPORTER_OTLP_PROTOCOL": "GRPC"}).protocol == "grpc"
 
 
-@pytest.mark.parametrize(("raw", "expected"), [
-    ("1", True), ("true", True), ("YES", True), (" on ", True),
-    ("0", False), ("false", False), ("No", False), ("off", False),
-])
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [("1", True), ("true", True), ("YES", True), (" on ", True), ("0", False), ("false", False), ("No", False), ("off", False)],
+)
 def test_console_env_booleans(raw, expected):
     assert resolve_config({}, {"OTEL_RL_CONSOLE": raw}).console is expected
 
@@ -167,8 +167,7 @@ def test_invalid_env_warns_once_and_falls_back_to_the_default(caplog, env_name, 
 def test_invalid_env_falls_back_to_the_config_file(tmp_path, caplog):
     caplog.set_level(logging.WARNING, logger="otel_rl")
     cfg = _write(tmp_path / "c.yaml", "console: false\nprotocol: grpc\n")
-    config = resolve_config({}, {"OTEL_RL_CONSOLE": "maybe", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/json",
-                                 "OTEL_RL_CONFIG": str(cfg)})
+    config = resolve_config({}, {"OTEL_RL_CONSOLE": "maybe", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/json", "OTEL_RL_CONFIG": str(cfg)})
     assert config.console is False
     assert config.protocol == "grpc"
     warnings = _warnings(caplog)
@@ -317,18 +316,24 @@ def test_empty_config_file_is_no_settings(tmp_path):
 
 
 def test_config_file_with_every_kind_of_setting(tmp_path):
-    cfg = _write(tmp_path / "full.yaml", "\n".join([
-        "service_name: grpo",
-        "experiment: exp-1",
-        "exporters: otlp,file",
-        "endpoint: http://collector:4317",
-        "protocol: grpc",
-        "metric_export_interval_s: 0.5",
-        "console: false",
-        "strict: true",
-        "unmapped_key_limit: 0",
-        "world_size: 8",
-    ]) + "\n")
+    cfg = _write(
+        tmp_path / "full.yaml",
+        "\n".join(
+            [
+                "service_name: grpo",
+                "experiment: exp-1",
+                "exporters: otlp,file",
+                "endpoint: http://collector:4317",
+                "protocol: grpc",
+                "metric_export_interval_s: 0.5",
+                "console: false",
+                "strict: true",
+                "unmapped_key_limit: 0",
+                "world_size: 8",
+            ]
+        )
+        + "\n",
+    )
     config = resolve_config({}, {"OTEL_RL_CONFIG": str(cfg)})
     assert (config.service_name, config.experiment) == ("grpo", "exp-1")
     assert config.exporters == ("otlp", "file")
@@ -340,14 +345,17 @@ def test_config_file_with_every_kind_of_setting(tmp_path):
 # ---------------------------------------------------------------------------- exporters
 
 
-@pytest.mark.parametrize(("raw", "expected"), [
-    ("otlp,file", ("otlp", "file")),
-    ("file, otlp", ("file", "otlp")),
-    ("OTLP", ("otlp",)),
-    ("file,file", ("file",)),
-    ("none", ("none",)),
-    ("auto", ("auto",)),
-])
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("otlp,file", ("otlp", "file")),
+        ("file, otlp", ("file", "otlp")),
+        ("OTLP", ("otlp",)),
+        ("file,file", ("file",)),
+        ("none", ("none",)),
+        ("auto", ("auto",)),
+    ],
+)
 def test_exporters_parsing(raw, expected):
     assert resolve_config({"exporters": raw}, {}).exporters == expected
     assert resolve_config({}, {"OTEL_RL_EXPORTERS": raw}).exporters == expected

@@ -363,11 +363,13 @@ def test_events_file_lies_on_a_volume_the_collector_may_write() -> None:
     path = PurePosixPath(effective(file_exporter["path"], gateway_env()))
     volumes = [(source, target) for source, target, is_bind in mounts(gateway) if not is_bind and PurePosixPath(target) in path.parents]
     assert volumes, f"{path} is on no volume of {gateway_name}"
-    (volume, target), = volumes
+    ((volume, target),) = volumes
     # The image runs as uid 10001 and a fresh named volume belongs to root: something must chown it.
     owners = [
-        name for name, body in services().items()
-        if (volume, target, False) in mounts(body) and flags(body)[:2] == ["chown", "-R"]
+        name
+        for name, body in services().items()
+        if (volume, target, False) in mounts(body)
+        and flags(body)[:2] == ["chown", "-R"]
         and flags(body)[2] == f"{COLLECTOR_IMAGE_UID}:{COLLECTOR_IMAGE_UID}"
     ]
     assert owners, f"no service chowns volume {volume} for the collector"

@@ -21,8 +21,12 @@ ENTROPY = ((A.RL_STATISTIC, A.RlStatisticValues.MEAN.value),)
 
 
 def healthy(step: int) -> list[tuple[str, tuple, float]]:
-    return [(M.RL_POLICY_KL, KL_REF, 0.02 + 0.001 * (step % 3)), (M.RL_GRAD_NORM, GRAD, 0.8 + 0.02 * (step % 4)),
-            (M.RL_POLICY_ENTROPY, ENTROPY, 2.0 - 0.01 * (step % 5)), (M.RL_RESPONSE_CLIPPED_RATIO, (), 0.02)]
+    return [
+        (M.RL_POLICY_KL, KL_REF, 0.02 + 0.001 * (step % 3)),
+        (M.RL_GRAD_NORM, GRAD, 0.8 + 0.02 * (step % 4)),
+        (M.RL_POLICY_ENTROPY, ENTROPY, 2.0 - 0.01 * (step % 5)),
+        (M.RL_RESPONSE_CLIPPED_RATIO, (), 0.02),
+    ]
 
 
 def feed(engine: AlertEngine, steps: range, overrides: dict[int, dict[str, float]] | None = None) -> list[Alert]:
@@ -40,21 +44,31 @@ def feed(engine: AlertEngine, steps: range, overrides: dict[int, dict[str, float
 
 def test_default_rules_are_seed_002_and_003():
     names = {r.name for r in default_rules()}
-    assert names == {"divergence", "kl_above_threshold", "clipped_ratio_above_threshold", "memory_risk",
-                     "dynamic_batch_runaway", "rank_imbalance", "inference_anomaly"}
+    assert names == {
+        "divergence",
+        "kl_above_threshold",
+        "clipped_ratio_above_threshold",
+        "memory_risk",
+        "dynamic_batch_runaway",
+        "rank_imbalance",
+        "inference_anomaly",
+    }
     # the printed YAML is a rules file that loads back to the same rules
     assert parse_rules(yaml.safe_load(default_rules_yaml()), "printed") == default_rules()
 
 
-@pytest.mark.parametrize("rule, message", [
-    ({"name": "x", "any": [{"metric": "rl.nope", "above": 1}]}, "'rl.nope' is not a registry metric"),
-    ({"name": "x", "any": [{"metric": M.RL_GRAD_NORM}]}, "needs above, below or anomaly"),
-    ({"name": "x", "all": [{"metric": M.RL_GRAD_NORM, "above": 1}], "any": []}, "exactly one of"),
-    ({"name": "x", "any": [{"metric": M.RL_GRAD_NORM, "above": 1, "attributes": {"rl.color": "red"}}]}, "unknown attribute"),
-    ({"name": "x", "severity": "fatal", "any": [{"metric": M.RL_GRAD_NORM, "above": 1}]}, "severity 'fatal'"),
-    ({"name": "x", "any": [{"metric": M.RL_GRAD_NORM, "anomaly": "sideways"}]}, "up, down or any"),
-    ({"name": "x", "any": [{"metric": M.RL_GRAD_NORM, "above": 1, "treshold": 2}]}, "unknown field"),
-])
+@pytest.mark.parametrize(
+    "rule, message",
+    [
+        ({"name": "x", "any": [{"metric": "rl.nope", "above": 1}]}, "'rl.nope' is not a registry metric"),
+        ({"name": "x", "any": [{"metric": M.RL_GRAD_NORM}]}, "needs above, below or anomaly"),
+        ({"name": "x", "all": [{"metric": M.RL_GRAD_NORM, "above": 1}], "any": []}, "exactly one of"),
+        ({"name": "x", "any": [{"metric": M.RL_GRAD_NORM, "above": 1, "attributes": {"rl.color": "red"}}]}, "unknown attribute"),
+        ({"name": "x", "severity": "fatal", "any": [{"metric": M.RL_GRAD_NORM, "above": 1}]}, "severity 'fatal'"),
+        ({"name": "x", "any": [{"metric": M.RL_GRAD_NORM, "anomaly": "sideways"}]}, "up, down or any"),
+        ({"name": "x", "any": [{"metric": M.RL_GRAD_NORM, "above": 1, "treshold": 2}]}, "unknown field"),
+    ],
+)
 def test_bad_rules_name_the_file_the_rule_and_the_fix(tmp_path, rule, message):
     path = tmp_path / "rules.yaml"
     path.write_text(yaml.safe_dump({"rules": [rule]}))
@@ -107,17 +121,30 @@ def test_derived_series_memory_gap_and_rank_token_ratio():
         util = 0.8 if step < 25 else 0.95
         busiest = 1200.0 if step != 27 else 4000.0
         values = [
-            (M.RL_GPU_MEMORY_USAGE, ((kind, "allocated"),), 60e9), (M.RL_GPU_MEMORY_USAGE, ((kind, "reserved"),), 60e9 + gap),
+            (M.RL_GPU_MEMORY_USAGE, ((kind, "allocated"),), 60e9),
+            (M.RL_GPU_MEMORY_USAGE, ((kind, "reserved"),), 60e9 + gap),
             (M.RL_GPU_MEMORY_UTILIZATION, ((kind, "max_reserved"),), util),
-            (M.RL_RANK_TOKENS, ((A.RL_STATISTIC, "max"),), busiest), (M.RL_RANK_TOKENS, ((A.RL_STATISTIC, "mean"),), 1000.0),
+            (M.RL_RANK_TOKENS, ((A.RL_STATISTIC, "max"),), busiest),
+            (M.RL_RANK_TOKENS, ((A.RL_STATISTIC, "mean"),), 1000.0),
         ]
         fired += engine.observe(step, 0, values)
     assert [(a.name, a.step) for a in fired] == [("memory_risk", 25), ("rank_imbalance", 27)]
 
 
 def test_stop_action_hooks_and_take_alerts():
-    rules = parse_rules({"rules": [{"name": "kl_stop", "severity": "critical", "actions": ["stop", "snapshot"],
-                                    "any": [{"metric": M.RL_POLICY_KL, "above": 10}]}]}, "test")
+    rules = parse_rules(
+        {
+            "rules": [
+                {
+                    "name": "kl_stop",
+                    "severity": "critical",
+                    "actions": ["stop", "snapshot"],
+                    "any": [{"metric": M.RL_POLICY_KL, "above": 10}],
+                }
+            ]
+        },
+        "test",
+    )
     seen: list[Alert] = []
     reports: list[str] = []
     engine = AlertEngine(rules, report=lambda key, reason, message: reports.append(message))
@@ -153,8 +180,7 @@ def test_alerts_run_on_the_worker_and_are_events_and_a_counter(make_telemetry, t
     assert len(alerts) == 1
     assert alerts[0]["attributes"][A.RL_ALERT_NAME] == "kl_above_threshold"
     assert alerts[0]["attributes"][A.RL_STEP] == 15 and alerts[0]["body"]["conditions/0/value"] == 25.0
-    step_event = next(r for r in read_log_records(tel.run_dir) if r["event_name"] == N.RL_LOG_EVENT
-                      and r["attributes"][A.RL_STEP] == 15)
+    step_event = next(r for r in read_log_records(tel.run_dir) if r["event_name"] == N.RL_LOG_EVENT and r["attributes"][A.RL_STEP] == 15)
     assert alerts[0]["timestamp"] == step_event["timestamp"]  # the alert carries its step's time
     counts = [p for p in read_metrics(tel.run_dir) if p.name == M.RL_ALERT]
     assert counts and counts[-1].value == 1 and counts[-1].attributes[A.RL_ALERT_NAME] == "kl_above_threshold"
@@ -163,8 +189,15 @@ def test_alerts_run_on_the_worker_and_are_events_and_a_counter(make_telemetry, t
 
 def test_rules_file_with_stop_sets_should_stop(make_telemetry, tmp_path):
     rules = tmp_path / "rules.yaml"
-    rules.write_text(yaml.safe_dump({"rules": [{"name": "runaway_kl", "severity": "critical", "actions": ["stop"],
-                                                "any": [{"metric": M.RL_POLICY_KL, "above": 10}]}]}))
+    rules.write_text(
+        yaml.safe_dump(
+            {
+                "rules": [
+                    {"name": "runaway_kl", "severity": "critical", "actions": ["stop"], "any": [{"metric": M.RL_POLICY_KL, "above": 10}]}
+                ]
+            }
+        )
+    )
     tel = make_telemetry(framework="trl", alert_rules=str(rules))
     for step in range(1, 12):
         tel.log({"kl": 50.0 if step == 9 else 0.1}, step=step)
@@ -200,8 +233,7 @@ def demo_alerts(tmp_path_factory) -> dict[str, list[Alert]]:
     out: dict[str, list[Alert]] = {}
     for name, spike in (("healthy", None), ("spiked", 6)):
         root: Path = tmp_path_factory.mktemp(name)
-        tel = otel_rl.init(run_dir=str(root / "run"), framework="roll", console=False, alert_rules="default",
-                           service_name="otel-rl-test")
+        tel = otel_rl.init(run_dir=str(root / "run"), framework="roll", console=False, alert_rules="default", service_name="otel-rl-test")
         try:
             run_demo(steps=9, telemetry=tel, out=root / "out", inject_spike_at=spike, progress=False)
             tel.flush()
@@ -229,8 +261,7 @@ def test_init_on_alert_turns_the_default_rules_on(tmp_path, monkeypatch):
 
     monkeypatch.delenv("OTEL_RL_ALERT_RULES", raising=False)
     seen: list[Alert] = []
-    tel = otel_rl.init(run_dir=str(tmp_path / "run"), console=False, framework="trl", on_alert=seen.append,
-                       service_name="otel-rl-test")
+    tel = otel_rl.init(run_dir=str(tmp_path / "run"), console=False, framework="trl", on_alert=seen.append, service_name="otel-rl-test")
     try:
         for step in range(1, 10):
             tel.log({"kl": 40.0 if step == 8 else 0.05}, step=step)

@@ -56,16 +56,14 @@ def run_script(tmp_path: Path, sink: OtlpSink, body: str) -> dict:
     env = {**os.environ, "SINK": sink.endpoint, "RUN_DIR": str(tmp_path / "run"), "PYTHONUNBUFFERED": "1"}
     path = tmp_path / "scenario.py"  # a file, not -c: spawned children import their target from it
     path.write_text(script, encoding="utf-8")
-    done = subprocess.run([sys.executable, str(path)], env=env, cwd=tmp_path, capture_output=True, text=True,
-                          timeout=TIMEOUT_S)
+    done = subprocess.run([sys.executable, str(path)], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=TIMEOUT_S)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
-    results = [json.loads(line[len("RESULT "):]) for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    results = [json.loads(line[len("RESULT ") :]) for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     return {"results": results, "stderr": done.stderr}
 
 
 def steps_received(sink: OtlpSink, service: str | None = None) -> list[int]:
-    return sorted(r[1][A.RL_STEP] for r in sink.received.events(N.RL_LOG_EVENT)
-                  if service is None or r[3].get("service.name") == service)
+    return sorted(r[1][A.RL_STEP] for r in sink.received.events(N.RL_LOG_EVENT) if service is None or r[3].get("service.name") == service)
 
 
 def file_events(run_dir: Path) -> list[int]:
@@ -82,7 +80,10 @@ def file_events(run_dir: Path) -> list[int]:
 
 def test_a_forked_child_gets_a_disabled_copy_that_drops_and_counts_and_never_deadlocks(tmp_path: Path) -> None:
     with OtlpSink() as sink:
-        out = run_script(tmp_path, sink, """
+        out = run_script(
+            tmp_path,
+            sink,
+            """
             tel = start()
             train(tel, 10)
             tel.flush()
@@ -109,7 +110,8 @@ def test_a_forked_child_gets_a_disabled_copy_that_drops_and_counts_and_never_dea
             train(tel, 10, first=10)
             tel.shutdown()
             print("RESULT " + json.dumps({"child_exit": code}), flush=True)
-        """)
+        """,
+        )
         child, parent = out["results"]
         assert child == {"closed": True, "dropped": 101, "flushed": False, "seconds": child["seconds"], "current": True}
         assert child["seconds"] < 2.0
@@ -127,7 +129,10 @@ def test_a_forked_child_gets_a_disabled_copy_that_drops_and_counts_and_never_dea
 
 def test_multiprocessing_fork_workers_log_dropped_and_one_that_inits_exports_its_own(tmp_path: Path) -> None:
     with OtlpSink() as sink:
-        out = run_script(tmp_path, sink, """
+        out = run_script(
+            tmp_path,
+            sink,
+            """
             tel = start()
 
             def loader_worker(i):
@@ -154,7 +159,8 @@ def test_multiprocessing_fork_workers_log_dropped_and_one_that_inits_exports_its
             train(tel, 5, first=5)
             tel.shutdown()
             print("RESULT " + json.dumps({"dropped": dropped, "own_exit": p.exitcode, "own_closed": own_closed}), flush=True)
-        """)
+        """,
+        )
         [result] = out["results"]
         assert result["own_exit"] == 0 and result["own_closed"] is True
         assert all(n >= 20 for n in result["dropped"])  # each task's 20 calls counted in its worker
@@ -166,7 +172,10 @@ def test_multiprocessing_fork_workers_log_dropped_and_one_that_inits_exports_its
 
 def test_spawned_children_start_clean_and_export_their_own(tmp_path: Path) -> None:
     with OtlpSink() as sink:
-        out = run_script(tmp_path, sink, """
+        out = run_script(
+            tmp_path,
+            sink,
+            """
             def child(rank):
                 tel = start(service_name="spawned", rank=rank)
                 train(tel, 6, first=100 * rank)
@@ -183,7 +192,8 @@ def test_spawned_children_start_clean_and_export_their_own(tmp_path: Path) -> No
                     p.join(60)
                 tel.shutdown()
                 print("RESULT " + json.dumps([p.exitcode for p in procs]), flush=True)
-        """)
+        """,
+        )
         assert out["results"] == [[0, 0]]
         assert steps_received(sink, "fork-test") == list(range(8))
         assert steps_received(sink, "spawned") == [*range(100, 106), *range(200, 206)]
@@ -193,7 +203,10 @@ def test_spawned_children_start_clean_and_export_their_own(tmp_path: Path) -> No
 @pytest.mark.skipif(not hasattr(os, "register_at_fork"), reason="needs os.register_at_fork")
 def test_sigterm_in_a_forked_child_ends_it_without_touching_the_parents_telemetry(tmp_path: Path) -> None:
     with OtlpSink() as sink:
-        out = run_script(tmp_path, sink, """
+        out = run_script(
+            tmp_path,
+            sink,
+            """
             import signal
             tel = start()
             train(tel, 3)
@@ -207,6 +220,7 @@ def test_sigterm_in_a_forked_child_ends_it_without_touching_the_parents_telemetr
             train(tel, 3, first=3)
             tel.shutdown()
             print("RESULT " + json.dumps({"child_exit": code}), flush=True)
-        """)
+        """,
+        )
         assert out["results"] == [{"child_exit": -15}]
         assert steps_received(sink) == list(range(6))

@@ -8,14 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from otel_rl._sdk.keys import (
-    TRANSFORMS,
-    KeyResolver,
-    Resolution,
-    load_mapping_files,
-    load_registry_tables,
-    validate_mappings,
-)
+from otel_rl._sdk.keys import TRANSFORMS, KeyResolver, Resolution, load_mapping_files, load_registry_tables, validate_mappings
 
 REPO = Path(__file__).resolve().parents[1]
 SEMCONV = REPO / "semconv"
@@ -51,26 +44,47 @@ CASES = [
     ("roll", "time/adv", 0.7, "rl.stage.duration", {"rl.stage": "advantage", "rl.stage.phase": "total"}, 0.7),
     ("roll", "time/rollout", 9.0, "rl.stage.duration", {"rl.stage": "rollout", "rl.stage.phase": "total"}, 9.0),
     (
-        "roll", "time/actor_train/compute_log_probs/onload", 0.3, "rl.stage.duration",
-        {"rl.cluster": "actor_train", "rl.stage": "compute_log_probs", "rl.stage.phase": "onload"}, 0.3,
+        "roll",
+        "time/actor_train/compute_log_probs/onload",
+        0.3,
+        "rl.stage.duration",
+        {"rl.cluster": "actor_train", "rl.stage": "compute_log_probs", "rl.stage.phase": "onload"},
+        0.3,
     ),
     (
-        "roll", "memory/actor_train/train_step/end/onload/max_reserved/1", 3.0, "rl.gpu.memory.usage",
-        {"rl.cluster": "actor_train", "rl.stage": "train_step", "rl.memory.when": "end", "rl.memory.state": "onload",
-         "rl.memory.kind": "max_reserved", "hw.id": "1"}, 3.0 * GIB,
+        "roll",
+        "memory/actor_train/train_step/end/onload/max_reserved/1",
+        3.0,
+        "rl.gpu.memory.usage",
+        {
+            "rl.cluster": "actor_train",
+            "rl.stage": "train_step",
+            "rl.memory.when": "end",
+            "rl.memory.state": "onload",
+            "rl.memory.kind": "max_reserved",
+            "hw.id": "1",
+        },
+        3.0 * GIB,
     ),
     (
-        "roll", "memory/cpu/critic/compute_values/start/vms", 2.0, "process.memory.virtual",
-        {"rl.cluster": "critic", "rl.stage": "compute_values", "rl.memory.when": "start"}, 2.0 * GIB,
+        "roll",
+        "memory/cpu/critic/compute_values/start/vms",
+        2.0,
+        "process.memory.virtual",
+        {"rl.cluster": "critic", "rl.stage": "compute_values", "rl.memory.when": "start"},
+        2.0 * GIB,
     ),
     # keys of the otel-rl stage handle without a cluster
     ("roll", "time/generate/execute", 1.0, "rl.stage.duration", {"rl.stage": "generate", "rl.stage.phase": "execute"}, 1.0),
     ("roll", "time/generate", 1.0, "rl.stage.duration", {"rl.stage": "generate", "rl.stage.phase": "total"}, 1.0),
     ("roll", "memory/cpu/generate/end/rss", 1.0, "process.memory.usage", {"rl.stage": "generate", "rl.memory.when": "end"}, GIB),
     (
-        "roll", "memory/generate/start/offload/allocated/0", 0.5, "rl.gpu.memory.usage",
-        {"rl.stage": "generate", "rl.memory.when": "start", "rl.memory.state": "offload", "rl.memory.kind": "allocated",
-         "hw.id": "0"}, 0.5 * GIB,
+        "roll",
+        "memory/generate/start/offload/allocated/0",
+        0.5,
+        "rl.gpu.memory.usage",
+        {"rl.stage": "generate", "rl.memory.when": "start", "rl.memory.state": "offload", "rl.memory.kind": "allocated", "hw.id": "0"},
+        0.5 * GIB,
     ),
     # ROLL reducer tags: stripped; a statistic only where the metric has one and the rule set none
     ("roll", "actor/pg_loss@sum", 0.1, "rl.loss", {"rl.model.role": "actor", "rl.loss.type": "policy"}, 0.1),
@@ -81,8 +95,12 @@ CASES = [
     ("verl", "timing_s/ref", 2.0, "rl.stage.duration", {"rl.stage": "compute_ref_log_probs", "rl.stage.phase": "total"}, 2.0),
     ("verl", "timing_s/testing", 2.0, "rl.stage.duration", {"rl.stage": "validation", "rl.stage.phase": "total"}, 2.0),
     (
-        "verl", "timing_s/update_critic", 4.0, "rl.stage.duration",
-        {"rl.stage": "train_step", "rl.cluster": "critic", "rl.stage.phase": "total"}, 4.0,
+        "verl",
+        "timing_s/update_critic",
+        4.0,
+        "rl.stage.duration",
+        {"rl.stage": "train_step", "rl.cluster": "critic", "rl.stage.phase": "total"},
+        4.0,
     ),
     ("verl", "timing_s/step", 30.0, "rl.step.duration", {}, 30.0),
     ("verl", "timing_per_token_ms/gen", 0.5, "rl.stage.time_per_token", {"rl.stage": "generate"}, 0.0005),
@@ -183,8 +201,7 @@ def test_excepted_keys_do_not_match_the_template(resolver):
     assert resolver.resolve("rewards/chosen", "trl").fallback
     assert resolver.resolve("rewards/accuracies", "trl").fallback
     # the per-statistic shape is still preferred when writing a key back
-    assert resolver.to_key("trl", "rl.reward.component", {"rl.reward.function": "fmt", "rl.statistic": "mean"}) == \
-        "rewards/fmt/mean"
+    assert resolver.to_key("trl", "rl.reward.component", {"rl.reward.function": "fmt", "rl.statistic": "mean"}) == "rewards/fmt/mean"
 
 
 def test_resolution_is_cached_and_immutable(resolver):

@@ -161,7 +161,7 @@ def test_no_private_name_is_reached_across_packages():
                     if own[: len(owner)] != owner or len(own) < depth:
                         reached.append(f"{path.relative_to(PACKAGE.parent)}:{line} imports {target}")
                     break
-            if target.split(".")[:len(own)] != own:
+            if target.split(".")[: len(own)] != own:
                 private = [n for n in names if n.startswith("_") and not n.startswith("__")]
                 if private:
                     reached.append(f"{path.relative_to(PACKAGE.parent)}:{line} imports {', '.join(private)} from {target}")
@@ -171,6 +171,9 @@ def test_no_private_name_is_reached_across_packages():
 def test_few_loose_private_modules_and_none_too_long():
     loose = sorted(p.name for p in PACKAGE.glob("_*.py") if p.name != "__init__.py")
     assert len(loose) <= LOOSE_PRIVATE_LIMIT, f"loose private modules in otel_rl/: {loose}"
-    long = [f"{p.relative_to(PACKAGE.parent)}: {n} lines" for p in sorted(PACKAGE.rglob("*.py"))
-            if not _generated(p) and (n := len(p.read_text().splitlines())) > LINE_LIMIT]
+    long = [
+        f"{p.relative_to(PACKAGE.parent)}: {n} lines"
+        for p in sorted(PACKAGE.rglob("*.py"))
+        if not _generated(p) and (n := len(p.read_text().splitlines())) > LINE_LIMIT
+    ]
     assert not long, "modules over 600 lines (split them):\n" + "\n".join(long)

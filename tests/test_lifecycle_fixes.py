@@ -41,8 +41,7 @@ def test_shutting_one_telemetry_down_keeps_the_exit_hook_of_another(tmp_path: Pa
         print(json.dumps({"second_closed": second.closed}))
     """)
     first_dir, second_dir = tmp_path / "first", tmp_path / "second"
-    done = subprocess.run([sys.executable, "-c", script, str(first_dir), str(second_dir)],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-c", script, str(first_dir), str(second_dir)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.strip().splitlines()[-1]) == {"second_closed": True}
     assert [e["body"] for e in _log_events(second_dir)] == [{"actor/pg_loss": 0.5}]

@@ -43,8 +43,10 @@ def _steps(tel, values_per_step):
 
 
 def test_bulk_path_matches_the_per_key_path(make_telemetry, request, tmp_path):
-    steps = [{k: (v * (1 + 0.1 * i) if not isinstance(v, np.floating) else np.float64(float(v) * (1 + 0.1 * i)))
-              for k, v in ROLL_STEP.items()} for i in range(4)]
+    steps = [
+        {k: (v * (1 + 0.1 * i) if not isinstance(v, np.floating) else np.float64(float(v) * (1 + 0.1 * i))) for k, v in ROLL_STEP.items()}
+        for i in range(4)
+    ]
     fast = make_telemetry(framework="roll")
     slow = _second_telemetry(request, tmp_path, framework="roll", service_name="otel-rl-test")
     slow._pipeline.stamped = None
@@ -121,8 +123,10 @@ def test_a_timer_a_stage_span_measured_is_not_counted_twice_on_the_bulk_path(mak
             with tel.stage("train_step", cluster="actor_train"):
                 pass
         # train_step's total was measured by its span; model_update's only by the logged timer
-        tel.log({"actor/pg_loss": 0.1 * step, "time/actor_train/train_step/total": 2.0,
-                 "time/actor_train/model_update/total": 1.0 + step}, step=step)
+        tel.log(
+            {"actor/pg_loss": 0.1 * step, "time/actor_train/train_step/total": 2.0, "time/actor_train/model_update/total": 1.0 + step},
+            step=step,
+        )
     tel.flush()
     assert any(plan is not None for plan in tel._pipeline._step_plans.values())
     histograms = tel._histograms

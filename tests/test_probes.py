@@ -122,8 +122,14 @@ def test_stage_with_a_gpu_exports_roll_memory_keys_gauges_and_events(make_teleme
     assert keys["memory/actor_train/train_step/end/onload/max_reserved/1"] == 8.0
     assert keys["memory/actor_train/train_step/end/onload/max_allocated_frac/1"] == pytest.approx(6 / 80)
     assert len([k for k in keys if k.startswith("memory/actor_train/")]) == 4 * 4 + 2
-    attrs = {A.RL_STAGE: "train_step", A.RL_CLUSTER: "actor_train", A.RL_MEMORY_WHEN: "end", A.RL_MEMORY_STATE: "onload",
-             A.RL_MEMORY_KIND: "max_reserved", A.HW_ID: "1"}
+    attrs = {
+        A.RL_STAGE: "train_step",
+        A.RL_CLUSTER: "actor_train",
+        A.RL_MEMORY_WHEN: "end",
+        A.RL_MEMORY_STATE: "onload",
+        A.RL_MEMORY_KIND: "max_reserved",
+        A.HW_ID: "1",
+    }
     assert tel.latest(M.RL_GPU_MEMORY_USAGE, attrs) == 8 * GIB
     assert tel.latest(M.RL_GPU_MEMORY_UTILIZATION, attrs) == pytest.approx(0.1)
     # Every logged ROLL key resolves onto the very series the stage already set.
@@ -156,8 +162,13 @@ def test_nvml_probe_reports_devices_in_registry_units_and_skips_a_failing_read(m
     for name, callback in probe.callbacks().items():
         meter.create_observable_gauge(name, callbacks=[callback])
     data = reader.get_metrics_data()
-    points = {(m.name, p.attributes[A.HW_ID]): p.value
-              for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics for p in m.data.data_points}
+    points = {
+        (m.name, p.attributes[A.HW_ID]): p.value
+        for rm in data.resource_metrics
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+        for p in m.data.data_points
+    }
     assert points[(M.HW_GPU_UTILIZATION, "0")] == pytest.approx(0.87)
     assert points[(M.HW_GPU_MEMORY_USAGE, "1")] == 10 * GIB and points[(M.HW_GPU_MEMORY_LIMIT, "0")] == 80 * GIB
     assert points[(M.HW_POWER, "0")] == pytest.approx(350.0)
@@ -166,7 +177,9 @@ def test_nvml_probe_reports_devices_in_registry_units_and_skips_a_failing_read(m
     assert nvml.shutdown_called
 
 
-@pytest.mark.parametrize(("visible", "expected"), [(None, [0, 1, 2, 3]), ("2,0", [2, 0]), ("", []), ("GPU-uuid", [0, 1, 2, 3]), ("1,9", [1])])
+@pytest.mark.parametrize(
+    ("visible", "expected"), [(None, [0, 1, 2, 3]), ("2,0", [2, 0]), ("", []), ("GPU-uuid", [0, 1, 2, 3]), ("1,9", [1])]
+)
 def test_visible_devices(monkeypatch, visible, expected):
     if visible is None:
         monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)

@@ -35,8 +35,7 @@ def test_carrier_holds_w3c_traceparent_and_the_step(make_telemetry):
 def test_worker_spans_are_children_of_the_injecting_stage(make_telemetry, tmp_path):
     driver = make_telemetry(service_name="driver")
     # another process's telemetry, built directly: a second init() replaces the first
-    worker = otel_rl.Telemetry(resolve_config({"service_name": "worker", "rank": 1, "console": False,
-                                               "run_dir": str(tmp_path / "worker")}))
+    worker = otel_rl.Telemetry(resolve_config({"service_name": "worker", "rank": 1, "console": False, "run_dir": str(tmp_path / "worker")}))
     with driver.step(3) as scope:
         with driver.stage("generate", cluster="actor_infer"):
             carrier = driver.inject()
@@ -102,8 +101,7 @@ def test_the_trace_crosses_a_real_process_boundary_into_one_run_folder(tmp_path:
     env = {**__import__("os").environ, "RANK": "2", "WORLD_SIZE": "3"}
     import json
 
-    subprocess.run([sys.executable, "-c", WORKER, str(tmp_path)], input=json.dumps(carrier), text=True,
-                   env=env, check=True, timeout=120)
+    subprocess.run([sys.executable, "-c", WORKER, str(tmp_path)], input=json.dumps(carrier), text=True, env=env, check=True, timeout=120)
     assert (tmp_path / rank_file_name("traces.jsonl", 2)).is_file()
     trace = find_step_trace(read_spans(tmp_path), 1)  # both ranks' files are read
     assert {s.trace_id for s in trace} == {scope.trace_id}

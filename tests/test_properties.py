@@ -25,8 +25,9 @@ from otel_rl.semconv import attributes as A
 from otel_rl.semconv import metrics as M
 from otel_rl.semconv import names as N
 
-SETTINGS = settings(max_examples=150, deadline=None, derandomize=True,
-                    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+SETTINGS = settings(
+    max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 
 
 class Unfloatable:
@@ -60,15 +61,24 @@ class SizeRaises:
         return 1.0
 
 
-keys = st.one_of(st.text(max_size=24), st.integers(), st.none(), st.floats(), st.binary(max_size=4),
-                 st.tuples(st.integers(), st.text(max_size=3)))
+keys = st.one_of(
+    st.text(max_size=24), st.integers(), st.none(), st.floats(), st.binary(max_size=4), st.tuples(st.integers(), st.text(max_size=3))
+)
 leaves = st.one_of(
-    st.floats(), st.integers(min_value=-(10**400), max_value=10**400), st.integers(min_value=2**62, max_value=2**66),
-    st.booleans(), st.none(),
-    st.text(max_size=40), st.binary(max_size=8), st.complex_numbers(), st.fractions(),
+    st.floats(),
+    st.integers(min_value=-(10**400), max_value=10**400),
+    st.integers(min_value=2**62, max_value=2**66),
+    st.booleans(),
+    st.none(),
+    st.text(max_size=40),
+    st.binary(max_size=8),
+    st.complex_numbers(),
+    st.fractions(),
     st.lists(st.one_of(st.floats(), st.none(), st.text(max_size=4)), max_size=3),
-    hnp.arrays(st.sampled_from([np.float64, np.float32, np.int64, np.uint64, np.complex64, np.bool_]),
-               hnp.array_shapes(min_dims=0, max_dims=2, min_side=0, max_side=3)),
+    hnp.arrays(
+        st.sampled_from([np.float64, np.float32, np.int64, np.uint64, np.complex64, np.bool_]),
+        hnp.array_shapes(min_dims=0, max_dims=2, min_side=0, max_side=3),
+    ),
     st.sampled_from([Unfloatable(), ItemRaises(), SizeRaises(), object(), Ellipsis, math.nan, -math.inf, np.float64("nan")]),
 )
 nested = st.recursive(leaves, lambda children: st.dictionaries(keys, children, max_size=4), max_leaves=12)
@@ -84,8 +94,9 @@ def leaf_count(values: Any) -> int:
 @pytest.fixture(scope="module")
 def tel(tmp_path_factory: pytest.TempPathFactory):
     run_dir = tmp_path_factory.mktemp("props")
-    telemetry = otel_rl.init(service_name="props", run_dir=str(run_dir), exporters="file", console=False,
-                             unmapped_key_limit=10**6, metric_export_interval_s=3600)
+    telemetry = otel_rl.init(
+        service_name="props", run_dir=str(run_dir), exporters="file", console=False, unmapped_key_limit=10**6, metric_export_interval_s=3600
+    )
     yield telemetry
     telemetry.shutdown()
 
@@ -136,8 +147,16 @@ _STRICT: list[Any] = []
 
 def _strict(tmp_path_factory: pytest.TempPathFactory):
     if not _STRICT:
-        _STRICT.append(otel_rl.init(service_name="props-strict", run_dir=str(tmp_path_factory.mktemp("strict")),
-                                    exporters="none", console=False, strict=True, unmapped_key_limit=10**6))
+        _STRICT.append(
+            otel_rl.init(
+                service_name="props-strict",
+                run_dir=str(tmp_path_factory.mktemp("strict")),
+                exporters="none",
+                console=False,
+                strict=True,
+                unmapped_key_limit=10**6,
+            )
+        )
     return _STRICT[0]
 
 
@@ -187,12 +206,16 @@ def test_any_environment_resolves_falling_back_with_a_warning_never_raising(env:
 
 
 yaml_scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=10))
-yaml_values = st.recursive(yaml_scalars, lambda c: st.one_of(st.lists(c, max_size=3), st.dictionaries(st.text(max_size=8), c, max_size=3)), max_leaves=8)
+yaml_values = st.recursive(
+    yaml_scalars, lambda c: st.one_of(st.lists(c, max_size=3), st.dictionaries(st.text(max_size=8), c, max_size=3)), max_leaves=8
+)
 
 
 @SETTINGS
-@given(doc=st.one_of(st.dictionaries(st.sampled_from(sorted(_FIELDS) + ["bogus", "endpoint "]), yaml_values, max_size=5), yaml_values),
-       raw=st.one_of(st.none(), st.binary(max_size=40)))
+@given(
+    doc=st.one_of(st.dictionaries(st.sampled_from(sorted(_FIELDS) + ["bogus", "endpoint "]), yaml_values, max_size=5), yaml_values),
+    raw=st.one_of(st.none(), st.binary(max_size=40)),
+)
 def test_a_config_file_loads_or_fails_naming_the_file(tmp_path_factory, doc: Any, raw: bytes | None) -> None:
     path = tmp_path_factory.mktemp("cfg") / "otel-rl.yaml"
     path.write_bytes(raw if raw is not None else yaml.safe_dump(doc).encode())
@@ -227,19 +250,23 @@ def test_an_unknown_tracker_name_fails_at_init_listing_the_known_ones(tmp_path_f
 # -- OTEL_EXPORTER_OTLP_* checked at init -----------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("name", "value", "expected"), [
-    ("OTEL_EXPORTER_OTLP_HEADERS", "Bearer s3cr3t-token", "not name=value"),
-    ("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "authorization=ok,=s3cr3t-token", "entry 2 of 2"),
-    ("OTEL_EXPORTER_OTLP_CERTIFICATE", "/nonexistent/ca.pem", "no such readable file"),
-    ("OTEL_EXPORTER_OTLP_CLIENT_KEY", "/nonexistent/key.pem", "private key"),
-    ("OTEL_EXPORTER_OTLP_TIMEOUT", "ten", "positive number of seconds"),
-    ("OTEL_EXPORTER_OTLP_METRICS_TIMEOUT", "-1", "positive number of seconds"),
-    ("OTEL_EXPORTER_OTLP_COMPRESSION", "zip", "gzip, deflate, none"),
-    ("OTEL_EXPORTER_OTLP_INSECURE", "maybe", "true or false"),
-    ("OTEL_EXPORTER_OTLP_LOGS_ENDPOINT", "collector:4318/v1/logs", "http:// or https:// URL"),
-])
-def test_bad_otlp_variables_fail_at_init_naming_the_variable_and_never_a_secret(tmp_path: Path, monkeypatch, name: str,
-                                                                              value: str, expected: str) -> None:
+@pytest.mark.parametrize(
+    ("name", "value", "expected"),
+    [
+        ("OTEL_EXPORTER_OTLP_HEADERS", "Bearer s3cr3t-token", "not name=value"),
+        ("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "authorization=ok,=s3cr3t-token", "entry 2 of 2"),
+        ("OTEL_EXPORTER_OTLP_CERTIFICATE", "/nonexistent/ca.pem", "no such readable file"),
+        ("OTEL_EXPORTER_OTLP_CLIENT_KEY", "/nonexistent/key.pem", "private key"),
+        ("OTEL_EXPORTER_OTLP_TIMEOUT", "ten", "positive number of seconds"),
+        ("OTEL_EXPORTER_OTLP_METRICS_TIMEOUT", "-1", "positive number of seconds"),
+        ("OTEL_EXPORTER_OTLP_COMPRESSION", "zip", "gzip, deflate, none"),
+        ("OTEL_EXPORTER_OTLP_INSECURE", "maybe", "true or false"),
+        ("OTEL_EXPORTER_OTLP_LOGS_ENDPOINT", "collector:4318/v1/logs", "http:// or https:// URL"),
+    ],
+)
+def test_bad_otlp_variables_fail_at_init_naming_the_variable_and_never_a_secret(
+    tmp_path: Path, monkeypatch, name: str, value: str, expected: str
+) -> None:
     monkeypatch.setenv(name, value)
     with pytest.raises(ValueError) as info:
         otel_rl.init(run_dir=str(tmp_path), endpoint="http://127.0.0.1:4318", exporters="otlp", console=False)
@@ -265,8 +292,6 @@ def test_fractions_and_numpy_scalars_are_numbers(tel) -> None:
     tel.log({"actor/pg_loss": Fraction(1, 4), "actor/entropy": np.float32(0.5), "actor/lr": np.int64(3)}, step=6)
     tel.flush()
     assert tel.latest(M.RL_POLICY_ENTROPY, {A.RL_STATISTIC: "mean"}) == 0.5
-
-
 
 
 @pytest.mark.parametrize("text", [b"framework: x\nrules:\n  - key: [unclosed\n", b"\x80\x81"])

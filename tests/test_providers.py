@@ -125,12 +125,15 @@ def test_otlp_grpc_and_the_file_default_together(make_telemetry):
     assert (tel.run_dir / "traces.jsonl").stat().st_size > 0  # and the file copy, as asked
 
 
-@pytest.mark.parametrize(("options", "file", "otlp"), [
-    ({}, True, False),
-    ({"endpoint": "http://127.0.0.1:4318"}, False, True),
-    ({"endpoint": "http://127.0.0.1:4318", "exporters": "otlp,file"}, True, True),
-    ({"exporters": "none"}, False, False),
-])
+@pytest.mark.parametrize(
+    ("options", "file", "otlp"),
+    [
+        ({}, True, False),
+        ({"endpoint": "http://127.0.0.1:4318"}, False, True),
+        ({"endpoint": "http://127.0.0.1:4318", "exporters": "otlp,file"}, True, True),
+        ({"exporters": "none"}, False, False),
+    ],
+)
 def test_destinations_follow_the_endpoint_and_exporters(options, file, otlp):
     from otel_rl._sdk.config import resolve_config
 

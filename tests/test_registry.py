@@ -70,8 +70,17 @@ def test_real_registry_stage_attribute_is_an_enum_with_the_spec_members(real_reg
     stage = real_registry.attributes["rl.stage"]
     assert stage.type == "enum"
     assert set(real_registry.enum_members()["rl.stage"]) >= {
-        "rollout", "generate", "compute_rewards", "compute_log_probs", "compute_ref_log_probs", "compute_values",
-        "advantage", "train_step", "model_update", "do_checkpoint", "validation",
+        "rollout",
+        "generate",
+        "compute_rewards",
+        "compute_log_probs",
+        "compute_ref_log_probs",
+        "compute_values",
+        "advantage",
+        "train_step",
+        "model_update",
+        "do_checkpoint",
+        "validation",
     }
     assert real_registry.enum_members()["rl.stage.phase"] == ("total", "onload", "execute", "offload")
 
@@ -286,10 +295,21 @@ def test_unknown_attribute_ref_names_the_attribute(tmp_path):
 # (file, the group's "- id:" line, old text inside that group, new text, rule)
 IN_PLACE_CASES = [
     ("performance.yaml", "- id: metric.rl.stage.duration", '    brief: "Wall time of one stage or stage phase."\n', "", "brief-required"),
-    ("performance.yaml", "- id: metric.rl.stage.duration", 'instrument: histogram\n    unit: "s"', 'instrument: histogram\n    unit: "seconds"', "unit-ucum"),
+    (
+        "performance.yaml",
+        "- id: metric.rl.stage.duration",
+        'instrument: histogram\n    unit: "s"',
+        'instrument: histogram\n    unit: "seconds"',
+        "unit-ucum",
+    ),
     ("performance.yaml", "- id: metric.rl.stage.duration", "instrument: histogram\n", "instrument: timer\n", "instrument"),
-    ("performance.yaml", "- id: metric.rl.stage.duration",
-     "metric_name: rl.stage.duration\n", "metric_name: rl.stage.duration_seconds\n", "metric-group-id"),
+    (
+        "performance.yaml",
+        "- id: metric.rl.stage.duration",
+        "metric_name: rl.stage.duration\n",
+        "metric_name: rl.stage.duration_seconds\n",
+        "metric-group-id",
+    ),
 ]
 
 
@@ -301,7 +321,7 @@ def test_edit_in_a_real_file_is_reported_at_its_group(tmp_path, file, anchor, ol
     start = text.index(anchor)
     at = text.index(old, start)
     assert text.find("- id:", start + 1) > at, "the edit must fall inside the anchored group"
-    edited = text[:at] + new + text[at + len(old):]
+    edited = text[:at] + new + text[at + len(old) :]
     path.write_text(edited, encoding="utf-8")
     problems = load_registry(semconv).problems
     line = _line_of(edited, anchor)
@@ -331,13 +351,37 @@ def test_empty_registry_folder_is_a_problem(tmp_path):
 # ---------------------------------------------------------------------------- UCUM units
 
 
-@pytest.mark.parametrize("unit", ["s", "By", "1", "{token}", "{token}/s", "s/{token}", "Cel", "W", "ms", "KiBy",
-                                  "{sample}/s", "%", "Hz", "GiBy", "us", "min", "s^2", "By/s", "1/s"])
+@pytest.mark.parametrize(
+    "unit",
+    [
+        "s",
+        "By",
+        "1",
+        "{token}",
+        "{token}/s",
+        "s/{token}",
+        "Cel",
+        "W",
+        "ms",
+        "KiBy",
+        "{sample}/s",
+        "%",
+        "Hz",
+        "GiBy",
+        "us",
+        "min",
+        "s^2",
+        "By/s",
+        "1/s",
+    ],
+)
 def test_is_ucum_accepts(unit):
     assert is_ucum(unit) is True
 
 
-@pytest.mark.parametrize("unit", ["seconds", "", " s", "s ", "tokens/s", "sec", "bytes", "by", "cel", "{token",
-                                  "{tok en}", "{}", "/s", "s/", "s//s", "tokens", "m"])
+@pytest.mark.parametrize(
+    "unit",
+    ["seconds", "", " s", "s ", "tokens/s", "sec", "bytes", "by", "cel", "{token", "{tok en}", "{}", "/s", "s/", "s//s", "tokens", "m"],
+)
 def test_is_ucum_rejects(unit):
     assert is_ucum(unit) is False

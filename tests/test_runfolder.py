@@ -36,14 +36,7 @@ from otel_rl.runs.folder import (
 )
 
 RESOURCE = Resource.create({"service.name": "grpo-demo", "rl.run.id": "run-7", "rl.rank": 0})
-TREE_ORDER = [
-    "rl.step",
-    "rl.generate",
-    "rl.compute_log_probs",
-    "rl.onload",
-    "rl.execute",
-    "rl.offload",
-]
+TREE_ORDER = ["rl.step", "rl.generate", "rl.compute_log_probs", "rl.onload", "rl.execute", "rl.offload"]
 
 
 def write_step_traces(run_dir: Path, steps=(3,)) -> None:
@@ -53,13 +46,11 @@ def write_step_traces(run_dir: Path, steps=(3,)) -> None:
     for step in steps:
         with tracer.start_as_current_span("rl.step", attributes={"rl.step": step}):
             with tracer.start_as_current_span(
-                "rl.generate",
-                attributes={"rl.stage": "generate", "rl.cluster": "actor_infer", "rl.stage.phase": "total"},
+                "rl.generate", attributes={"rl.stage": "generate", "rl.cluster": "actor_infer", "rl.stage.phase": "total"}
             ):
                 time.sleep(0.003)
             with tracer.start_as_current_span(
-                "rl.compute_log_probs",
-                attributes={"rl.stage": "compute_log_probs", "rl.cluster": "actor_train"},
+                "rl.compute_log_probs", attributes={"rl.stage": "compute_log_probs", "rl.cluster": "actor_train"}
             ):
                 for phase in ("onload", "execute", "offload"):
                     with tracer.start_as_current_span(
@@ -148,7 +139,9 @@ def test_find_step_trace_and_waterfall(tmp_path):
     assert "actor_train" in text and "actor_infer" in text
     assert text.count("[2 memory snapshots]") == 3
     assert "(orphans)" not in text
-    row = {name: next(line for line in lines if re.search(rf"\b{re.escape(name)}\b(?!_)", line) and "trace" not in line) for name in TREE_ORDER}
+    row = {
+        name: next(line for line in lines if re.search(rf"\b{re.escape(name)}\b(?!_)", line) and "trace" not in line) for name in TREE_ORDER
+    }
     assert "█" * 20 in row["rl.step"]  # the root spans the whole timeline
     assert row["rl.onload"].index("rl.onload") > row["rl.compute_log_probs"].index("rl.compute_log_probs")
     # the generate bar starts left of the compute_log_probs bar
@@ -175,13 +168,7 @@ def test_find_step_trace_takes_last_rerun_and_lists_available_steps(tmp_path):
 
 def _span(name, span_id, parent, start, end, **attributes):
     return SpanRecord(
-        trace_id="ab" * 16,
-        span_id=span_id,
-        parent_span_id=parent,
-        name=name,
-        start_ns=start,
-        end_ns=end,
-        attributes=attributes,
+        trace_id="ab" * 16, span_id=span_id, parent_span_id=parent, name=name, start_ns=start, end_ns=end, attributes=attributes
     )
 
 
@@ -209,10 +196,7 @@ def test_waterfall_orphans_tiny_spans_and_long_names():
 
 
 def test_waterfall_with_cycle_does_not_hang():
-    spans = [
-        _span("a", "0" * 15 + "1", "0" * 15 + "2", 0, 10),
-        _span("b", "0" * 15 + "2", "0" * 15 + "1", 0, 10),
-    ]
+    spans = [_span("a", "0" * 15 + "1", "0" * 15 + "2", 0, 10), _span("b", "0" * 15 + "2", "0" * 15 + "1", 0, 10)]
     text = render_waterfall(spans)
     lines = text.splitlines()
     assert lines[0].startswith("(orphans)")
@@ -246,18 +230,11 @@ def test_malformed_lines_are_skipped_with_their_numbers(tmp_path):
         f.write(good_line[: len(good_line) // 2])  # 12: truncated by a crash
     spans = read_spans(tmp_path)
     assert len(spans) == 7
-    assert [(p.file, p.line) for p in spans.problems] == [
-        (TRACES_FILE, 7),
-        (TRACES_FILE, 9),
-        (TRACES_FILE, 10),
-        (TRACES_FILE, 12),
-    ]
+    assert [(p.file, p.line) for p in spans.problems] == [(TRACES_FILE, 7), (TRACES_FILE, 9), (TRACES_FILE, 10), (TRACES_FILE, 12)]
     assert "truncated" in spans.problems[-1].reason
     assert str(spans.problems[0]).startswith("traces.jsonl:7: ")
     summary = format_problems(spans.problems)
-    assert summary == (
-        "skipped 4 malformed lines (traces.jsonl:7, traces.jsonl:9, traces.jsonl:10, traces.jsonl:12)"
-    )
+    assert summary == ("skipped 4 malformed lines (traces.jsonl:7, traces.jsonl:9, traces.jsonl:10, traces.jsonl:12)")
     assert format_problems([]) == ""
     many = [Problem(TRACES_FILE, i, "x") for i in range(1, 10)]
     assert format_problems(many, limit=2) == "skipped 9 malformed lines (traces.jsonl:1, traces.jsonl:2, ... 7 more)"
@@ -358,9 +335,7 @@ def test_decode_any_value():
     assert decode_any_value({"boolValue": False}) is False
     assert decode_any_value({"arrayValue": {"values": [{"intValue": "1"}, {"stringValue": "a"}]}}) == [1, "a"]
     assert decode_any_value({"arrayValue": {}}) == []
-    assert decode_any_value(
-        {"kvlistValue": {"values": [{"key": "a", "value": {"kvlistValue": {"values": []}}}]}}
-    ) == {"a": {}}
+    assert decode_any_value({"kvlistValue": {"values": [{"key": "a", "value": {"kvlistValue": {"values": []}}}]}}) == {"a": {}}
     assert decode_any_value({"bytesValue": "AAE="}) == b"\x00\x01"
     assert decode_any_value({}) is None
     with pytest.raises(ValueError):

@@ -39,10 +39,19 @@ def test_the_installed_exporter_version_is_supported(fresh_check) -> None:
     assert callable(sdk_compat.log_encoder())
 
 
-@pytest.mark.parametrize(("version", "supported"), [
-    ("1.27.0", True), ("1.45.2", True), ("1.99.0rc1", True), (None, True),
-    ("1.26.9", False), ("2.0.0", False), ("0.50b0", False), ("main", False),
-])
+@pytest.mark.parametrize(
+    ("version", "supported"),
+    [
+        ("1.27.0", True),
+        ("1.45.2", True),
+        ("1.99.0rc1", True),
+        (None, True),
+        ("1.26.9", False),
+        ("2.0.0", False),
+        ("0.50b0", False),
+        ("main", False),
+    ],
+)
 def test_the_version_check_bounds(version: str | None, supported: bool) -> None:
     reason = sdk_compat.unsupported_reason(version)
     assert (reason is None) == supported
@@ -50,8 +59,7 @@ def test_the_version_check_bounds(version: str | None, supported: bool) -> None:
         assert str(version) in reason
 
 
-def test_an_unsupported_exporter_version_turns_the_spool_off_with_one_warning(
-        fresh_check, make_telemetry, monkeypatch, caplog) -> None:
+def test_an_unsupported_exporter_version_turns_the_spool_off_with_one_warning(fresh_check, make_telemetry, monkeypatch, caplog) -> None:
     monkeypatch.setattr(sdk_compat, "installed_exporter_version", lambda: "2.1.0")
     with OtlpSink() as sink:
         tel = make_telemetry(endpoint=sink.endpoint, exporters="otlp")
@@ -108,13 +116,16 @@ def test_settings_follow_the_otlp_variables_signal_first() -> None:
     assert (metrics.endpoint, metrics.timeout_s, metrics.compression) == ("http://localhost:4318/v1/metrics", 10.0, "none")
 
 
-@pytest.mark.parametrize(("endpoint", "environ", "target", "insecure"), [
-    ("http://collector:4317", {}, "collector:4317", True),
-    ("https://collector:4317", {"OTEL_EXPORTER_OTLP_INSECURE": "true"}, "collector:4317", False),  # https wins
-    ("collector:4317", {}, "collector:4317", False),
-    ("collector:4317", {"OTEL_EXPORTER_OTLP_TRACES_INSECURE": "true"}, "collector:4317", True),
-    (None, {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://t:4317"}, "t:4317", True),
-])
+@pytest.mark.parametrize(
+    ("endpoint", "environ", "target", "insecure"),
+    [
+        ("http://collector:4317", {}, "collector:4317", True),
+        ("https://collector:4317", {"OTEL_EXPORTER_OTLP_INSECURE": "true"}, "collector:4317", False),  # https wins
+        ("collector:4317", {}, "collector:4317", False),
+        ("collector:4317", {"OTEL_EXPORTER_OTLP_TRACES_INSECURE": "true"}, "collector:4317", True),
+        (None, {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://t:4317"}, "t:4317", True),
+    ],
+)
 def test_grpc_settings_are_host_and_port_and_tls_unless_plain_http(endpoint, environ, target, insecure) -> None:
     settings = resolve_otlp_settings("grpc", endpoint, TRACES, environ)
     assert (settings.endpoint, settings.insecure) == (target, insecure)
@@ -123,8 +134,7 @@ def test_grpc_settings_are_host_and_port_and_tls_unless_plain_http(endpoint, env
 def test_the_session_keeps_the_otlp_ca_over_requests_ca_bundle(monkeypatch, tmp_path: Path) -> None:
     ca, bundle = tmp_path / "otlp-ca.pem", tmp_path / "bundle.pem"
     monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(bundle))
-    with_ca = open_http_session(resolve_otlp_settings("http/protobuf", "https://c:4318", LOGS,
-                                                      {"OTEL_EXPORTER_OTLP_CERTIFICATE": str(ca)}))
+    with_ca = open_http_session(resolve_otlp_settings("http/protobuf", "https://c:4318", LOGS, {"OTEL_EXPORTER_OTLP_CERTIFICATE": str(ca)}))
     assert with_ca.merge_environment_settings("https://c:4318/v1/logs", {}, None, None, None)["verify"] == str(ca)
     # No OTLP CA: the machine's bundle applies, as requests does it.
     without = open_http_session(resolve_otlp_settings("http/protobuf", "https://c:4318", LOGS, {}))
@@ -154,7 +164,7 @@ def test_transport_for_takes_otel_rls_exporters_and_refuses_others() -> None:
 def test_a_transport_delivers_encoded_bytes_with_the_exporters_headers(protocol: str, monkeypatch) -> None:
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "x-tenant=team%20a")
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip")
-    with (GrpcSink() if protocol == "grpc" else OtlpSink()) as sink:
+    with GrpcSink() if protocol == "grpc" else OtlpSink() as sink:
         config = resolve_config({"endpoint": sink.endpoint, "protocol": protocol, "exporters": "otlp"})
         exporters = otlp_exporters(config)
         transport = transport_for(exporters[2], LOGS)

@@ -42,10 +42,12 @@ def log_request(start: int, n: int, pad: int = 0) -> bytes:
     records = []
     for i in range(start, start + n):
         attrs = [common_pb2.KeyValue(key="i", value=common_pb2.AnyValue(int_value=i))]
-        records.append(logs_pb2.LogRecord(time_unix_nano=1, event_name="t", attributes=attrs,
-                                          body=common_pb2.AnyValue(string_value="x" * pad)))
+        records.append(
+            logs_pb2.LogRecord(time_unix_nano=1, event_name="t", attributes=attrs, body=common_pb2.AnyValue(string_value="x" * pad))
+        )
     request = logs_service_pb2.ExportLogsServiceRequest(
-        resource_logs=[logs_pb2.ResourceLogs(scope_logs=[logs_pb2.ScopeLogs(log_records=records)])])
+        resource_logs=[logs_pb2.ResourceLogs(scope_logs=[logs_pb2.ScopeLogs(log_records=records)])]
+    )
     return request.SerializeToString()
 
 
@@ -275,8 +277,7 @@ def test_drops_past_the_bound_reach_the_collector_as_rl_telemetry_dropped(make_t
         assert len({s[1] for s in spans}) == len(spans)  # no duplicates
         kept = sorted(r[1][A.RL_STEP] for r in logs)
         assert kept == list(range(steps - len(kept), steps))  # the oldest went
-        counter = {dict(p[1])[A.RL_TELEMETRY_SIGNAL]: p[3] for p in sink.received.points
-                   if p[0] == M.RL_TELEMETRY_DROPPED}
+        counter = {dict(p[1])[A.RL_TELEMETRY_SIGNAL]: p[3] for p in sink.received.points if p[0] == M.RL_TELEMETRY_DROPPED}
         assert counter[LOGS] == stats[LOGS].dropped_total
         assert counter[TRACES] == stats[TRACES].dropped_total
 
@@ -328,8 +329,9 @@ def read_until(child: subprocess.Popen, word: str) -> None:
 def run_child(tmp_path: Path, endpoint: str, after: str, steps: int = 25, wait: bool = True) -> subprocess.Popen:
     code = CHILD.format(run_dir=str(tmp_path / "run"), endpoint=endpoint, steps=steps, after=textwrap.dedent(after))
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             env=env, cwd=tmp_path)
+    child = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp_path
+    )
     if wait:
         child.wait(60)
     return child
@@ -342,8 +344,7 @@ def test_a_crashed_run_leaves_its_spool_and_push_delivers_it_once(tmp_path: Path
         child = run_child(tmp_path, dead, "tel.flush(timeout_s=1)\nos._exit(3)")
         assert child.returncode == 3
     else:
-        child = run_child(tmp_path, dead, "tel.flush(timeout_s=1)\nprint('flushed', flush=True)\ntime.sleep(60)",
-                          wait=False)
+        child = run_child(tmp_path, dead, "tel.flush(timeout_s=1)\nprint('flushed', flush=True)\ntime.sleep(60)", wait=False)
         read_until(child, "flushed")
         child.send_signal(signal.SIGKILL)
         assert child.wait(10) == -signal.SIGKILL

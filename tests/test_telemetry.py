@@ -75,8 +75,9 @@ def test_each_step_is_one_trace_with_stages_phases_and_memory_events(make_teleme
         for phase in phases:
             assert stage.start_ns <= phase.start_ns and phase.end_ns <= stage.end_ns
             assert phase.attributes[A.RL_STAGE_PHASE] == phase.name.removeprefix("rl.")
-        snapshots = [(e.attributes[A.RL_MEMORY_WHEN], e.attributes[A.RL_MEMORY_STATE]) for e in stage.events
-                     if e.name == N.RL_MEMORY_SNAPSHOT_EVENT]
+        snapshots = [
+            (e.attributes[A.RL_MEMORY_WHEN], e.attributes[A.RL_MEMORY_STATE]) for e in stage.events if e.name == N.RL_MEMORY_SNAPSHOT_EVENT
+        ]
         assert snapshots == [("start", "offload"), ("start", "onload"), ("end", "onload"), ("end", "offload")]
         offload_events = [e for e in stage.events if e.attributes[A.RL_MEMORY_STATE] == "offload"]
         assert all(e.attributes[A.RL_MEMORY_RSS] > 0 and e.attributes[A.RL_MEMORY_VMS] > 0 for e in offload_events)
@@ -85,8 +86,15 @@ def test_each_step_is_one_trace_with_stages_phases_and_memory_events(make_teleme
 
 def test_log_emits_one_event_per_call_with_the_exact_values(make_telemetry):
     tel = make_telemetry()
-    values = {"actor/pg_loss": 0.25, "system/samples": 64, "flag": True, "np": np.float32(1.5),
-              "note": "warmup", "missing": None, "nested": {"a": 1.0, "b": 2}}
+    values = {
+        "actor/pg_loss": 0.25,
+        "system/samples": 64,
+        "flag": True,
+        "np": np.float32(1.5),
+        "note": "warmup",
+        "missing": None,
+        "nested": {"a": 1.0, "b": 2},
+    }
     with tel.step(7) as scope:
         tel.log(values)
         tel.log({"actor/pg_loss": 0.5}, step=7)
@@ -96,8 +104,16 @@ def test_log_emits_one_event_per_call_with_the_exact_values(make_telemetry):
     first = records[0]
     assert first["attributes"][A.RL_STEP] == 7
     assert first["trace_id"] == scope.trace_id
-    assert first["body"] == {"actor/pg_loss": 0.25, "system/samples": 64, "flag": True, "np": 1.5, "note": "warmup",
-                             "missing": None, "nested/a": 1.0, "nested/b": 2}
+    assert first["body"] == {
+        "actor/pg_loss": 0.25,
+        "system/samples": 64,
+        "flag": True,
+        "np": 1.5,
+        "note": "warmup",
+        "missing": None,
+        "nested/a": 1.0,
+        "nested/b": 2,
+    }
     assert records[1]["body"] == {"actor/pg_loss": 0.5}
 
 
@@ -148,8 +164,9 @@ def test_a_finished_step_is_traced_from_its_logged_durations(make_telemetry, cap
     tel.trace_finished_step(7, stages, step_seconds=10.0, end_time_ns=end)
     # stages overrunning the step (overlapped in the run) end with it; bad entries are skipped, once
     with caplog.at_level(logging.WARNING, logger="otel_rl"):
-        tel.trace_finished_step(8, [("generate", 2.0), ("bad", "x"), ("bad", -1.0), ("train_step", 2.0)],
-                                step_seconds=3.0, end_time_ns=end + 5 * 10**9)
+        tel.trace_finished_step(
+            8, [("generate", 2.0), ("bad", "x"), ("bad", -1.0), ("train_step", 2.0)], step_seconds=3.0, end_time_ns=end + 5 * 10**9
+        )
         tel.trace_finished_step(9, [("generate", 1.0), ("bad", "x")])
     tel.shutdown()
     assert len([r for r in caplog.records if "trace_finished_step" in r.getMessage()]) == 2
@@ -172,12 +189,17 @@ def test_a_finished_step_is_traced_from_its_logged_durations(make_telemetry, cap
     root, children = laid_out(7)
     assert (root.end_ns, root.duration_ns) == (end, 10 * 10**9)
     assert [(s.name, s.duration_ns / 1e9, s.attributes.get(A.RL_CLUSTER)) for s in children] == [
-        ("rl.generate", 4.0, None), ("rl.compute_rewards", 1.0, None), ("rl.train_step", 3.0, "actor_train"),
-        ("rl.validation", 0.5, None)]
+        ("rl.generate", 4.0, None),
+        ("rl.compute_rewards", 1.0, None),
+        ("rl.train_step", 3.0, "actor_train"),
+        ("rl.validation", 0.5, None),
+    ]
     assert [s.start_ns - root.start_ns for s in children] == [0, 4 * 10**9, 5 * 10**9, 8 * 10**9]  # back to back
     root, children = laid_out(8)
     assert [(s.name, s.start_ns - root.start_ns, s.duration_ns) for s in children] == [
-        ("rl.generate", 0, 2 * 10**9), ("rl.train_step", 1 * 10**9, 2 * 10**9)]  # moved to end with the step
+        ("rl.generate", 0, 2 * 10**9),
+        ("rl.train_step", 1 * 10**9, 2 * 10**9),
+    ]  # moved to end with the step
     root, children = laid_out(9)
     assert root.duration_ns == 10**9 and [s.name for s in children] == ["rl.generate"]  # step = the stages' sum
     # spans only: no stage-duration metric came from them
@@ -229,9 +251,10 @@ def test_record_bins_a_whole_array_including_negative_values(make_telemetry):
     assert rejected.value == 1
 
 
-@pytest.mark.parametrize(("value", "reason"), [
-    (float("nan"), "nan"), (float("inf"), "inf"), (None, "none"), ("text", "non_numeric"), (np.ones(3), "multi_element"),
-])
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [(float("nan"), "nan"), (float("inf"), "inf"), (None, "none"), ("text", "non_numeric"), (np.ones(3), "multi_element")],
+)
 def test_bad_values_are_counted_and_reported_once_with_the_key(make_telemetry, caplog, value, reason):
     tel = make_telemetry()
     with caplog.at_level(logging.WARNING, logger="otel_rl"):
@@ -258,13 +281,16 @@ def test_non_string_keys_and_non_mappings_never_raise(make_telemetry, caplog):
     assert "3" in messages and "not.a.metric" in messages and "NoneType" in messages
 
 
-@pytest.mark.parametrize(("values", "fragment"), [
-    ({"actor/pg_loss": float("nan")}, "'actor/pg_loss' is nan"),
-    ({"actor/pg_loss": "x"}, "'actor/pg_loss' is non_numeric"),
-    ({"actor/pg_loss": None}, "'actor/pg_loss' is none"),
-    ({"actor/pg_loss": np.zeros(2)}, "'actor/pg_loss' is multi_element"),
-    ({5: 1.0}, "key 5 is a int"),
-])
+@pytest.mark.parametrize(
+    ("values", "fragment"),
+    [
+        ({"actor/pg_loss": float("nan")}, "'actor/pg_loss' is nan"),
+        ({"actor/pg_loss": "x"}, "'actor/pg_loss' is non_numeric"),
+        ({"actor/pg_loss": None}, "'actor/pg_loss' is none"),
+        ({"actor/pg_loss": np.zeros(2)}, "'actor/pg_loss' is multi_element"),
+        ({5: 1.0}, "key 5 is a int"),
+    ],
+)
 def test_strict_mode_raises_naming_the_key(make_telemetry, values, fragment):
     tel = make_telemetry(strict=True)
     tel.log({"actor/pg_loss": 1.0})  # good values pass
@@ -402,9 +428,11 @@ def test_a_worker_max_queue_behind_drops_calls_without_blocking_and_counts_them(
     assert took < 1.0  # never waited for the worker
     assert tel.queue_dropped_calls == 16  # 10 queued, 15 log() calls and the record() dropped
     tel.flush()
-    dropped = {dict(attrs)[A.RL_TELEMETRY_SIGNAL]: slot[0]
-               for attrs, slot in tel._latest.series(M.RL_TELEMETRY_DROPPED).items()
-               if dict(attrs)[A.RL_TELEMETRY_DROP_REASON] == A.RlTelemetryDropReasonValues.QUEUE_FULL.value}
+    dropped = {
+        dict(attrs)[A.RL_TELEMETRY_SIGNAL]: slot[0]
+        for attrs, slot in tel._latest.series(M.RL_TELEMETRY_DROPPED).items()
+        if dict(attrs)[A.RL_TELEMETRY_DROP_REASON] == A.RlTelemetryDropReasonValues.QUEUE_FULL.value
+    }
     assert dropped == {A.RlTelemetrySignalValues.LOGS.value: 15, A.RlTelemetrySignalValues.METRICS.value: 1}
     with pipeline._drain_lock:
         for step in range(25, 40):

@@ -52,15 +52,32 @@ def _name(common: str) -> x509.Name:
 def _ca(common: str) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
     key = ec.generate_private_key(ec.SECP256R1())
     now = datetime.datetime.now(datetime.timezone.utc)
-    cert = (x509.CertificateBuilder().subject_name(_name(common)).issuer_name(_name(common)).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .add_extension(x509.KeyUsage(digital_signature=True, content_commitment=False, key_encipherment=False,
-                                         data_encipherment=False, key_agreement=False, key_cert_sign=True, crl_sign=True,
-                                         encipher_only=False, decipher_only=False), critical=True)
-            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-            .sign(key, hashes.SHA256()))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(_name(common))
+        .issuer_name(_name(common))
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .sign(key, hashes.SHA256())
+    )
     return key, cert
 
 
@@ -75,14 +92,21 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
     _, other_cert = _ca("some other CA")
     key = ec.generate_private_key(ec.SECP256R1())
     now = datetime.datetime.now(datetime.timezone.utc)
-    server = (x509.CertificateBuilder().subject_name(_name("127.0.0.1")).issuer_name(ca_cert.subject)
-              .public_key(key.public_key()).serial_number(x509.random_serial_number())
-              .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
-              .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-                                                          x509.DNSName("localhost")]), critical=False)
-              .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-              .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
-              .sign(ca_key, hashes.SHA256()))
+    server = (
+        x509.CertificateBuilder()
+        .subject_name(_name("127.0.0.1"))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]), critical=False
+        )
+        .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
     key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
     paths = {name: folder / name for name in ("ca.pem", "other-ca.pem", "server.pem", "server.key")}
     paths["ca.pem"].write_bytes(_pem(ca_cert))
@@ -124,8 +148,9 @@ def test_otlp_http_over_tls_with_a_ca_file_and_an_auth_header(pki: Pki, secret: 
 
 
 @pytest.mark.parametrize(("bundle_variable", "spool"), [("REQUESTS_CA_BUNDLE", True), ("CURL_CA_BUNDLE", False)])
-def test_the_otlp_ca_file_wins_over_the_requests_ca_bundle(pki: Pki, make_telemetry, monkeypatch, bundle_variable: str,
-                                                           spool: bool) -> None:
+def test_the_otlp_ca_file_wins_over_the_requests_ca_bundle(
+    pki: Pki, make_telemetry, monkeypatch, bundle_variable: str, spool: bool
+) -> None:
     # Managed machines often set these; requests would let them override the collector's CA. Both
     # ways out hold: the spool's senders and (spool off) the SDK exporters with otel-rl's session.
     monkeypatch.setenv(bundle_variable, str(pki.other_ca))
@@ -152,7 +177,8 @@ def test_otlp_grpc_over_tls_with_a_ca_file_and_auth_metadata(pki: Pki, secret: s
 
 @pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])
 def test_a_wrong_ca_is_reported_naming_the_endpoint_and_the_ca_setting_and_nothing_is_lost(
-        pki: Pki, make_telemetry, monkeypatch, caplog, protocol: str, tmp_path: Path) -> None:
+    pki: Pki, make_telemetry, monkeypatch, caplog, protocol: str, tmp_path: Path
+) -> None:
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_CERTIFICATE", str(pki.other_ca))
     sink_cm = OtlpSink(tls=server_context(pki)) if protocol != "grpc" else GrpcSink(tls=(pki.key, pki.cert))
     with sink_cm as sink:
@@ -197,15 +223,22 @@ def test_auth_headers_never_appear_in_any_output(pki: Pki, secret: str, tmp_path
     outputs: list[str] = []
     for token, expect_delivery in ((secret, True), (secret + "-wrong", False)):
         required = ("authorization", f"Bearer {secret}")
-        sink_cm = (OtlpSink(tls=server_context(pki), require_header=("Authorization", required[1])) if protocol != "grpc"
-                   else GrpcSink(tls=(pki.key, pki.cert), require_metadata=required))
+        sink_cm = (
+            OtlpSink(tls=server_context(pki), require_header=("Authorization", required[1]))
+            if protocol != "grpc"
+            else GrpcSink(tls=(pki.key, pki.cert), require_metadata=required)
+        )
         with sink_cm as sink:
             run_dir = tmp_path / f"run-{len(outputs)}"
-            env = {**os.environ, "OTEL_EXPORTER_OTLP_CERTIFICATE": str(pki.ca),
-                   "OTEL_EXPORTER_OTLP_HEADERS": f"authorization=Bearer%20{token},x-tenant={token}"}
+            env = {
+                **os.environ,
+                "OTEL_EXPORTER_OTLP_CERTIFICATE": str(pki.ca),
+                "OTEL_EXPORTER_OTLP_HEADERS": f"authorization=Bearer%20{token},x-tenant={token}",
+            }
             code = CHILD.format(endpoint=sink.endpoint, protocol=protocol, run_dir=str(run_dir))
-            done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True,
-                                  timeout=90, cwd=tmp_path)
+            done = subprocess.run(
+                [sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True, timeout=90, cwd=tmp_path
+            )
             assert done.returncode == 0, done.stderr[-3000:]
             delivered = len(sink.received.events(N.RL_LOG_EVENT))
             assert (delivered == 5) if expect_delivery else (delivered == 0), done.stderr[-3000:]
@@ -248,8 +281,13 @@ def test_the_series_cap_drops_new_series_counted_and_reported_once(make_telemetr
         tel.record(M.RL_STAGE_DURATION, [0.1, 0.2], {A.RL_STAGE: f"stage-{i}"})
     tel.flush()
     assert len(tel._latest.series(M.RL_LOSS)) == 50
-    dropped = tel.latest(M.RL_TELEMETRY_DROPPED, {A.RL_TELEMETRY_DROP_REASON: A.RlTelemetryDropReasonValues.SERIES_LIMIT.value,
-                                                   A.RL_TELEMETRY_SIGNAL: A.RlTelemetrySignalValues.METRICS.value})
+    dropped = tel.latest(
+        M.RL_TELEMETRY_DROPPED,
+        {
+            A.RL_TELEMETRY_DROP_REASON: A.RlTelemetryDropReasonValues.SERIES_LIMIT.value,
+            A.RL_TELEMETRY_SIGNAL: A.RlTelemetrySignalValues.METRICS.value,
+        },
+    )
     assert dropped == 250 + 250 * 2  # gauge values one each, histogram values per value
     warnings = [r.getMessage() for r in caplog.records if "series in this process" in r.getMessage()]
     assert len(warnings) == 2 and any(M.RL_LOSS in w for w in warnings)
@@ -277,5 +315,3 @@ def test_text_stays_out_of_exports_unless_enabled(make_telemetry, monkeypatch) -
         tel.shutdown()
         [event] = sink.received.events(N.RL_LOG_EVENT)
         assert event[2]["sample/prompt"] == prompt and event[2]["val/completion"] == completion[:50]
-
-

@@ -47,8 +47,13 @@ class SeriesGuard:
     ``attribute_value_limit`` characters. Values of series past the cap are dropped and
     ``on_overflow(metric, values)`` counts them; checks run only when a series is created."""
 
-    def __init__(self, series_limit: int = DEFAULT_SERIES_LIMIT, attribute_value_limit: int = DEFAULT_ATTRIBUTE_VALUE_LIMIT,
-                 on_overflow: Callable[[str, int], None] | None = None, exempt: Iterable[str] = ()) -> None:
+    def __init__(
+        self,
+        series_limit: int = DEFAULT_SERIES_LIMIT,
+        attribute_value_limit: int = DEFAULT_ATTRIBUTE_VALUE_LIMIT,
+        on_overflow: Callable[[str, int], None] | None = None,
+        exempt: Iterable[str] = (),
+    ) -> None:
         self.series_limit = series_limit
         self.attribute_value_limit = attribute_value_limit
         self.on_overflow = on_overflow
@@ -270,15 +275,28 @@ class BulkHistograms:
                 description, unit, bounds = self._meta[name]
                 points = [
                     HistogramDataPoint(
-                        attributes=s.attributes, start_time_unix_nano=self._start_ns, time_unix_nano=now,
-                        count=s.count, sum=s.total, bucket_counts=s.counts.tolist(), explicit_bounds=list(bounds),
-                        min=s.min, max=s.max,
+                        attributes=s.attributes,
+                        start_time_unix_nano=self._start_ns,
+                        time_unix_nano=now,
+                        count=s.count,
+                        sum=s.total,
+                        bucket_counts=s.counts.tolist(),
+                        explicit_bounds=list(bounds),
+                        min=s.min,
+                        max=s.max,
                     )
-                    for s in per_metric.values() if s.count
+                    for s in per_metric.values()
+                    if s.count
                 ]
                 if points:
-                    out.append(Metric(name=name, description=description, unit=unit, data=Histogram(
-                        data_points=points, aggregation_temporality=AggregationTemporality.CUMULATIVE)))
+                    out.append(
+                        Metric(
+                            name=name,
+                            description=description,
+                            unit=unit,
+                            data=Histogram(data_points=points, aggregation_temporality=AggregationTemporality.CUMULATIVE),
+                        )
+                    )
         return out
 
 
@@ -336,13 +354,24 @@ class StampedPoints:
         for metric, (attributes, start_ns, state, instrument), time_ns, value in batch:
             if state is not None:
                 count, total, counts, vmin, vmax = value
-                point: Any = HistogramDataPoint(attributes=attributes, start_time_unix_nano=start_ns, time_unix_nano=time_ns,
-                                                count=count, sum=total, bucket_counts=counts, explicit_bounds=state.bounds,
-                                                min=vmin, max=vmax)
+                point: Any = HistogramDataPoint(
+                    attributes=attributes,
+                    start_time_unix_nano=start_ns,
+                    time_unix_nano=time_ns,
+                    count=count,
+                    sum=total,
+                    bucket_counts=counts,
+                    explicit_bounds=state.bounds,
+                    min=vmin,
+                    max=vmax,
+                )
             else:
-                point = NumberDataPoint(attributes=attributes,  # a gauge point has no start time (as the SDK writes it)
-                                        start_time_unix_nano=None if instrument == "gauge" else start_ns,  # pyright: ignore[reportArgumentType]
-                                        time_unix_nano=time_ns, value=value)
+                point = NumberDataPoint(
+                    attributes=attributes,  # a gauge point has no start time (as the SDK writes it)
+                    start_time_unix_nano=None if instrument == "gauge" else start_ns,  # pyright: ignore[reportArgumentType]
+                    time_unix_nano=time_ns,
+                    value=value,
+                )
             found = points.get(metric)
             if found is None:
                 found = points[metric] = []
@@ -355,8 +384,9 @@ class StampedPoints:
             elif instrument == "histogram":
                 data = Histogram(data_points=data_points, aggregation_temporality=AggregationTemporality.CUMULATIVE)
             else:
-                data = Sum(data_points=data_points, aggregation_temporality=AggregationTemporality.CUMULATIVE,
-                           is_monotonic=instrument == "counter")
+                data = Sum(
+                    data_points=data_points, aggregation_temporality=AggregationTemporality.CUMULATIVE, is_monotonic=instrument == "counter"
+                )
             out.append(Metric(name=metric, description=description, unit=unit, data=data))
         return out
 
@@ -364,8 +394,14 @@ class StampedPoints:
 class MergingMetricExporter(MetricExporter):
     """Wraps a metric exporter and adds the bulk histograms to each export, under otel-rl's scope."""
 
-    def __init__(self, inner: MetricExporter, histograms: BulkHistograms, resource: Resource, scope: InstrumentationScope,
-                 stamped: StampedPoints | None = None) -> None:
+    def __init__(
+        self,
+        inner: MetricExporter,
+        histograms: BulkHistograms,
+        resource: Resource,
+        scope: InstrumentationScope,
+        stamped: StampedPoints | None = None,
+    ) -> None:
         super().__init__(
             preferred_temporality=getattr(inner, "_preferred_temporality", None),
             preferred_aggregation=getattr(inner, "_preferred_aggregation", None),

@@ -152,8 +152,19 @@ def redact_url(url: str | None) -> str | None:
     return url
 
 
-_BYTE_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb": 10**6, "mib": 2**20,
-               "g": 10**9, "gb": 10**9, "gib": 2**30}
+_BYTE_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 10**3,
+    "kb": 10**3,
+    "kib": 2**10,
+    "m": 10**6,
+    "mb": 10**6,
+    "mib": 2**20,
+    "g": 10**9,
+    "gb": 10**9,
+    "gib": 2**30,
+}
 
 
 def _parse_byte_size(raw: Any) -> int:
@@ -187,11 +198,15 @@ class TelemetryConfig:
     exporters: tuple[str, ...] = field(default=("auto",), metadata={"env": ENV.OTEL_RL_EXPORTERS, "parse": _parse_exporters})
     endpoint: str | None = field(default=None, metadata={"env": "OTEL_EXPORTER_OTLP_ENDPOINT", "parse": _parse_str})
     protocol: str = field(default="http/protobuf", metadata={"env": "OTEL_EXPORTER_OTLP_PROTOCOL", "parse": _parse_protocol})
-    metric_export_interval_s: float = field(default=10.0, metadata={"env": "OTEL_METRIC_EXPORT_INTERVAL", "parse": _parse_interval_ms, "arg_parse": _parse_positive_float})
+    metric_export_interval_s: float = field(
+        default=10.0, metadata={"env": "OTEL_METRIC_EXPORT_INTERVAL", "parse": _parse_interval_ms, "arg_parse": _parse_positive_float}
+    )
     # The run folder's files (and, over OTLP, the disk spool) get each step's spans and events
     # within this many seconds: what a SIGKILL can lose of them (metric points: up to
     # metric_export_interval_s; the events hold every value of every step).
-    file_flush_interval_s: float = field(default=0.02, metadata={"env": ENV.OTEL_RL_FILE_FLUSH_INTERVAL, "parse": _parse_interval_ms, "arg_parse": _parse_positive_float})
+    file_flush_interval_s: float = field(
+        default=0.02, metadata={"env": ENV.OTEL_RL_FILE_FLUSH_INTERVAL, "parse": _parse_interval_ms, "arg_parse": _parse_positive_float}
+    )
     console: bool = field(default=True, metadata={"env": ENV.OTEL_RL_CONSOLE, "parse": _parse_bool})
     strict: bool = field(default=False, metadata={"env": ENV.OTEL_RL_STRICT, "parse": _parse_bool})
     unmapped_key_limit: int = field(default=256, metadata={"env": ENV.OTEL_RL_UNMAPPED_KEY_LIMIT, "parse": _parse_non_negative_int})
@@ -215,7 +230,9 @@ class TelemetryConfig:
     # Items (log() / record() calls, stage and step ends) the worker may lag behind the training
     # loop; past it log() / record() calls are dropped, never blocking (0: no bound).
     max_queue: int = field(default=1000, metadata={"env": ENV.OTEL_RL_MAX_QUEUE, "parse": _parse_non_negative_int})
-    attribute_value_limit: int = field(default=1024, metadata={"env": "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", "parse": _parse_non_negative_int})
+    attribute_value_limit: int = field(
+        default=1024, metadata={"env": "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", "parse": _parse_non_negative_int}
+    )
     # Text (prompts, completions: long strings, or strings under keys that name text) stays out of
     # the exported events unless this is on.
     export_text: bool = field(default=False, metadata={"env": ENV.OTEL_RL_EXPORT_TEXT, "parse": _parse_bool})
@@ -249,8 +266,7 @@ _report_env_once = ReportOnce(logger)
 
 
 def _warn_once(name: str, raw: str, reason: str) -> None:
-    _report_env_once((name, raw), "otel-rl: ignoring %s=%r (%s); falling back to the config file or the default",
-                     name, raw, reason)
+    _report_env_once((name, raw), "otel-rl: ignoring %s=%r (%s); falling back to the config file or the default", name, raw, reason)
 
 
 def read_yaml_file(path: str | os.PathLike[str], what: str, hint: str = "") -> Any:

@@ -52,8 +52,7 @@ def from_torch_distributed(environ: Mapping[str, str]) -> Placement | None:
     except Exception:  # a half-initialised group must not stop telemetry from starting
         return None
     local = _env_int(environ, "LOCAL_RANK")
-    return Placement(rank, local if local is not None else rank, world, _env_int(environ, "NODE_RANK", "GROUP_RANK"),
-                     "torch.distributed")
+    return Placement(rank, local if local is not None else rank, world, _env_int(environ, "NODE_RANK", "GROUP_RANK"), "torch.distributed")
 
 
 def from_ray_train() -> Placement | None:
@@ -63,8 +62,7 @@ def from_ray_train() -> Placement | None:
         import ray.train
 
         ctx = ray.train.get_context()
-        return Placement(ctx.get_world_rank(), ctx.get_local_rank(), ctx.get_world_size(), ctx.get_node_rank(),
-                         "ray.train")
+        return Placement(ctx.get_world_rank(), ctx.get_local_rank(), ctx.get_world_size(), ctx.get_node_rank(), "ray.train")
     except Exception:  # not inside a Ray Train worker
         return None
 
@@ -74,8 +72,7 @@ def from_environment(environ: Mapping[str, str]) -> Placement | None:
     world = _env_int(environ, "WORLD_SIZE")
     if rank is None and world is None:
         return None
-    return Placement(rank, _env_int(environ, "LOCAL_RANK"), world, _env_int(environ, "NODE_RANK", "GROUP_RANK"),
-                     "environment")
+    return Placement(rank, _env_int(environ, "LOCAL_RANK"), world, _env_int(environ, "NODE_RANK", "GROUP_RANK"), "environment")
 
 
 def detect_placement(environ: Mapping[str, str] | None = None) -> Placement:

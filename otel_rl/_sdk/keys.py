@@ -244,7 +244,10 @@ class KeyResolver:
                         "otel-rl: no mapping knows the metric key %r; it is exported as %s{%s=%r}. "
                         "To map it, add a rule to semconv/mappings/<framework>.yaml or log it under "
                         "its registry metric name.",
-                        key, _UNMAPPED_METRIC, _KEY_ATTRIBUTE, key,
+                        key,
+                        _UNMAPPED_METRIC,
+                        _KEY_ATTRIBUTE,
+                        key,
                     )
                 return Resolution(_UNMAPPED_METRIC, ((_KEY_ATTRIBUTE, key),), None, None, True, key)
             if not self._overflow_warned:
@@ -252,7 +255,11 @@ class KeyResolver:
                 _LOGGER.warning(
                     "otel-rl: more than %d distinct unmapped metric keys; %r and further unmapped keys are "
                     "not exported, only counted in %s{%s=%s}. Add mappings for them.",
-                    self.unmapped_key_limit, key, _REJECTED_METRIC, _REASON_ATTRIBUTE, _OVERFLOW_REASON,
+                    self.unmapped_key_limit,
+                    key,
+                    _REJECTED_METRIC,
+                    _REASON_ATTRIBUTE,
+                    _OVERFLOW_REASON,
                 )
         return Resolution(_REJECTED_METRIC, ((_REASON_ATTRIBUTE, _OVERFLOW_REASON),), None, None, True, key)
 

@@ -228,8 +228,9 @@ def _rule_problems(
                 out.append(f"`values` target {target!r} of {attr!r} is not a member")
 
     excepted = raw.get("except")
-    if excepted is not None and (isinstance(excepted, str) or not isinstance(excepted, (list, tuple))
-                                 or not all(isinstance(k, str) for k in excepted)):
+    if excepted is not None and (
+        isinstance(excepted, str) or not isinstance(excepted, (list, tuple)) or not all(isinstance(k, str) for k in excepted)
+    ):
         out.append("`except` must be a list of keys")
     transform = raw.get("transform")
     if transform is not None and (not isinstance(transform, str) or transform not in TRANSFORMS):

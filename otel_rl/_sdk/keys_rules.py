@@ -31,8 +31,21 @@ class _Part:
 
 class _Rule:
     __slots__ = (
-        "framework", "index", "line", "key", "metric", "fixed", "values", "inverse_values",
-        "transform_name", "transform", "parts", "placeholders", "pattern", "groups", "excepted",
+        "framework",
+        "index",
+        "line",
+        "key",
+        "metric",
+        "fixed",
+        "values",
+        "inverse_values",
+        "transform_name",
+        "transform",
+        "parts",
+        "placeholders",
+        "pattern",
+        "groups",
+        "excepted",
     )
 
     def __init__(self, framework: str, index: int, raw: Mapping[str, Any], enum_members: Mapping[str, Iterable[str]]):
@@ -150,7 +163,7 @@ def _parse_template(key: str, values: Mapping[str, Mapping[str, str]], enum_memb
     seen: set[str] = set()
     pos = 0
     for m in _PLACEHOLDER_RE.finditer(key):
-        literal = key[pos:m.start()]
+        literal = key[pos : m.start()]
         if "{" in literal or "}" in literal:
             raise _RuleError("unbalanced braces in key")
         if literal:

@@ -53,8 +53,7 @@ class OtlpSettings:
     credential_provider: str | None = None  # an entry point that makes the session / channel credentials
 
 
-def resolve_otlp_settings(protocol: str, endpoint: str | None, signal: str,
-                          environ: Mapping[str, str] | None = None) -> OtlpSettings:
+def resolve_otlp_settings(protocol: str, endpoint: str | None, signal: str, environ: Mapping[str, str] | None = None) -> OtlpSettings:
     """The settings of ``signal`` from ``endpoint`` (the run's collector, if configured) and ``OTEL_EXPORTER_OTLP_*``.
 
     As before otel-rl resolved them itself: a configured endpoint gets the per-signal paths
@@ -68,8 +67,7 @@ def resolve_otlp_settings(protocol: str, endpoint: str | None, signal: str,
     base = (endpoint or "").rstrip("/")
     insecure = False
     if protocol == GRPC:
-        raw = (base or env.get(f"OTEL_EXPORTER_OTLP_{word}_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
-               or _DEFAULT_GRPC_ENDPOINT)
+        raw = base or env.get(f"OTEL_EXPORTER_OTLP_{word}_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or _DEFAULT_GRPC_ENDPOINT
         parts = urlsplit(raw)
         # As the SDK: https means TLS; otherwise OTEL_EXPORTER_OTLP_*INSECURE, else plaintext only for http://.
         flag = setting("INSECURE")
@@ -84,7 +82,8 @@ def resolve_otlp_settings(protocol: str, endpoint: str | None, signal: str,
         target = f"{base}/v1/{signal}"
     else:
         target = env.get(f"OTEL_EXPORTER_OTLP_{word}_ENDPOINT") or (
-            f"{(env.get('OTEL_EXPORTER_OTLP_ENDPOINT') or _DEFAULT_HTTP_ENDPOINT).rstrip('/')}/v1/{signal}")
+            f"{(env.get('OTEL_EXPORTER_OTLP_ENDPOINT') or _DEFAULT_HTTP_ENDPOINT).rstrip('/')}/v1/{signal}"
+        )
     compression = (setting("COMPRESSION") or "none").strip().lower()
     kind = "GRPC" if protocol == GRPC else "HTTP"
     return OtlpSettings(
@@ -98,8 +97,11 @@ def resolve_otlp_settings(protocol: str, endpoint: str | None, signal: str,
         client_key_file=setting("CLIENT_KEY"),
         client_certificate_file=setting("CLIENT_CERTIFICATE"),
         insecure=insecure,
-        credential_provider=(env.get(f"OTEL_PYTHON_EXPORTER_OTLP_{kind}_{word}_CREDENTIAL_PROVIDER")
-                             or env.get(f"OTEL_PYTHON_EXPORTER_OTLP_{kind}_CREDENTIAL_PROVIDER") or None),
+        credential_provider=(
+            env.get(f"OTEL_PYTHON_EXPORTER_OTLP_{kind}_{word}_CREDENTIAL_PROVIDER")
+            or env.get(f"OTEL_PYTHON_EXPORTER_OTLP_{kind}_CREDENTIAL_PROVIDER")
+            or None
+        ),
     )
 
 
@@ -152,30 +154,45 @@ def _sdk_http_exporter(settings: OtlpSettings) -> Any:
 
     if settings.signal == "traces":
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
         exporter_class: Any = OTLPSpanExporter
     elif settings.signal == "metrics":
         from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+
         exporter_class = OTLPMetricExporter
     else:
         exporter_class = otlp_log_exporter_class(settings.protocol)
-    return exporter_class(endpoint=settings.endpoint, certificate_file=settings.certificate_file,
-                          client_key_file=settings.client_key_file, client_certificate_file=settings.client_certificate_file,
-                          headers=dict(settings.headers), timeout=settings.timeout_s,
-                          compression=Compression(settings.compression), session=open_http_session(settings))
+    return exporter_class(
+        endpoint=settings.endpoint,
+        certificate_file=settings.certificate_file,
+        client_key_file=settings.client_key_file,
+        client_certificate_file=settings.client_certificate_file,
+        headers=dict(settings.headers),
+        timeout=settings.timeout_s,
+        compression=Compression(settings.compression),
+        session=open_http_session(settings),
+    )
 
 
 def _sdk_grpc_exporter(settings: OtlpSettings) -> Any:
     if settings.signal == "traces":
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+
         exporter_class: Any = OTLPSpanExporter
     elif settings.signal == "metrics":
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
+
         exporter_class = OTLPMetricExporter
     else:
         exporter_class = otlp_log_exporter_class(settings.protocol)
-    return exporter_class(endpoint=settings.endpoint, insecure=settings.insecure, credentials=grpc_credentials(settings),
-                          headers=dict(settings.headers) or None, timeout=settings.timeout_s,
-                          compression=grpc_compression(settings))
+    return exporter_class(
+        endpoint=settings.endpoint,
+        insecure=settings.insecure,
+        credentials=grpc_credentials(settings),
+        headers=dict(settings.headers) or None,
+        timeout=settings.timeout_s,
+        compression=grpc_compression(settings),
+    )
 
 
 # -- OTLP/HTTP: a requests session ----------------------------------------------------------------
@@ -193,15 +210,17 @@ def open_http_session(settings: OtlpSettings) -> Any:
     if settings.credential_provider:
         session = _load_credential_provider(settings.credential_provider)
         if not isinstance(session, requests.Session):
-            raise RuntimeError(f"the credential provider {settings.credential_provider!r} made a "
-                               f"{type(session).__name__}, not a requests.Session")
+            raise RuntimeError(
+                f"the credential provider {settings.credential_provider!r} made a {type(session).__name__}, not a requests.Session"
+            )
         _keep_the_ca_of(session)
     else:
         session = _ca_keeping_session_class()()
     session.verify = settings.certificate_file or True
     if settings.client_certificate_file:
-        session.cert = ((settings.client_certificate_file, settings.client_key_file) if settings.client_key_file
-                        else settings.client_certificate_file)
+        session.cert = (
+            (settings.client_certificate_file, settings.client_key_file) if settings.client_key_file else settings.client_certificate_file
+        )
     return session
 
 
@@ -239,8 +258,10 @@ def _load_credential_provider(name: str) -> Any:
     """What the ``opentelemetry_otlp_credential_provider`` entry point ``name`` makes (as the SDK does)."""
     for entry_point in metadata.entry_points(group=_CREDENTIAL_PROVIDER_GROUP, name=name):
         return entry_point.load()()
-    raise RuntimeError(f"no credential provider {name!r} is installed (OTEL_PYTHON_EXPORTER_OTLP_*_CREDENTIAL_PROVIDER "
-                       f"names an entry point of the group {_CREDENTIAL_PROVIDER_GROUP})")
+    raise RuntimeError(
+        f"no credential provider {name!r} is installed (OTEL_PYTHON_EXPORTER_OTLP_*_CREDENTIAL_PROVIDER "
+        f"names an entry point of the group {_CREDENTIAL_PROVIDER_GROUP})"
+    )
 
 
 # -- OTLP/gRPC: channel credentials and channels --------------------------------------------------
@@ -255,19 +276,21 @@ def grpc_credentials(settings: OtlpSettings) -> Any:
     if settings.credential_provider:
         credentials = _load_credential_provider(settings.credential_provider)
         if not isinstance(credentials, grpc.ChannelCredentials):
-            raise RuntimeError(f"the credential provider {settings.credential_provider!r} made a "
-                               f"{type(credentials).__name__}, not grpc.ChannelCredentials")
+            raise RuntimeError(
+                f"the credential provider {settings.credential_provider!r} made a {type(credentials).__name__}, not grpc.ChannelCredentials"
+            )
         return credentials
-    return grpc.ssl_channel_credentials(root_certificates=_read_pem(settings.certificate_file),
-                                        private_key=_read_pem(settings.client_key_file),
-                                        certificate_chain=_read_pem(settings.client_certificate_file))
+    return grpc.ssl_channel_credentials(
+        root_certificates=_read_pem(settings.certificate_file),
+        private_key=_read_pem(settings.client_key_file),
+        certificate_chain=_read_pem(settings.client_certificate_file),
+    )
 
 
 def grpc_compression(settings: OtlpSettings) -> Any:
     import grpc
 
-    return {"gzip": grpc.Compression.Gzip, "deflate": grpc.Compression.Deflate}.get(settings.compression,
-                                                                                   grpc.Compression.NoCompression)
+    return {"gzip": grpc.Compression.Gzip, "deflate": grpc.Compression.Deflate}.get(settings.compression, grpc.Compression.NoCompression)
 
 
 def open_grpc_channel(settings: OtlpSettings, credentials: Any) -> Any:
@@ -311,8 +334,10 @@ def check_otlp_environment(protocol: str, endpoint: str | None, environ: Any = N
     if endpoint:
         parts = urlsplit(endpoint)
         if protocol != "grpc" and (parts.scheme not in ("http", "https") or not parts.hostname):
-            problems.append(f"endpoint {endpoint!r} (endpoint= or OTEL_EXPORTER_OTLP_ENDPOINT) is not an http:// or "
-                            f"https:// URL; OTLP/HTTP needs e.g. http://collector:4318")
+            problems.append(
+                f"endpoint {endpoint!r} (endpoint= or OTEL_EXPORTER_OTLP_ENDPOINT) is not an http:// or "
+                f"https:// URL; OTLP/HTTP needs e.g. http://collector:4318"
+            )
     for name in names("ENDPOINT")[1:]:
         value = environ.get(name)
         if value and protocol != "grpc":  # gRPC also takes host:port
@@ -326,12 +351,16 @@ def check_otlp_environment(protocol: str, endpoint: str | None, environ: Any = N
         entries = [e for e in value.split(",") if e.strip()]
         bad = [i for i, e in enumerate(entries, 1) if "=" not in e or not _HEADER_NAME.match(e.split("=", 1)[0].strip())]
         if bad:
-            problems.append(f"{name}: entr{'y' if len(bad) == 1 else 'ies'} {', '.join(map(str, bad))} of {len(entries)} "
-                            f"{'is' if len(bad) == 1 else 'are'} not name=value (the value is not shown: it may hold a "
-                            f"credential); write name1=value1,name2=value2 with each value URL-encoded")
-    for suffix, what in (("CERTIFICATE", "the PEM file of the CA that signed the collector's certificate"),
-                         ("CLIENT_CERTIFICATE", "this client's PEM certificate (mTLS)"),
-                         ("CLIENT_KEY", "this client's PEM private key (mTLS)")):
+            problems.append(
+                f"{name}: entr{'y' if len(bad) == 1 else 'ies'} {', '.join(map(str, bad))} of {len(entries)} "
+                f"{'is' if len(bad) == 1 else 'are'} not name=value (the value is not shown: it may hold a "
+                f"credential); write name1=value1,name2=value2 with each value URL-encoded"
+            )
+    for suffix, what in (
+        ("CERTIFICATE", "the PEM file of the CA that signed the collector's certificate"),
+        ("CLIENT_CERTIFICATE", "this client's PEM certificate (mTLS)"),
+        ("CLIENT_KEY", "this client's PEM private key (mTLS)"),
+    ):
         for name in names(suffix):
             path = environ.get(name)
             if not path:

@@ -47,7 +47,9 @@ class Plan:
 
     __slots__ = ("metric", "attrs", "transform", "histogram", "counter_overflow")
 
-    def __init__(self, metric: str, attrs: Attrs, transform: Callable[[Any], float] | None, histogram: bool, counter_overflow: bool) -> None:
+    def __init__(
+        self, metric: str, attrs: Attrs, transform: Callable[[Any], float] | None, histogram: bool, counter_overflow: bool
+    ) -> None:
         self.metric = metric
         self.attrs = attrs
         self.transform = transform
@@ -70,16 +72,24 @@ class StepPlan:
 
     __slots__ = ("keys", "slots", "series", "scaled", "headline", "histograms", "histogram_rows", "histogram_values")
 
-    def __init__(self, keys: list[str], slots: list[list[Any]], series: list[tuple[str, Attrs]],
-                 scaled: list[tuple[int, float]], headline: list[tuple[int, str]], histograms: list[tuple[int, Any]],
-                 histogram_rows: Any = None) -> None:
+    def __init__(
+        self,
+        keys: list[str],
+        slots: list[list[Any]],
+        series: list[tuple[str, Attrs]],
+        scaled: list[tuple[int, float]],
+        headline: list[tuple[int, str]],
+        histograms: list[tuple[int, Any]],
+        histogram_rows: Any = None,
+    ) -> None:
         self.keys, self.slots, self.series, self.scaled, self.headline = keys, slots, series, scaled, headline
         self.histograms = histograms  # (index, histogram state) of the keys recorded into histograms (timers)
         self.histogram_rows = histogram_rows  # where a step's row of those values goes (binned in bulk later)
         indices = [i for i, _ in histograms]
         # the row of a step's histogram values in one C call (itemgetter of one index is no tuple)
-        self.histogram_values = (operator.itemgetter(*indices) if len(indices) > 1
-                                 else (lambda floats: (floats[indices[0]],)) if indices else None)
+        self.histogram_values = (
+            operator.itemgetter(*indices) if len(indices) > 1 else (lambda floats: (floats[indices[0]],)) if indices else None
+        )
 
     @classmethod
     def build(cls, pipeline: Pipeline, values: Mapping[Any, Any]) -> Any:
@@ -199,10 +209,14 @@ class Pipeline:
             # attribute pairs in key order, as every other series of the metric
             self._latest.add(M.RL_TELEMETRY_DROPPED, (_QUEUE_FULL, (A.RL_TELEMETRY_SIGNAL, signal)), dropped - published)
             self._dropped_published[signal] = dropped
-            self.report_once("<queue>", "queue_full", "otel-rl: the telemetry worker fell max_queue items behind the training "
-                             "loop; log() / record() calls past that are dropped (never blocking training) and counted in "
-                             "rl.telemetry.dropped{rl.telemetry.drop_reason=queue_full}. Log less often, or raise "
-                             "max_queue / OTEL_RL_MAX_QUEUE (reported once)")
+            self.report_once(
+                "<queue>",
+                "queue_full",
+                "otel-rl: the telemetry worker fell max_queue items behind the training "
+                "loop; log() / record() calls past that are dropped (never blocking training) and counted in "
+                "rl.telemetry.dropped{rl.telemetry.drop_reason=queue_full}. Log less often, or raise "
+                "max_queue / OTEL_RL_MAX_QUEUE (reported once)",
+            )
 
     def drain(self) -> None:
         with self._drain_lock:
@@ -214,7 +228,9 @@ class Pipeline:
                 try:
                     self._process(item)
                 except Exception as exc:  # a bug here must never stop telemetry or reach training
-                    self.report_once("pipeline", type(exc).__name__, f"otel-rl: dropped one telemetry item after an internal error: {exc!r}")
+                    self.report_once(
+                        "pipeline", type(exc).__name__, f"otel-rl: dropped one telemetry item after an internal error: {exc!r}"
+                    )
                 self.processed += 1
 
     def stop(self, timeout_s: float) -> None:
@@ -232,7 +248,11 @@ class Pipeline:
     def reject(self, key: str, reason: str, detail: str = "") -> None:
         self._latest.add(M.RL_TELEMETRY_REJECTED, ((A.RL_TELEMETRY_REASON, reason),), 1)
         what = f" ({detail})" if detail else ""
-        self.report_once(key, reason, f"otel-rl: value of {key!r} is {reason}{what}; it stays in the step's event but is not exported as a metric (reported once per key)")
+        self.report_once(
+            key,
+            reason,
+            f"otel-rl: value of {key!r} is {reason}{what}; it stays in the step's event but is not exported as a metric (reported once per key)",
+        )
 
     # -- processing ---------------------------------------------------------------------------
     def plan(self, key: str) -> Plan:
@@ -241,7 +261,9 @@ class Pipeline:
             res = self._resolver.resolve(key, self._framework)
             mdef = METRICS.get(res.metric)
             plan = Plan(
-                res.metric, tuple(res.attributes), res.transform,
+                res.metric,
+                tuple(res.attributes),
+                res.transform,
                 histogram=mdef is not None and mdef.instrument == "histogram",
                 counter_overflow=res.fallback and res.metric == M.RL_TELEMETRY_REJECTED,
             )
@@ -270,7 +292,9 @@ class Pipeline:
         plan = self.plan(key)
         if plan.counter_overflow:
             self._latest.add(plan.metric, plan.attrs, 1)
-            self.report_once(key, "overflow", f"otel-rl: {key!r} is not mapped and the unmapped-key limit is reached; counted in rl.telemetry.rejected")
+            self.report_once(
+                key, "overflow", f"otel-rl: {key!r} is not mapped and the unmapped-key limit is reached; counted in rl.telemetry.rejected"
+            )
             return
         if plan.transform is not None:
             try:
@@ -318,8 +342,7 @@ class Pipeline:
             plans[keys] = built
             self._plan_tries.pop(keys, None)
 
-    def _process_log_fast(self, plan: StepPlan, step: int | None, time_ns: int, span_context: Any,
-                          values: Mapping[Any, Any]) -> bool:
+    def _process_log_fast(self, plan: StepPlan, step: int | None, time_ns: int, span_context: Any, values: Mapping[Any, Any]) -> bool:
         """A key set with a plan, every value a finite float: store the step's values in bulk and
         emit its event. False (nothing done) for anything else: the per-key path decides."""
         raw = list(values.values())
@@ -355,12 +378,10 @@ class Pipeline:
             head = self._headline.setdefault(step, {})
             for index, label in plan.headline:
                 head[label] = plan.slots[index][0]
-        self.emit_event(N.RL_LOG_EVENT, body, {A.RL_STEP: step} if step is not None else {}, time_ns, span_context,
-                        plain=True)
+        self.emit_event(N.RL_LOG_EVENT, body, {A.RL_STEP: step} if step is not None else {}, time_ns, span_context, plain=True)
         observer = self.observer
         if observer is not None:
-            resolved = [(metric, attrs, slot[0]) for i, ((metric, attrs), slot) in enumerate(zip(plan.series, slots))
-                        if i not in skipped]
+            resolved = [(metric, attrs, slot[0]) for i, ((metric, attrs), slot) in enumerate(zip(plan.series, slots)) if i not in skipped]
             try:
                 observer(step, time_ns, resolved, span_context)
             except Exception as exc:  # detectors must never stop telemetry
@@ -382,7 +403,9 @@ class Pipeline:
             if isinstance(raw, Mapping):  # nested dicts flatten into framework-style "a/b" keys
                 try:
                     if key.count("/") > MAX_NESTING:
-                        raise Rejected(_REASONS.BAD_KEY.value, f"nested more than {MAX_NESTING} levels deep (or a mapping that contains itself)")
+                        raise Rejected(
+                            _REASONS.BAD_KEY.value, f"nested more than {MAX_NESTING} levels deep (or a mapping that contains itself)"
+                        )
                     stack.extend((f"{key}/{k}" if isinstance(k, str) else key + "/" + repr(k), v) for k, v in reversed(list(raw.items())))
                 except Rejected as rej:
                     body[key] = "<nested too deep>"
@@ -416,12 +439,22 @@ class Pipeline:
                 return value
         except (TypeError, ValueError, OverflowError):
             pass
-        self.report_once("<log>", "time_ns", f"otel-rl: log(time_ns={raw!r}) is not a positive integer of Unix-epoch "
-                         "nanoseconds; the current time is used")
+        self.report_once(
+            "<log>",
+            "time_ns",
+            f"otel-rl: log(time_ns={raw!r}) is not a positive integer of Unix-epoch nanoseconds; the current time is used",
+        )
         return now_ns()
 
-    def emit_event(self, name: str, body: dict[str, Any], attributes: dict[str, Any], time_ns: int | None = None,
-                   span_context: Any = None, plain: bool = False) -> None:
+    def emit_event(
+        self,
+        name: str,
+        body: dict[str, Any],
+        attributes: dict[str, Any],
+        time_ns: int | None = None,
+        span_context: Any = None,
+        plain: bool = False,
+    ) -> None:
         """One otel-rl event as a log record, linked to a step's trace when given its span context.
         ``plain``: the body holds numbers only (no text to withhold)."""
         if self.text_policy is not None and not plain:
@@ -429,8 +462,13 @@ class Pipeline:
         time_ns = time_ns or now_ns()
         ctx = trace.set_span_in_context(trace.NonRecordingSpan(span_context)) if span_context is not None else Context()
         self._event_logger.emit(
-            timestamp=time_ns, observed_timestamp=time_ns, context=ctx, severity_number=SeverityNumber.INFO,
-            body=body, attributes=attributes, event_name=name,
+            timestamp=time_ns,
+            observed_timestamp=time_ns,
+            context=ctx,
+            severity_number=SeverityNumber.INFO,
+            body=body,
+            attributes=attributes,
+            event_name=name,
         )
 
     def _process_record(self, metric: str, raw: Any, attrs: Attrs, step: int | None) -> None:

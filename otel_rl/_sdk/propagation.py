@@ -23,8 +23,9 @@ _PROPAGATOR = CompositePropagator([TraceContextTextMapPropagator(), W3CBaggagePr
 STEP_BAGGAGE_KEY = A.RL_STEP
 
 
-def inject_context(carrier: MutableMapping[str, Any] | None = None, *, step: int | None = None,
-                   context: Context | None = None) -> MutableMapping[str, Any]:
+def inject_context(
+    carrier: MutableMapping[str, Any] | None = None, *, step: int | None = None, context: Context | None = None
+) -> MutableMapping[str, Any]:
     """Write the trace context (and ``step`` as baggage) into ``carrier`` (a new dict if None)."""
     carrier = {} if carrier is None else carrier
     if step is not None:

@@ -165,17 +165,20 @@ def series_guard(config: TelemetryConfig) -> SeriesGuard:
 def bind_series_guard(guard: SeriesGuard, latest: LatestValues) -> None:
     """Count the values refused past the series cap in rl.telemetry.dropped; report each metric once."""
     reported: set[str] = set()
-    attrs = ((A.RL_TELEMETRY_DROP_REASON, A.RlTelemetryDropReasonValues.SERIES_LIMIT.value),
-             (A.RL_TELEMETRY_SIGNAL, METRICS))
+    attrs = ((A.RL_TELEMETRY_DROP_REASON, A.RlTelemetryDropReasonValues.SERIES_LIMIT.value), (A.RL_TELEMETRY_SIGNAL, METRICS))
 
     def overflow(metric: str, values: int) -> None:
         latest.add(M.RL_TELEMETRY_DROPPED, attrs, values)
         if metric not in reported:
             reported.add(metric)
-            logger.warning("otel-rl: %s reached %d series in this process; values of new attribute sets are dropped and "
-                           "counted in rl.telemetry.dropped{drop_reason=series_limit} (a step, sample id or other "
-                           "unbounded value in a key or an attribute? raise OTEL_RL_SERIES_LIMIT / series_limit if the "
-                           "series are legitimate; reported once per metric)", metric, guard.series_limit)
+            logger.warning(
+                "otel-rl: %s reached %d series in this process; values of new attribute sets are dropped and "
+                "counted in rl.telemetry.dropped{drop_reason=series_limit} (a step, sample id or other "
+                "unbounded value in a key or an attribute? raise OTEL_RL_SERIES_LIMIT / series_limit if the "
+                "series are legitimate; reported once per metric)",
+                metric,
+                guard.series_limit,
+            )
 
     guard.on_overflow = overflow
 
@@ -190,6 +193,7 @@ def open_spool(config: TelemetryConfig, latest: LatestValues | None) -> Spool | 
     """The spool for this process, or None (turned off, or its folder cannot be written: reported)."""
     if config.spool_max_bytes <= 0:
         return None
+
     def on_drop(signal: str, reason: str, items: int) -> None:
         if latest is not None:
             latest.add(M.RL_TELEMETRY_DROPPED, ((A.RL_TELEMETRY_DROP_REASON, reason), (A.RL_TELEMETRY_SIGNAL, signal)), items)
@@ -205,33 +209,45 @@ def open_spool(config: TelemetryConfig, latest: LatestValues | None) -> Spool | 
         except SpoolBusy:
             # Another live process of the same rank (a restarted rank beside its old self, a child
             # that called init()) owns the folder: keep ours apart.
-            return Spool(folder.with_name(f"{folder.name}-pid{os.getpid()}"), config.spool_max_bytes,
-                         on_drop=on_drop, on_usage=on_usage)
+            return Spool(folder.with_name(f"{folder.name}-pid{os.getpid()}"), config.spool_max_bytes, on_drop=on_drop, on_usage=on_usage)
     except OSError as exc:
-        logger.warning("otel-rl: cannot use the spool folder %s (%s); OTLP exports go straight to the collector, and "
-                       "what fails to export during an outage is lost (set OTEL_RL_SPOOL_DIR to a writable folder)",
-                       folder, exc)
+        logger.warning(
+            "otel-rl: cannot use the spool folder %s (%s); OTLP exports go straight to the collector, and "
+            "what fails to export during an outage is lost (set OTEL_RL_SPOOL_DIR to a writable folder)",
+            folder,
+            exc,
+        )
         return None
 
 
 def otlp_exporters(config: TelemetryConfig) -> tuple[Any, MetricExporter, Any]:
     """The SDK's OTLP span, metric and log exporters for ``config``'s collector (see ``otlp_settings``)."""
     check_otlp_environment(config.protocol, config.endpoint)
-    span, metric, log = (sdk_exporter(resolve_otlp_settings(config.protocol, config.endpoint, signal))
-                         for signal in (TRACES, METRICS, LOGS))
+    span, metric, log = (
+        sdk_exporter(resolve_otlp_settings(config.protocol, config.endpoint, signal)) for signal in (TRACES, METRICS, LOGS)
+    )
     return span, metric, log
 
 
-def build_providers(config: TelemetryConfig, resource: Resource, histograms: BulkHistograms,
-                    extra_log_exporters: list[Any] | None = None, *, tracer_provider: Any = None,
-                    latest: LatestValues | None = None, stamped: StampedPoints | None = None) -> Providers:
+def build_providers(
+    config: TelemetryConfig,
+    resource: Resource,
+    histograms: BulkHistograms,
+    extra_log_exporters: list[Any] | None = None,
+    *,
+    tracer_provider: Any = None,
+    latest: LatestValues | None = None,
+    stamped: StampedPoints | None = None,
+) -> Providers:
     """``tracer_provider``: an SDK TracerProvider the program already has (e.g. its framework's
     own tracing); otel-rl's span processors join it instead of a second provider. ``latest``
     receives the spool's own metrics (rl.telemetry.dropped, rl.telemetry.spool.usage)."""
     shared = tracer_provider is not None
     if shared and not callable(getattr(tracer_provider, "add_span_processor", None)):
-        raise TypeError(f"otel_rl.init(tracer_provider=...) needs an SDK TracerProvider (opentelemetry.sdk.trace), "
-                        f"got {type(tracer_provider).__name__}; leave it out to let otel-rl create one")
+        raise TypeError(
+            f"otel_rl.init(tracer_provider=...) needs an SDK TracerProvider (opentelemetry.sdk.trace), "
+            f"got {type(tracer_provider).__name__}; leave it out to let otel-rl create one"
+        )
     limit = config.attribute_value_limit or None
     if not shared:
         tracer_provider = TracerProvider(resource=resource, span_limits=SpanLimits(max_attribute_length=limit))
@@ -248,17 +264,19 @@ def build_providers(config: TelemetryConfig, resource: Resource, histograms: Bul
         span_processors.append(_SpanProcessor(_ForkSafeSpanExporter(span_exporter), delay_s))
         tracer_provider.add_span_processor(span_processors[-1])
         logger_provider.add_log_record_processor(_LogProcessor(_ForkSafeLogExporter(log_exporter), delay_s))
-        readers.append(PeriodicExportingMetricReader(
-            _ForkSafeMetricExporter(MergingMetricExporter(metric_exporter, histograms, resource, scope, stamped)),
-            export_interval_millis=interval_ms))
+        readers.append(
+            PeriodicExportingMetricReader(
+                _ForkSafeMetricExporter(MergingMetricExporter(metric_exporter, histograms, resource, scope, stamped)),
+                export_interval_millis=interval_ms,
+            )
+        )
 
     if config.file_enabled:
         run_dir = Path(str(config.run_dir))
         run_dir.mkdir(parents=True, exist_ok=True)
         files = [run_dir / rank_file_name(name, config.rank) for name in (TRACES_FILE, METRICS_FILE, LOGS_FILE)]
         # Spans and events reach the files within file_flush_interval_s: a killed process loses at most that.
-        add(OtlpJsonSpanExporter(files[0]), OtlpJsonMetricExporter(files[1]), OtlpJsonLogExporter(files[2]),
-            config.file_flush_interval_s)
+        add(OtlpJsonSpanExporter(files[0]), OtlpJsonMetricExporter(files[1]), OtlpJsonLogExporter(files[2]), config.file_flush_interval_s)
         destinations.append(f"files in {run_dir}")
     spool: Spool | None = None
     if config.otlp_enabled:
@@ -269,8 +287,10 @@ def build_providers(config: TelemetryConfig, resource: Resource, histograms: Bul
             exporters, spool = _spooled(spool, exporters)
         # With the spool, what lies between log() and the disk obeys the same bound as the files.
         add(*exporters, config.file_flush_interval_s if spool is not None else None)
-        destinations.append(f"OTLP {config.protocol} to {config.endpoint or 'the OTEL_EXPORTER_OTLP_*_ENDPOINT'}"
-                            + (f" (spool {spool.directory})" if spool is not None else ""))
+        destinations.append(
+            f"OTLP {config.protocol} to {config.endpoint or 'the OTEL_EXPORTER_OTLP_*_ENDPOINT'}"
+            + (f" (spool {spool.directory})" if spool is not None else "")
+        )
     meter_provider = MeterProvider(resource=resource, metric_readers=readers)
     return Providers(tracer_provider, meter_provider, logger_provider, destinations, span_processors, shared, spool)
 
@@ -286,5 +306,8 @@ def _spooled(spool: Spool, exporters: tuple[Any, MetricExporter, Any]) -> tuple[
         return exporters, None
     for transport in transports:
         spool.attach(transport.signal, transport)
-    return (SpoolingSpanExporter(spool, span_exporter), SpoolingMetricExporter(spool, metric_exporter),
-            SpoolingLogExporter(spool, log_exporter)), spool
+    return (
+        SpoolingSpanExporter(spool, span_exporter),
+        SpoolingMetricExporter(spool, metric_exporter),
+        SpoolingLogExporter(spool, log_exporter),
+    ), spool

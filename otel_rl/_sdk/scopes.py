@@ -81,8 +81,21 @@ class Phase:
 class Stage:
     """A training stage as a child span of the step; ``metrics`` gives ROLL-style keys afterwards."""
 
-    __slots__ = ("_tel", "name", "cluster", "_memory", "_attributes", "_span", "_token", "_t0", "_phases",
-                 "_gpu", "_cpu", "elapsed", "_step")
+    __slots__ = (
+        "_tel",
+        "name",
+        "cluster",
+        "_memory",
+        "_attributes",
+        "_span",
+        "_token",
+        "_t0",
+        "_phases",
+        "_gpu",
+        "_cpu",
+        "elapsed",
+        "_step",
+    )
 
     def __init__(self, tel: Any, name: str, cluster: str | None, memory: bool) -> None:
         self._tel = tel
@@ -139,10 +152,15 @@ class Stage:
         snap = tel._cuda_probe.snapshot()
         if snap is not None:
             self._gpu.append((when, state, snap))
-            event.update({
-                A.HW_ID: snap.device, A.RL_MEMORY_ALLOCATED: snap.allocated, A.RL_MEMORY_RESERVED: snap.reserved,
-                A.RL_MEMORY_MAX_ALLOCATED: snap.max_allocated, A.RL_MEMORY_MAX_RESERVED: snap.max_reserved,
-            })
+            event.update(
+                {
+                    A.HW_ID: snap.device,
+                    A.RL_MEMORY_ALLOCATED: snap.allocated,
+                    A.RL_MEMORY_RESERVED: snap.reserved,
+                    A.RL_MEMORY_MAX_ALLOCATED: snap.max_allocated,
+                    A.RL_MEMORY_MAX_RESERVED: snap.max_reserved,
+                }
+            )
         self._span.add_event(N.RL_MEMORY_SNAPSHOT_EVENT, event)
 
     def _memory_gauges(self, base: dict[str, Any]) -> list[tuple[str, Attrs, float]]:
@@ -153,7 +171,9 @@ class Stage:
             gauges.append((M.PROCESS_MEMORY_VIRTUAL, attrs, float(vms)))
         for when, state, snap in self._gpu:
             for kind, value in snap.by_kind().items():
-                attrs = sorted_attrs({**base, A.RL_MEMORY_WHEN: when, A.RL_MEMORY_STATE: state, A.RL_MEMORY_KIND: kind, A.HW_ID: snap.device})
+                attrs = sorted_attrs(
+                    {**base, A.RL_MEMORY_WHEN: when, A.RL_MEMORY_STATE: state, A.RL_MEMORY_KIND: kind, A.HW_ID: snap.device}
+                )
                 gauges.append((M.RL_GPU_MEMORY_USAGE, attrs, float(value)))
                 if kind in _FRACTION_KINDS and snap.total:
                     gauges.append((M.RL_GPU_MEMORY_UTILIZATION, attrs, value / snap.total))
@@ -192,7 +212,9 @@ class StepScope:
     def __enter__(self) -> StepScope:
         tel = self._tel
         self._previous = (tel._current_step, tel._step_span_context)
-        self._span = tel._tracer.start_span(N.RL_STEP_SPAN, context=NEW_TRACE_CONTEXT, attributes={A.RL_STEP: self.step, A.RL_RANK: tel.rank})
+        self._span = tel._tracer.start_span(
+            N.RL_STEP_SPAN, context=NEW_TRACE_CONTEXT, attributes={A.RL_STEP: self.step, A.RL_RANK: tel.rank}
+        )
         self._token = context_api.attach(trace_api.set_span_in_context(self._span))
         tel._current_step = self.step
         tel._step_span_context = self._span.get_span_context()

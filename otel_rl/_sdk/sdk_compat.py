@@ -92,15 +92,17 @@ def log_encoder() -> Callable[[Any], Any] | None:
         try:
             encoder = importlib.import_module(_LOG_ENCODER_MODULE).encode_logs
         except (ImportError, AttributeError) as exc:
-            reason = (f"opentelemetry-exporter-otlp {version or '(version unknown)'} has no "
-                      f"{_LOG_ENCODER_MODULE}.encode_logs ({exc})")
+            reason = f"opentelemetry-exporter-otlp {version or '(version unknown)'} has no {_LOG_ENCODER_MODULE}.encode_logs ({exc})"
         else:
             if callable(encoder):
                 return encoder
             reason = f"{_LOG_ENCODER_MODULE}.encode_logs is not a function"
-    logger.warning("otel-rl: the disk spool is off: %s. OTLP exports go straight to the collector, and what fails to "
-                   "export during an outage is lost; install opentelemetry-exporter-otlp%s to use the spool",
-                   reason, _supported_range().replace(" ", ""))
+    logger.warning(
+        "otel-rl: the disk spool is off: %s. OTLP exports go straight to the collector, and what fails to "
+        "export during an outage is lost; install opentelemetry-exporter-otlp%s to use the spool",
+        reason,
+        _supported_range().replace(" ", ""),
+    )
     return None
 
 

@@ -55,20 +55,33 @@ from otel_rl._sdk.spool_files import (
     unlink_quietly,
     write_marker,
 )
-from otel_rl._sdk.spool_transports import (
-    GrpcTransport,
-    HttpTransport,
-    Outcome,
-    ca_setting,
-    describe_error,
-    redact_endpoint,
-    transport_for,
-)
+from otel_rl._sdk.spool_transports import GrpcTransport, HttpTransport, Outcome, ca_setting, describe_error, redact_endpoint, transport_for
 
 __all__ = [  # what other modules import from here (some defined beside it)
-    "BACKEND_REJECTED", "CURSOR_FILE", "DEFAULT_MAX_BYTES", "FORMAT_VERSION", "GrpcTransport", "HttpTransport", "LOCK_FILE",
-    "LOGS", "MARKER_FILE", "METRICS", "Outcome", "SEGMENT_SUFFIX", "SIGNALS", "SPOOL_FULL", "SignalStats", "Spool",
-    "SpoolBusy", "TRACES", "ca_setting", "describe_error", "format_bytes", "item_word", "redact_endpoint", "transport_for",
+    "BACKEND_REJECTED",
+    "CURSOR_FILE",
+    "DEFAULT_MAX_BYTES",
+    "FORMAT_VERSION",
+    "GrpcTransport",
+    "HttpTransport",
+    "LOCK_FILE",
+    "LOGS",
+    "MARKER_FILE",
+    "METRICS",
+    "Outcome",
+    "SEGMENT_SUFFIX",
+    "SIGNALS",
+    "SPOOL_FULL",
+    "SignalStats",
+    "Spool",
+    "SpoolBusy",
+    "TRACES",
+    "ca_setting",
+    "describe_error",
+    "format_bytes",
+    "item_word",
+    "redact_endpoint",
+    "transport_for",
 ]
 
 logger = logging.getLogger("otel_rl")
@@ -83,10 +96,17 @@ class Spool(SpoolDelivery):
     on the spool's threads and must not block.
     """
 
-    def __init__(self, directory: str | os.PathLike[str], max_bytes: int = DEFAULT_MAX_BYTES, *,
-                 on_drop: Callable[[str, str, int], None] | None = None,
-                 on_usage: Callable[[int], None] | None = None,
-                 segment_bytes: int | None = None, shutdown_timeout_s: float = 5.0, announce: bool = True) -> None:
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        *,
+        on_drop: Callable[[str, str, int], None] | None = None,
+        on_usage: Callable[[int], None] | None = None,
+        segment_bytes: int | None = None,
+        shutdown_timeout_s: float = 5.0,
+        announce: bool = True,
+    ) -> None:
         if max_bytes <= 0:
             raise ValueError("a spool needs max_bytes > 0")
         self.directory = Path(directory)
@@ -150,9 +170,12 @@ class Spool(SpoolDelivery):
         self._next_seq = highest + 1
         recovered = {s: st.stats.recovered for s, st in self._signals.items() if st.stats.recovered}
         if recovered and self._announce:
-            logger.warning("otel-rl: found %s left undelivered in %s by an earlier run (%s); delivering it first",
-                           format_bytes(self._total), self.directory,
-                           ", ".join(f"{n} {item_word(s)}" for s, n in recovered.items()))
+            logger.warning(
+                "otel-rl: found %s left undelivered in %s by an earlier run (%s); delivering it first",
+                format_bytes(self._total),
+                self.directory,
+                ", ".join(f"{n} {item_word(s)}" for s, n in recovered.items()),
+            )
         self._usage()
 
     # -- writing (SDK worker threads) --------------------------------------------------------
@@ -263,14 +286,20 @@ class Spool(SpoolDelivery):
             logger.warning(
                 "otel-rl: the spool %s reached its bound of %s while the collector was unreachable; the oldest "
                 "telemetry is being dropped and counted in rl.telemetry.dropped (raise OTEL_RL_SPOOL_MAX_BYTES / "
-                "spool_max_bytes to keep more; reported once)", self.directory, format_bytes(self.max_bytes))
+                "spool_max_bytes to keep more; reported once)",
+                self.directory,
+                format_bytes(self.max_bytes),
+            )
 
     def _report_write_error(self, exc: OSError) -> None:
         if not self._drop_reported:
             self._drop_reported = True
-            logger.warning("otel-rl: cannot write to the spool %s (%s); telemetry that the collector does not take "
-                           "right away is dropped and counted in rl.telemetry.dropped (reported once)",
-                           self.directory, exc)
+            logger.warning(
+                "otel-rl: cannot write to the spool %s (%s); telemetry that the collector does not take "
+                "right away is dropped and counted in rl.telemetry.dropped (reported once)",
+                self.directory,
+                exc,
+            )
 
     def _usage(self) -> None:
         if self._on_usage is not None:
@@ -328,10 +357,14 @@ class Spool(SpoolDelivery):
             state.wake.set()
         pending = {s: sum(r.items for r in st.records) for s, st in self._signals.items() if st.records}
         if pending and self._announce and os.getpid() == self._pid:
-            logger.warning("otel-rl: %s of telemetry could not be delivered before shutdown (%s); it stays in %s and is "
-                           "sent by the next start with this spool folder or by `otel-rl push %s`",
-                           format_bytes(self._total), ", ".join(f"{n} {item_word(s)}" for s, n in pending.items()),
-                           self.directory, self.directory)
+            logger.warning(
+                "otel-rl: %s of telemetry could not be delivered before shutdown (%s); it stays in %s and is "
+                "sent by the next start with this spool folder or by `otel-rl push %s`",
+                format_bytes(self._total),
+                ", ".join(f"{n} {item_word(s)}" for s, n in pending.items()),
+                self.directory,
+                self.directory,
+            )
         for state in self._signals.values():
             if state.transport is not None:
                 # Wait briefly for a sender between two attempts; one stuck in a request is a

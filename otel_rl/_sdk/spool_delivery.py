@@ -91,8 +91,7 @@ class SpoolDelivery:
         """Deliver ``signal``'s records through ``transport`` from a thread of its own."""
         state = self._signals[signal]
         state.transport = transport
-        state.thread = threading.Thread(target=self._deliver_loop, args=(state,), name=f"otel-rl-spool-{signal}",
-                                        daemon=True)
+        state.thread = threading.Thread(target=self._deliver_loop, args=(state,), name=f"otel-rl-spool-{signal}", daemon=True)
         state.thread.start()
 
     def _deliver_loop(self, state: SignalState) -> None:
@@ -198,8 +197,12 @@ class SpoolDelivery:
                 "otel-rl: TLS certificate verification failed for the collector at %s (%s). The CA file used is %s: "
                 "set OTEL_EXPORTER_OTLP_CERTIFICATE (or OTEL_EXPORTER_OTLP_%s_CERTIFICATE) to the PEM file of the CA "
                 "that signed the collector's certificate. Telemetry waits in the spool %s meanwhile.",
-                endpoint, outcome.detail, ca_setting(state.signal, state.transport.protocol if state.transport else ""),
-                state.signal.upper(), self.directory)
+                endpoint,
+                outcome.detail,
+                ca_setting(state.signal, state.transport.protocol if state.transport else ""),
+                state.signal.upper(),
+                self.directory,
+            )
         if state.failing_since is None:
             state.failing_since = time.monotonic()
             others_failing = any(s.failing_since is not None for s in self._signals.values() if s is not state)
@@ -209,24 +212,40 @@ class SpoolDelivery:
             self._outage_reported += 1
             # The first outage is a warning; later ones (a flapping collector) are info.
             level = logging.WARNING if self._outage_reported == 1 else logging.INFO
-            logger.log(level, "otel-rl: cannot deliver %s to the collector at %s (%s); telemetry waits in the spool %s "
-                       "(up to %s, OTEL_RL_SPOOL_MAX_BYTES) and is retried; the training run is not affected",
-                       state.signal, endpoint, outcome.detail, self.directory, format_bytes(self.max_bytes))
+            logger.log(
+                level,
+                "otel-rl: cannot deliver %s to the collector at %s (%s); telemetry waits in the spool %s "
+                "(up to %s, OTEL_RL_SPOOL_MAX_BYTES) and is retried; the training run is not affected",
+                state.signal,
+                endpoint,
+                outcome.detail,
+                self.directory,
+                format_bytes(self.max_bytes),
+            )
 
     def _recovered(self, state: SignalState) -> None:
         if state.failing_since is not None:
             seconds = time.monotonic() - state.failing_since
             state.failing_since = None
             if not any(s.failing_since is not None for s in self._signals.values()):
-                logger.info("otel-rl: the collector takes telemetry again (%s after %.1f s); delivering the spooled "
-                            "backlog (%s)", state.signal, seconds, format_bytes(self._total))
+                logger.info(
+                    "otel-rl: the collector takes telemetry again (%s after %.1f s); delivering the spooled backlog (%s)",
+                    state.signal,
+                    seconds,
+                    format_bytes(self._total),
+                )
 
     def _report_rejected(self, state: SignalState, outcome: Outcome) -> None:
         if state.signal not in self._rejected_reported:
             self._rejected_reported.add(state.signal)
             endpoint = redact_endpoint(state.transport.endpoint if state.transport else "")
-            logger.warning("otel-rl: the collector at %s refused a batch of %s (%s); it is dropped and counted in "
-                           "rl.telemetry.dropped (reported once per signal)", endpoint, state.signal, outcome.detail)
+            logger.warning(
+                "otel-rl: the collector at %s refused a batch of %s (%s); it is dropped and counted in "
+                "rl.telemetry.dropped (reported once per signal)",
+                endpoint,
+                state.signal,
+                outcome.detail,
+            )
 
     # -- waiting for delivery (flush, push) ---------------------------------------------------
     def failing(self, signal: str) -> bool:
@@ -258,6 +277,7 @@ class SpoolDelivery:
             if now >= end:
                 return False
             if give_up_after_s is not None and all(
-                    st.failing_since is not None and now - st.failing_since >= give_up_after_s for st in busy):
+                st.failing_since is not None and now - st.failing_since >= give_up_after_s for st in busy
+            ):
                 return False
             busy[0].idle.wait(min(end - now, 0.05))

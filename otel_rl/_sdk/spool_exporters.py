@@ -47,8 +47,7 @@ class _SpoolingExporterMixin:
         except Exception as exc:  # noqa: BLE001 - never raise into the SDK
             if not self._encode_error_reported:
                 self._encode_error_reported = True
-                logger.warning("otel-rl: cannot encode a batch of %s for OTLP (%r); it is dropped (reported once)",
-                               self._signal, exc)
+                logger.warning("otel-rl: cannot encode a batch of %s for OTLP (%r); it is dropped (reported once)", self._signal, exc)
             return False
         return self._spool.append(self._signal, payload, items)
 

@@ -115,7 +115,7 @@ def scan_segment(path: Path, seq: int, start: int) -> tuple[list[Record], int | 
             return records, offset
         magic, length, items, crc = _HEADER.unpack_from(data, offset)
         end = offset + HEADER_SIZE + length
-        if magic != _MAGIC or end > len(data) or zlib.crc32(data[offset + HEADER_SIZE:end]) != crc:
+        if magic != _MAGIC or end > len(data) or zlib.crc32(data[offset + HEADER_SIZE : end]) != crc:
             return records, offset
         records.append(Record(seq, offset, length, items))
         offset = end
@@ -185,8 +185,7 @@ def lock_folder(directory: Path) -> int:
 
 def write_marker(directory: Path, max_bytes: int) -> None:
     """The marker that says a folder is a spool (``otel-rl push`` looks for it)."""
-    info = {"format": FORMAT_VERSION, "pid": os.getpid(), "max_bytes": max_bytes,
-            "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    info = {"format": FORMAT_VERSION, "pid": os.getpid(), "max_bytes": max_bytes, "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     tmp = directory / (MARKER_FILE + ".tmp")
     tmp.write_text(json.dumps(info) + "\n", encoding="utf-8")
     os.replace(tmp, directory / MARKER_FILE)

@@ -18,15 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from otel_rl._sdk.config import redact_url
-from otel_rl._sdk.otlp_settings import (
-    GRPC,
-    OtlpSettings,
-    grpc_credentials,
-    open_grpc_channel,
-    open_http_session,
-    settings_of,
-    user_agent,
-)
+from otel_rl._sdk.otlp_settings import GRPC, OtlpSettings, grpc_credentials, open_grpc_channel, open_http_session, settings_of, user_agent
 from otel_rl._sdk.spool_files import LOGS, METRICS, TRACES
 
 __all__ = ["GrpcTransport", "HttpTransport", "Outcome", "ca_setting", "describe_error", "redact_endpoint", "transport_for"]
@@ -87,8 +79,7 @@ class HttpTransport:
         deadline = time.monotonic() + timeout_s
         for attempt in range(2):
             try:
-                response = self._session.post(self.endpoint, data=data, headers=self._headers, timeout=timeout_s,
-                                              allow_redirects=False)
+                response = self._session.post(self.endpoint, data=data, headers=self._headers, timeout=timeout_s, allow_redirects=False)
                 break
             except requests.RequestException as error:
                 timeout_s = deadline - time.monotonic()
@@ -169,8 +160,13 @@ class GrpcTransport:
                 # A channel in gRPC's own reconnect backoff can wait up to minutes; a fresh one
                 # connects as soon as the collector is back (as the SDK exporter does).
                 self._drop_channel()
-            if code in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.NOT_FOUND,
-                        grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.ALREADY_EXISTS):
+            if code in (
+                grpc.StatusCode.INVALID_ARGUMENT,
+                grpc.StatusCode.UNIMPLEMENTED,
+                grpc.StatusCode.NOT_FOUND,
+                grpc.StatusCode.FAILED_PRECONDITION,
+                grpc.StatusCode.ALREADY_EXISTS,
+            ):
                 return Outcome(False, permanent=True, detail=detail)
             return Outcome(False, detail=detail, tls=_is_tls_text(details))
         except ValueError as error:  # a closed channel: the next attempt opens a new one
@@ -233,7 +229,7 @@ def describe_error(error: BaseException | None) -> str:
     text = str(root)
     # urllib3 wraps the reason as "<...>: Failed to establish a new connection: [Errno 111] ..."
     if "Errno" in text:
-        text = text[text.index("[Errno"):] if "[Errno" in text else text
+        text = text[text.index("[Errno") :] if "[Errno" in text else text
     return _short(f"{type(root).__name__}: {text}" if not text.startswith("[Errno") else text)
 
 

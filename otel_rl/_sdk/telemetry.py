@@ -76,8 +76,11 @@ def with_placement(config: TelemetryConfig) -> TelemetryConfig:
     if None not in (config.rank, config.local_rank, config.world_size, config.node_rank):
         return config
     found = detect_placement()
-    fill = {name: getattr(found, name) for name in ("rank", "local_rank", "world_size", "node_rank")
-            if getattr(config, name) is None and getattr(found, name) is not None}
+    fill = {
+        name: getattr(found, name)
+        for name in ("rank", "local_rank", "world_size", "node_rank")
+        if getattr(config, name) is None and getattr(found, name) is not None
+    }
     return dataclasses.replace(config, **fill) if fill else config
 
 
@@ -103,16 +106,35 @@ class Telemetry:
         for mdef in METRICS.values():
             if mdef.instrument == "histogram":
                 self._histograms.declare(mdef.name, mdef.brief, mdef.unit, BUCKETS[mdef.buckets or "duration"])
-        self._stamped = StampedPoints({m.name: (m.instrument, m.brief, m.unit, BUCKETS[m.buckets or "duration"]
-                                                if m.instrument == "histogram" else ()) for m in METRICS.values()},
-                                      guard) if config.metrics_at_log_time else None
+        self._stamped = (
+            StampedPoints(
+                {
+                    m.name: (m.instrument, m.brief, m.unit, BUCKETS[m.buckets or "duration"] if m.instrument == "histogram" else ())
+                    for m in METRICS.values()
+                },
+                guard,
+            )
+            if config.metrics_at_log_time
+            else None
+        )
         self._resolver = KeyResolver.default(unmapped_key_limit=config.unmapped_key_limit)
         # Trackers first: an unknown name or a missing library fails here, before anything starts.
-        self._trackers = build_fanout(config, str(config.experiment or config.run_id), Path(str(config.run_dir)),
-                                      lambda key: self._resolver.resolve(key, config.framework))
+        self._trackers = build_fanout(
+            config,
+            str(config.experiment or config.run_id),
+            Path(str(config.run_dir)),
+            lambda key: self._resolver.resolve(key, config.framework),
+        )
         tracker_exporters = [TrackerLogExporter(self._trackers)] if self._trackers is not None else []
-        self._providers = build_providers(config, self.resource, self._histograms, tracker_exporters,
-                                          tracer_provider=tracer_provider, latest=self._latest, stamped=self._stamped)
+        self._providers = build_providers(
+            config,
+            self.resource,
+            self._histograms,
+            tracker_exporters,
+            tracer_provider=tracer_provider,
+            latest=self._latest,
+            stamped=self._stamped,
+        )
         self._tracer = self._providers.tracer_provider.get_tracer(SCOPE_NAME, __version__)
         self._meter = self._providers.meter_provider.get_meter(SCOPE_NAME, __version__)
 
@@ -125,7 +147,10 @@ class Telemetry:
 
         console = config.console and self.rank == 0
         self._pipeline = Pipeline(
-            resolver=self._resolver, framework=config.framework, latest=self._latest, histograms=self._histograms,
+            resolver=self._resolver,
+            framework=config.framework,
+            latest=self._latest,
+            histograms=self._histograms,
             event_logger=self._providers.logger_provider.get_logger(SCOPE_NAME, __version__),
             on_step_end=print_summary if console else None,
         )
@@ -169,10 +194,16 @@ class Telemetry:
         if not self.config.file_enabled:
             return
         info = {
-            "run_id": self.config.run_id, "service_name": self.config.service_name, "experiment": self.config.experiment,
-            "framework": self.config.framework, "rank": self.rank, "world_size": self.config.world_size or 1,
-            "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "otel_rl_version": __version__,
-            "destinations": self._providers.destinations, "endpoint": redact_url(self.config.endpoint),
+            "run_id": self.config.run_id,
+            "service_name": self.config.service_name,
+            "experiment": self.config.experiment,
+            "framework": self.config.framework,
+            "rank": self.rank,
+            "world_size": self.config.world_size or 1,
+            "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "otel_rl_version": __version__,
+            "destinations": self._providers.destinations,
+            "endpoint": redact_url(self.config.endpoint),
             "probes": {"torch.cuda": self._cuda_probe.status, "nvml": self._nvml_probe.status},
         }
         path = Path(str(self.config.run_dir)) / rank_file_name(RUN_INFO_FILE, self.rank)
@@ -217,9 +248,13 @@ class Telemetry:
     def _drop_call(self) -> None:
         self._dropped_calls += 1
         if self._forked_from is not None and self._dropped_calls == 1:
-            logger.warning("otel-rl: process %d was forked from %d after otel_rl.init(); the inherited telemetry is off "
-                           "here: log() calls are dropped and counted in Telemetry.dropped_calls (reported once). Call "
-                           "otel_rl.init() in the child to export from it.", os.getpid(), self._forked_from)
+            logger.warning(
+                "otel-rl: process %d was forked from %d after otel_rl.init(); the inherited telemetry is off "
+                "here: log() calls are dropped and counted in Telemetry.dropped_calls (reported once). Call "
+                "otel_rl.init() in the child to export from it.",
+                os.getpid(),
+                self._forked_from,
+            )
 
     def _disable_in_forked_child(self, parent_pid: int) -> None:
         """In a forked child: stop at once, touching no lock or thread the parent owned."""
@@ -246,8 +281,14 @@ class Telemetry:
         """
         return Stage(self, name, cluster, offload if memory is None else memory)
 
-    def trace_finished_step(self, step: int, stages: Sequence[tuple[str, float] | tuple[str, float, str | None]], *,
-                            step_seconds: float | None = None, end_time_ns: int | None = None) -> None:
+    def trace_finished_step(
+        self,
+        step: int,
+        stages: Sequence[tuple[str, float] | tuple[str, float, str | None]],
+        *,
+        step_seconds: float | None = None,
+        end_time_ns: int | None = None,
+    ) -> None:
         """Trace a step that is already over from the durations a framework logged for it.
 
         For frameworks that time their stages themselves and report the seconds afterwards (verl's
@@ -270,9 +311,11 @@ class Telemetry:
             except (TypeError, ValueError, IndexError):
                 seconds = math.nan
             if not (seconds >= 0 and math.isfinite(seconds)):
-                self._pipeline.report_once(f"<trace_finished_step {entry!r:.60}>", "bad-stage",
-                                           f"otel-rl: trace_finished_step() needs (stage, seconds >= 0[, cluster]) entries, "
-                                           f"got {entry!r:.80}; skipped")
+                self._pipeline.report_once(
+                    f"<trace_finished_step {entry!r:.60}>",
+                    "bad-stage",
+                    f"otel-rl: trace_finished_step() needs (stage, seconds >= 0[, cluster]) entries, got {entry!r:.80}; skipped",
+                )
                 continue
             parsed.append((name, int(seconds * 1e9), None if cluster is None else str(cluster)))
         total_ns = sum(d for _, d, _ in parsed)
@@ -281,9 +324,11 @@ class Telemetry:
         except (TypeError, ValueError):
             step_ns = -1
         if step_ns < 0:
-            self._pipeline.report_once("<trace_finished_step step_seconds>", "bad-step-seconds",
-                                       f"otel-rl: trace_finished_step(step_seconds={step_seconds!r}) must be seconds >= 0; "
-                                       "used the stages' sum")
+            self._pipeline.report_once(
+                "<trace_finished_step step_seconds>",
+                "bad-step-seconds",
+                f"otel-rl: trace_finished_step(step_seconds={step_seconds!r}) must be seconds >= 0; used the stages' sum",
+            )
             step_ns = total_ns
         tracer, rank, span_name = self._tracer, self.rank, self._span_name
         step = int(step)
@@ -321,8 +366,12 @@ class Telemetry:
         context, step = extract_context(carrier)
         scope = JoinScope(self, context, step)
         if not scope.joined:
-            self._pipeline.report_once("<join>", "no-context", "otel-rl: join() got a carrier without a trace context "
-                                       "(expected the dict from Telemetry.inject()); spans start their own traces")
+            self._pipeline.report_once(
+                "<join>",
+                "no-context",
+                "otel-rl: join() got a carrier without a trace context "
+                "(expected the dict from Telemetry.inject()); spans start their own traces",
+            )
         return scope
 
     def log(self, values: Mapping[str, Any], step: int | None = None, *, time_ns: int | None = None) -> None:
@@ -345,10 +394,19 @@ class Telemetry:
         except Exception as exc:  # not a mapping, or one whose iteration raises: never into the loop
             if self.config.strict:
                 raise ValueError(f"otel-rl: log() takes a mapping of key -> value, got {type(values).__name__}") from exc
-            self._pipeline.report_once("<log>", type(values).__name__, f"otel-rl: log() takes a mapping of key -> value, got {type(values).__name__}; ignored")
+            self._pipeline.report_once(
+                "<log>", type(values).__name__, f"otel-rl: log() takes a mapping of key -> value, got {type(values).__name__}; ignored"
+            )
             return
-        self._append((LOG, self._current_step if step is None else step, time.time_ns() if time_ns is None else time_ns,
-                      self._step_span_context, snapshot))
+        self._append(
+            (
+                LOG,
+                self._current_step if step is None else step,
+                time.time_ns() if time_ns is None else time_ns,
+                self._step_span_context,
+                snapshot,
+            )
+        )
         if not self._wake.is_set():
             self._wake.set()
 
@@ -391,15 +449,15 @@ class Telemetry:
         emit = self._pipeline.emit_event
         self._submit((CALL, lambda: emit(N.RL_HPARAMS_EVENT, flat, {})))
 
-    def event(self, name: str, body: Mapping[str, Any], attributes: Mapping[str, Any] | None = None,
-              *, step: int | None = None) -> None:
+    def event(self, name: str, body: Mapping[str, Any], attributes: Mapping[str, Any] | None = None, *, step: int | None = None) -> None:
         """Emit a registry event (``otel_rl.semconv.names.*_EVENT``) as a log record in the current
         step's trace; ``rl.step`` is added from ``step`` or the current step."""
         if self._closed:
             return self._drop_call()
         if name not in _EVENT_NAMES:
-            self._pipeline.report_once(str(name), "unknown-event", f"otel-rl: event({name!r}) is not a registry event "
-                                       f"(one of {sorted(_EVENT_NAMES)}); ignored")
+            self._pipeline.report_once(
+                str(name), "unknown-event", f"otel-rl: event({name!r}) is not a registry event (one of {sorted(_EVENT_NAMES)}); ignored"
+            )
             return
         attrs = dict(attributes or {})
         step = self._current_step if step is None else step
@@ -430,8 +488,9 @@ class Telemetry:
         :attr:`should_stop` in the loop instead. With no rules configured, turns the default rules on."""
         if self._alerts is None:
             if self.config.alert_rules is not None:  # "off" was asked for explicitly
-                self._pipeline.report_once("<alerts>", "off", f"otel-rl: on_alert() ignored: alert_rules={self.config.alert_rules!r} "
-                                           "turns the rules off")
+                self._pipeline.report_once(
+                    "<alerts>", "off", f"otel-rl: on_alert() ignored: alert_rules={self.config.alert_rules!r} turns the rules off"
+                )
                 return
             self._alerts = build_alert_engine("default", self._pipeline, self._latest)
             self._pipeline.observer = self._alerts.observe  # type: ignore[union-attr]
@@ -477,7 +536,9 @@ class Telemetry:
             try:
                 to_number(plan.transform(raw) if plan.transform else raw)
             except Rejected as rej:
-                raise ValueError(f"otel-rl strict mode: value of {key!r} is {rej.reason}" + (f" ({rej.detail})" if rej.detail else "")) from None
+                raise ValueError(
+                    f"otel-rl strict mode: value of {key!r} is {rej.reason}" + (f" ({rej.detail})" if rej.detail else "")
+                ) from None
             except Exception as exc:  # whatever a foreign object's conversion raises, as a ValueError
                 raise ValueError(f"otel-rl strict mode: value of {key!r} cannot be read: {type(exc).__name__}") from None
 

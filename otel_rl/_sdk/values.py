@@ -45,7 +45,6 @@ def event_value(raw: Any, _depth: int = 0) -> Any:
     return value
 
 
-
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
@@ -74,7 +73,6 @@ def _event_value(raw: Any, kind: type, depth: int) -> Any:
             return "<nested too deep>"
         return [event_value(v, depth + 1) for v in raw]
     return repr(raw)
-
 
 
 def key_text(key: Any) -> str:
@@ -136,9 +134,13 @@ def to_array(raw: Any) -> np.ndarray:
         raw = raw.detach().float().cpu().numpy()
     return np.asarray(raw, dtype=np.float64).ravel()
 
+
 # Keys under which a string is text (a prompt, a completion, a message), whatever its length.
-_TEXT_KEY = re.compile(r"(?:^|[/._\-(])(prompts?|completions?|responses?_?texts?|generations?|texts?|messages?|contents?|"
-                       r"chats?|conversations?|questions?|answers?|outputs?_?texts?|inputs?_?texts?)(?:$|[/._\-)])", re.I)
+_TEXT_KEY = re.compile(
+    r"(?:^|[/._\-(])(prompts?|completions?|responses?_?texts?|generations?|texts?|messages?|contents?|"
+    r"chats?|conversations?|questions?|answers?|outputs?_?texts?|inputs?_?texts?)(?:$|[/._\-)])",
+    re.I,
+)
 
 
 class TextPolicy:

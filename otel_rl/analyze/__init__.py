@@ -29,9 +29,17 @@ from otel_rl.replay.progress import Progress
 __all__ = ["RunAnalysis", "add_cli", "analyze"]
 
 
-def analyze(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str] | None = None, *, format: str = "auto",
-            plots: bool = True, rules: str | None = "default", cfg: DetectorConfig = DetectorConfig(),
-            progress: bool | None = False, segment: int | None = None) -> list[RunAnalysis]:
+def analyze(
+    paths: Sequence[str | os.PathLike[str]],
+    out: str | os.PathLike[str] | None = None,
+    *,
+    format: str = "auto",
+    plots: bool = True,
+    rules: str | None = "default",
+    cfg: DetectorConfig = DetectorConfig(),
+    progress: bool | None = False,
+    segment: int | None = None,
+) -> list[RunAnalysis]:
     """Analyze each log (one run per file); with ``out``, write the reports (and PNG plots) there."""
     rule_set = load_rules(rules)
     runs: list[RunAnalysis] = []
@@ -97,22 +105,33 @@ Plots need matplotlib (pip install 'otel-rl[analyze]'); --no-plots skips them.
 def add_cli(subparsers: Any) -> argparse.ArgumentParser:
     """Add ``analyze`` to the ``otel-rl`` command's subparsers."""
     parser = subparsers.add_parser(
-        "analyze", help="find spikes, collapses, chains and their causes in a training log; write a report",
-        description=CLI_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
+        "analyze",
+        help="find spikes, collapses, chains and their causes in a training log; write a report",
+        description=CLI_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="examples:\n  otel-rl analyze output/v1/logging.jsonl --out report/\n"
-               "  otel-rl analyze otel-rl-runs/<run> --out report/ --no-plots\n"
-               "  otel-rl analyze --print-rules > rules.yaml      # the default alert rules, to edit")
+        "  otel-rl analyze otel-rl-runs/<run> --out report/ --no-plots\n"
+        "  otel-rl analyze --print-rules > rules.yaml      # the default alert rules, to edit",
+    )
     parser.add_argument("files", nargs="*", metavar="FILE", help="log files or otel-rl run folders (each is one run)")
     parser.add_argument("--out", metavar="DIR", help="folder for report.md, report.html, report.json and plots/ (required with FILEs)")
     parser.add_argument("--format", default="auto", choices=["auto", *FORMATS], help="the logs' format (default: auto)")
-    parser.add_argument("--rules", default="default", metavar="FILE",
-                        help="alert rules to replay: default, off, or a YAML file (see --print-rules)")
-    parser.add_argument("--segment", type=int, metavar="N",
-                        help="a file that holds several runs (an SFT run, then an RL run): analyze run N (default: the last RL run)")
+    parser.add_argument(
+        "--rules", default="default", metavar="FILE", help="alert rules to replay: default, off, or a YAML file (see --print-rules)"
+    )
+    parser.add_argument(
+        "--segment",
+        type=int,
+        metavar="N",
+        help="a file that holds several runs (an SFT run, then an RL run): analyze run N (default: the last RL run)",
+    )
     parser.add_argument("--no-plots", action="store_true", help="write no PNG plots (no matplotlib needed)")
-    parser.add_argument("--z", type=float, default=DetectorConfig.z, help=f"robust z-score of an anomalous value (default {DetectorConfig.z:g})")
-    parser.add_argument("--window", type=int, default=DetectorConfig.window,
-                        help=f"values in the rolling baseline (default {DetectorConfig.window})")
+    parser.add_argument(
+        "--z", type=float, default=DetectorConfig.z, help=f"robust z-score of an anomalous value (default {DetectorConfig.z:g})"
+    )
+    parser.add_argument(
+        "--window", type=int, default=DetectorConfig.window, help=f"values in the rolling baseline (default {DetectorConfig.window})"
+    )
     parser.add_argument("--print-rules", action="store_true", help="print the default alert rules as YAML and exit")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     parser.set_defaults(func=run_cli)
@@ -128,24 +147,33 @@ def run_cli(args: argparse.Namespace) -> int:
         print("otel-rl analyze: give one or more FILEs (logs or otel-rl run folders) and --out DIR", file=sys.stderr)
         return 2
     if not args.out:
-        print("otel-rl analyze: --out DIR is required: the folder for report.md, report.html, report.json and plots/",
-              file=sys.stderr)
+        print("otel-rl analyze: --out DIR is required: the folder for report.md, report.html, report.json and plots/", file=sys.stderr)
         return 2
     if args.window < 5 or args.z <= 0:
         print("otel-rl analyze: --window must be >= 5 and --z positive", file=sys.stderr)
         return 2
     cfg = DetectorConfig(z=args.z, window=args.window)
     try:
-        runs = analyze(args.files, args.out, format=args.format, plots=not args.no_plots, rules=args.rules, cfg=cfg,
-                       progress=False if args.quiet else None, segment=args.segment)
+        runs = analyze(
+            args.files,
+            args.out,
+            format=args.format,
+            plots=not args.no_plots,
+            rules=args.rules,
+            cfg=cfg,
+            progress=False if args.quiet else None,
+            segment=args.segment,
+        )
     except (FileNotFoundError, FormatError, ValueError, ImportError) as exc:
         print(f"otel-rl analyze: {exc}", file=sys.stderr)
         return 1
     for run in runs:
         events = run.events
         critical = sum(1 for f in events if f.severity == "critical")
-        print(f"otel-rl analyze: {run.parsed.path}: {len(run.parsed.records)} steps, {len(run.series)} series, "
-              f"{len(events)} event(s) ({critical} critical), {len(run.chains)} chain(s), {len(run.alerts)} alert(s) replayed")
+        print(
+            f"otel-rl analyze: {run.parsed.path}: {len(run.parsed.records)} steps, {len(run.series)} series, "
+            f"{len(events)} event(s) ({critical} critical), {len(run.chains)} chain(s), {len(run.alerts)} alert(s) replayed"
+        )
         for line in parse_summary(run.parsed):
             print(f"  {line}")
         if run.verdict is not None:

@@ -11,16 +11,24 @@ import numpy as np
 from otel_rl.analyze._series import Series
 from otel_rl.detect.detectors import Finding
 
-_KIND_COLOURS = {"spike": "#e6862e", "explosion": "#d62728", "collapse": "#9467bd", "level shift": "#1f77b4",
-                 "pinned-at-limit": "#7f7f7f", "periodic": "#2ca02c"}
+_KIND_COLOURS = {
+    "spike": "#e6862e",
+    "explosion": "#d62728",
+    "collapse": "#9467bd",
+    "level shift": "#1f77b4",
+    "pinned-at-limit": "#7f7f7f",
+    "periodic": "#2ca02c",
+}
 
 
 def _pyplot() -> Any:
     try:
         import matplotlib
     except ImportError:
-        raise ImportError("otel-rl analyze draws its plots with matplotlib: pip install 'otel-rl[analyze]' "
-                          "(or pip install matplotlib), or pass --no-plots") from None
+        raise ImportError(
+            "otel-rl analyze draws its plots with matplotlib: pip install 'otel-rl[analyze]' "
+            "(or pip install matplotlib), or pass --no-plots"
+        ) from None
     matplotlib.use("Agg", force=False)  # files only: never open a window
     import matplotlib.pyplot as plt
 
@@ -49,8 +57,14 @@ def plot_series(series: Series, findings: list[Finding], path: Path, *, title: s
             seen.add(f.kind)
             if f.kind == "periodic" and f.period:
                 marks = steps[(steps >= f.first_step) & (steps <= f.last_step)]
-                ax.vlines([m for m in marks if (m - f.first_step) % max(1, int(round(f.period))) == 0],
-                          *ax.get_ylim(), colors=colour, alpha=0.25, linewidth=1, label=label)
+                ax.vlines(
+                    [m for m in marks if (m - f.first_step) % max(1, int(round(f.period))) == 0],
+                    *ax.get_ylim(),
+                    colors=colour,
+                    alpha=0.25,
+                    linewidth=1,
+                    label=label,
+                )
                 continue
             if f.kind == "pinned-at-limit":
                 ax.axhline(f.limit or 0.0, color=colour, linestyle="--", linewidth=1, label=label)

@@ -92,11 +92,13 @@ class _Doc:
 
     def html(self, title: str) -> str:
         e = html.escape
-        out = [f"<!doctype html><html><head><meta charset='utf-8'><title>{e(title)}</title><style>"
-               "body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}"
-               "table{border-collapse:collapse;font-size:13px;margin:0.5em 0 1.2em}td,th{border:1px solid #ccc;"
-               "padding:3px 6px;text-align:left;vertical-align:top}th{background:#f3f3f3}img{max-width:100%}"
-               "code{background:#f3f3f3;padding:0 3px}</style></head><body>"]
+        out = [
+            f"<!doctype html><html><head><meta charset='utf-8'><title>{e(title)}</title><style>"
+            "body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}"
+            "table{border-collapse:collapse;font-size:13px;margin:0.5em 0 1.2em}td,th{border:1px solid #ccc;"
+            "padding:3px 6px;text-align:left;vertical-align:top}th{background:#f3f3f3}img{max-width:100%}"
+            "code{background:#f3f3f3;padding:0 3px}</style></head><body>"
+        ]
         for kind, body in self.blocks:
             if kind == "h":
                 out.append(f"<h{body[0]}>{e(body[1])}</h{body[0]}>")
@@ -106,8 +108,13 @@ class _Doc:
                 out.append(f"<{kind}>" + "".join(f"<li>{e(i)}</li>" for i in body) + f"</{kind}>")
             elif kind == "table":
                 head, rows = body
-                out.append("<table><tr>" + "".join(f"<th>{e(h)}</th>" for h in head) + "</tr>"
-                           + "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in r) + "</tr>" for r in rows) + "</table>")
+                out.append(
+                    "<table><tr>"
+                    + "".join(f"<th>{e(h)}</th>" for h in head)
+                    + "</tr>"
+                    + "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in r) + "</tr>" for r in rows)
+                    + "</table>"
+                )
             elif kind == "img":
                 out.append(f"<p><img src='{e(body[0])}' alt='{e(body[1])}'></p>")
         out.append("</body></html>")
@@ -120,8 +127,10 @@ def _run_section(doc: _Doc, run: RunAnalysis, heading: int) -> None:
     steps = f"steps {run.first_step}-{run.last_step}" if run.first_step is not None else "no steps"
     if parsed.doubts:
         doc.p("WARNING: this parse is doubtful, so no verdict below is a verdict of health: " + " ".join(parsed.doubts))
-    doc.p(f"Source {parsed.path} ({parsed.format}, keys mapped as {parsed.framework or 'any framework'}): "
-          f"{len(parsed.records)} logged steps ({steps}, every {run.step_interval} step(s)), {len(run.series)} numeric series.")
+    doc.p(
+        f"Source {parsed.path} ({parsed.format}, keys mapped as {parsed.framework or 'any framework'}): "
+        f"{len(parsed.records)} logged steps ({steps}, every {run.step_interval} step(s)), {len(run.series)} numeric series."
+    )
     doc.ul(parse_summary(parsed) + [f"note: {n}" for n in parsed.notes[:5]])
     v = run.verdict
     if v is not None:
@@ -137,8 +146,11 @@ def _run_section(doc: _Doc, run: RunAnalysis, heading: int) -> None:
     summary = []
     if events:
         worst = Counter(f.severity for f in events)
-        summary.append(f"{len(events)} event(s): " + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()) if k != "periodic")
-                       + f" ({', '.join(f'{n} {s}' for s, n in sorted(worst.items()))})")
+        summary.append(
+            f"{len(events)} event(s): "
+            + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()) if k != "periodic")
+            + f" ({', '.join(f'{n} {s}' for s, n in sorted(worst.items()))})"
+        )
     elif parsed.doubts:
         summary.append("No anomalies found in what was read, but the parse is doubtful (see the warning above).")
     else:
@@ -161,19 +173,34 @@ def _run_section(doc: _Doc, run: RunAnalysis, heading: int) -> None:
     doc.p("Each key maps to a registry metric (docs/semconv/); meaning and good direction come from the registry.")
     doc.table(
         ["key", "registry metric", "meaning", "unit", "good", "points", "first -> last (trend)", "range", "notes"],
-        [[m.label, m.metric + (f" {{{_attrs(m.attributes)}}}" if m.attributes else ""), m.brief, m.unit,
-          _DIRECTION.get(m.direction, "-"), str(m.points), m.trend or f"{fmt(m.first)} -> {fmt(m.last)}",
-          f"{fmt(m.minimum)} .. {fmt(m.maximum)}", "; ".join(m.notes)] for m in run.metrics])
+        [
+            [
+                m.label,
+                m.metric + (f" {{{_attrs(m.attributes)}}}" if m.attributes else ""),
+                m.brief,
+                m.unit,
+                _DIRECTION.get(m.direction, "-"),
+                str(m.points),
+                m.trend or f"{fmt(m.first)} -> {fmt(m.last)}",
+                f"{fmt(m.minimum)} .. {fmt(m.maximum)}",
+                "; ".join(m.notes),
+            ]
+            for m in run.metrics
+        ],
+    )
     if run.unmapped:
-        doc.p(f"Keys no mapping knows (analyzed under rl.unmapped): {', '.join(run.unmapped[:20])}"
-              + (" ..." if len(run.unmapped) > 20 else ""))
+        doc.p(
+            f"Keys no mapping knows (analyzed under rl.unmapped): {', '.join(run.unmapped[:20])}"
+            + (" ..." if len(run.unmapped) > 20 else "")
+        )
 
     doc.h(heading + 1, "Events")
     if run.findings:
-        doc.p("Robust statistics: each value against the median and spread of the previous values of its series "
-              "(rolling median / MAD), large in the metric's own terms; see report.json for every number.")
-        doc.table(["severity", "kind", "dir", "series", "steps", "peak vs baseline", "recovered"],
-                  [_finding_row(f) for f in run.findings])
+        doc.p(
+            "Robust statistics: each value against the median and spread of the previous values of its series "
+            "(rolling median / MAD), large in the metric's own terms; see report.json for every number."
+        )
+        doc.table(["severity", "kind", "dir", "series", "steps", "peak vs baseline", "recovered"], [_finding_row(f) for f in run.findings])
     else:
         doc.p("None.")
 
@@ -186,9 +213,11 @@ def _run_section(doc: _Doc, run: RunAnalysis, heading: int) -> None:
     recovered = [f for f in events if f.kind not in ("pinned-at-limit",) and f.recovered_step is not None]
     lasting = [f for f in events if f.kind not in ("pinned-at-limit",) and f.recovered_step is None]
     doc.h(heading + 1, "Recoveries")
-    items = [f"{f.series}: {f.kind} at step {f.first_step}, back near its baseline at step {back} "
-             f"({back - f.first_step} steps later)"
-             for f in recovered[:20] if (back := f.recovered_step) is not None]  # all are: narrows for pyright
+    items = [
+        f"{f.series}: {f.kind} at step {f.first_step}, back near its baseline at step {back} ({back - f.first_step} steps later)"
+        for f in recovered[:20]
+        if (back := f.recovered_step) is not None
+    ]  # all are: narrows for pyright
     items += [f"{f.series}: {f.kind} at step {f.first_step}, not back by the end of the log" for f in lasting[:20]]
     doc.ul(items) if items else doc.p("Nothing to recover from.")
 
@@ -202,15 +231,23 @@ def _run_section(doc: _Doc, run: RunAnalysis, heading: int) -> None:
         by_rule: dict[str, list[Any]] = {}
         for a in run.alerts:
             by_rule.setdefault(a.name, []).append(a)
-        doc.table(["rule", "severity", "fired", "first", "last", "first message"],
-                  [[name, items[0].severity, str(len(items)), str(items[0].step), str(items[-1].step), items[0].message]
-                   for name, items in by_rule.items()])
+        doc.table(
+            ["rule", "severity", "fired", "first", "last", "first message"],
+            [
+                [name, items[0].severity, str(len(items)), str(items[0].step), str(items[-1].step), items[0].message]
+                for name, items in by_rule.items()
+            ],
+        )
     else:
         doc.p("The default rules (divergence, kl > 10, clipped_ratio > 0.3, memory, batch, ranks, inference) fire on nothing here.")
 
     doc.h(heading + 1, "Recommendations")
-    doc.ol([f"{r.topic}: {r.action}" + (f" [setting: {r.setting}]" if r.setting else "") + " Evidence: " + "; ".join(r.evidence)
-            for r in run.recommendations])
+    doc.ol(
+        [
+            f"{r.topic}: {r.action}" + (f" [setting: {r.setting}]" if r.setting else "") + " Evidence: " + "; ".join(r.evidence)
+            for r in run.recommendations
+        ]
+    )
 
     if run.plots:
         doc.h(heading + 1, "Plots")
@@ -226,15 +263,25 @@ def _run_section(doc: _Doc, run: RunAnalysis, heading: int) -> None:
 def _run_json(run: RunAnalysis) -> dict[str, Any]:
     parsed = run.parsed
     return {
-        "source": str(parsed.path), "format": parsed.format, "framework": parsed.framework,
-        "records": len(parsed.records), "first_step": run.first_step, "last_step": run.last_step,
-        "step_interval": run.step_interval, "clock": parsed.clock,
-        "doubts": parsed.doubts, "parse_check": parsed.check.as_dict() if parsed.check is not None else None,
-        "step_source": parsed.step_source, "segments": [s.__dict__ for s in parsed.segments],
-        "truncated_steps": parsed.truncated_steps, "setting_sources": parsed.setting_sources,
+        "source": str(parsed.path),
+        "format": parsed.format,
+        "framework": parsed.framework,
+        "records": len(parsed.records),
+        "first_step": run.first_step,
+        "last_step": run.last_step,
+        "step_interval": run.step_interval,
+        "clock": parsed.clock,
+        "doubts": parsed.doubts,
+        "parse_check": parsed.check.as_dict() if parsed.check is not None else None,
+        "step_source": parsed.step_source,
+        "segments": [s.__dict__ for s in parsed.segments],
+        "truncated_steps": parsed.truncated_steps,
+        "setting_sources": parsed.setting_sources,
         "verdict": run.verdict.as_dict() if run.verdict is not None else None,
-        "settings": {k: (v if isinstance(v, (int, str, bool, list)) or v is None else float(f"{v:.6g}") if isinstance(v, float) else str(v))
-                     for k, v in run.settings.items()},
+        "settings": {
+            k: (v if isinstance(v, (int, str, bool, list)) or v is None else float(f"{v:.6g}") if isinstance(v, float) else str(v))
+            for k, v in run.settings.items()
+        },
         "metrics": [m.as_dict() for m in run.metrics],
         "unmapped_keys": run.unmapped,
         "findings": [_finding_json(f, run) for f in run.findings],
@@ -253,9 +300,11 @@ def _finding_json(f: Finding, run: RunAnalysis) -> dict[str, Any]:
     for c in run.chains:
         if f in c.findings:
             start = c.first_step
-            together = [{"series": o.series, "kind": o.kind, "first_step": o.first_step, "order": i,
-                         "lag_steps": o.first_step - f.first_step}
-                        for i, o in enumerate(c.findings) if o is not f]
+            together = [
+                {"series": o.series, "kind": o.kind, "first_step": o.first_step, "order": i, "lag_steps": o.first_step - f.first_step}
+                for i, o in enumerate(c.findings)
+                if o is not f
+            ]
             out["chain_order"] = c.findings.index(f)
             out["chain_first_step"] = start
     out["co_occurring"] = together
@@ -270,9 +319,11 @@ def write_reports(runs: Sequence[RunAnalysis], out_dir: Path) -> dict[str, Path]
     doc = _Doc()
     title = "Training log analysis" + (f": {runs[0].parsed.path.name}" if len(runs) == 1 else f" ({len(runs)} runs)")
     doc.h(1, title)
-    doc.p(f"otel-rl analyze {__version__}. Findings: threshold, spike, level shift, collapse, explosion, drift, "
-          "pinned-at-limit, periodic; "
-          "severity critical / warning / info (info: the good direction, or a schedule).")
+    doc.p(
+        f"otel-rl analyze {__version__}. Findings: threshold, spike, level shift, collapse, explosion, drift, "
+        "pinned-at-limit, periodic; "
+        "severity critical / warning / info (info: the good direction, or a schedule)."
+    )
     for run in runs:
         _run_section(doc, run, 2)
     paths = {"md": out_dir / "report.md", "html": out_dir / "report.html", "json": out_dir / "report.json"}

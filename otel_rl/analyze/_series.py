@@ -113,7 +113,9 @@ def build_series(parsed: ParsedLog, resolver: KeyResolver | None = None) -> tupl
     return out, list(unmapped)
 
 
-def resolved_records(parsed: ParsedLog, resolver: KeyResolver | None = None) -> Iterator[tuple[int, list[tuple[str, tuple[tuple[str, str], ...], float]]]]:
+def resolved_records(
+    parsed: ParsedLog, resolver: KeyResolver | None = None
+) -> Iterator[tuple[int, list[tuple[str, tuple[tuple[str, str], ...], float]]]]:
     """``(step, [(metric, attributes, value), ...])`` per record, as the pipeline hands them to the
     online detectors (finite values only)."""
     resolver = resolver or KeyResolver.default(unmapped_key_limit=1 << 20)

@@ -53,8 +53,10 @@ def _mean_statistic(s: Series) -> bool:
 def learning_series(series: dict[SeriesKey, Series]) -> Series | None:
     """The series that says whether the run learned (task score, else training reward), mean statistic."""
     for metric in _LEARNING_SIGNALS:
-        found = sorted((s for s in series.values() if s.metric == metric and _mean_statistic(s) and len(s.by_step) >= _MIN_POINTS),
-                       key=lambda s: (len(s.attributes), s.label))
+        found = sorted(
+            (s for s in series.values() if s.metric == metric and _mean_statistic(s) and len(s.by_step) >= _MIN_POINTS),
+            key=lambda s: (len(s.attributes), s.label),
+        )
         if found:
             return found[0]
     return None
@@ -76,36 +78,49 @@ def did_it_learn(series: dict[SeriesKey, Series]) -> tuple[str, str, Series | No
     first, last = x[:w], x[-w:]
     change = float(last.mean() - first.mean())
     se = math.sqrt(float(first.var(ddof=1)) / w + float(last.var(ddof=1)) / w)
-    where = (f"{s.label} {format_number(float(first.mean()))} (mean of steps {int(steps[0])}-{int(steps[w - 1])}) -> "
-             f"{format_number(float(last.mean()))} (steps {int(steps[-w])}-{int(steps[-1])}): {change:+.3g} ± {2 * se:.2g} (2 s.e.)")
+    where = (
+        f"{s.label} {format_number(float(first.mean()))} (mean of steps {int(steps[0])}-{int(steps[w - 1])}) -> "
+        f"{format_number(float(last.mean()))} (steps {int(steps[-w])}-{int(steps[-1])}): {change:+.3g} ± {2 * se:.2g} (2 s.e.)"
+    )
     level = max(abs(float(first.mean())), abs(float(last.mean())), float(x.std()))
     # Where the reward stood at its best: a run that rose, then fell back, says so.
     windows = np.convolve(x, np.ones(w) / w, mode="valid")
     best = int(np.argmax(windows))
     peak = float(windows[best])
     if best + w < n - w and peak - float(last.mean()) > max(2 * se, _MIN_RELATIVE * level, _MIN_CHANGE) and peak > float(first.mean()):
-        where += (f"; it peaked at {format_number(peak)} (steps {int(steps[best])}-{int(steps[best + w - 1])}) and ended "
-                  f"{format_number(peak - float(last.mean()))} lower")
+        where += (
+            f"; it peaked at {format_number(peak)} (steps {int(steps[best])}-{int(steps[best + w - 1])}) and ended "
+            f"{format_number(peak - float(last.mean()))} lower"
+        )
     if abs(change) < _MIN_CHANGE or abs(change) <= 2 * se:
         flat = " (constant)" if float(x.max()) == float(x.min()) else ""
         return "no clear change", f"No clear change{flat}: {where}", s, change, 2 * se
     if abs(change) < _MIN_RELATIVE * level:
-        return "no clear change", (f"No clear change: {where}, under {_MIN_RELATIVE:.0%} of its level "
-                                   f"({format_number(level)})"), s, change, 2 * se
+        return (
+            "no clear change",
+            (f"No clear change: {where}, under {_MIN_RELATIVE:.0%} of its level ({format_number(level)})"),
+            s,
+            change,
+            2 * se,
+        )
     if change > 0:
         return "yes", f"Yes: {where}", s, change, 2 * se
     return "worse", f"No, it got worse: {where}", s, change, 2 * se
 
 
 def _validation_text(series: dict[SeriesKey, Series]) -> str | None:
-    found = sorted((s for s in series.values() if s.metric == M.RL_VALIDATION_SCORE and _mean_statistic(s)
-                    and len(s.by_step) >= 2), key=lambda s: (-len(s.by_step), s.label))
+    found = sorted(
+        (s for s in series.values() if s.metric == M.RL_VALIDATION_SCORE and _mean_statistic(s) and len(s.by_step) >= 2),
+        key=lambda s: (-len(s.by_step), s.label),
+    )
     if not found:
         return None
     s = found[0]
     steps, x = s.arrays()
-    return (f"validation {s.label}: {format_number(float(x[0]))} (step {int(steps[0])}) -> {format_number(float(x[-1]))} "
-            f"(step {int(steps[-1])}), best {format_number(float(np.nanmax(x)))}")
+    return (
+        f"validation {s.label}: {format_number(float(x[0]))} (step {int(steps[0])}) -> {format_number(float(x[-1]))} "
+        f"(step {int(steps[-1])}), best {format_number(float(np.nanmax(x)))}"
+    )
 
 
 def _event_text(f: Finding) -> str:
@@ -123,8 +138,10 @@ def timeline(findings: Sequence[Finding], chains: Sequence[Chain], limit: int = 
         if len(members) < 2:
             continue
         first = members[0].first_step
-        parts = " -> ".join(f"{f.series} {f.kind} {f.direction} @{f.first_step}"
-                            + (f" (+{f.first_step - first})" if f.first_step != first else "") for f in members)
+        parts = " -> ".join(
+            f"{f.series} {f.kind} {f.direction} @{f.first_step}" + (f" (+{f.first_step - first})" if f.first_step != first else "")
+            for f in members
+        )
         out.append((first, 0, f"step {first}: " + ("divergence: " if c.divergence else "together: ") + parts))
         in_chain.update(id(f) for f in members)
     for f in findings:
@@ -138,8 +155,7 @@ def timeline(findings: Sequence[Finding], chains: Sequence[Chain], limit: int = 
     return lines
 
 
-def verdict(series: dict[SeriesKey, Series], findings: Sequence[Finding], chains: Sequence[Chain],
-            doubts: Sequence[str]) -> Verdict:
+def verdict(series: dict[SeriesKey, Series], findings: Sequence[Finding], chains: Sequence[Chain], doubts: Sequence[str]) -> Verdict:
     learned, learned_text, s, change, two_se = did_it_learn(series)
     validation = _validation_text(series)
     if validation:
@@ -149,18 +165,35 @@ def verdict(series: dict[SeriesKey, Series], findings: Sequence[Finding], chains
     warnings = [f for f in events if f.severity == "warning"]
     if critical:
         first = min(critical, key=lambda f: f.first_step)
-        stable, stable_text = "unstable", (f"Unstable: {len(critical)} critical event(s), the first at step {first.first_step} "
-                                           f"({first.series} {first.kind} {first.direction})"
-                                           + (f", and {len(warnings)} warning(s)" if warnings else ""))
+        stable, stable_text = (
+            "unstable",
+            (
+                f"Unstable: {len(critical)} critical event(s), the first at step {first.first_step} "
+                f"({first.series} {first.kind} {first.direction})" + (f", and {len(warnings)} warning(s)" if warnings else "")
+            ),
+        )
     elif warnings:
         first = min(warnings, key=lambda f: f.first_step)
-        stable, stable_text = "warnings", (f"No critical event; {len(warnings)} warning(s), the first at step {first.first_step} "
-                                           f"({first.series} {first.kind} {first.direction})")
+        stable, stable_text = (
+            "warnings",
+            (
+                f"No critical event; {len(warnings)} warning(s), the first at step {first.first_step} "
+                f"({first.series} {first.kind} {first.direction})"
+            ),
+        )
     else:
         stable, stable_text = "stable", f"Stable: no critical or warning event in {len(series)} series"
-    result = Verdict(learned=learned, learned_text=learned_text, stable=stable, stable_text=stable_text,
-                     timeline=timeline(findings, chains), doubts=list(doubts),
-                     reward_series=s.label if s is not None else None, change=change, change_2se=two_se)
+    result = Verdict(
+        learned=learned,
+        learned_text=learned_text,
+        stable=stable,
+        stable_text=stable_text,
+        timeline=timeline(findings, chains),
+        doubts=list(doubts),
+        reward_series=s.label if s is not None else None,
+        change=change,
+        change_2se=two_se,
+    )
     if doubts:
         # A doubtful parse gives no verdict of health: the events may sit at the wrong steps.
         result.stable_text = "Not judged as healthy: the steps read are doubtful (see the warnings). " + result.stable_text

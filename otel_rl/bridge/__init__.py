@@ -134,11 +134,11 @@ to the working directory (under otel-rl stack: the config file's folder).
 """
 
 
-def run_bridge(config_path: str | Path, *, listen: str | None = None, base_dir: str | None = None,
-               verbose: bool = False) -> int:
+def run_bridge(config_path: str | Path, *, listen: str | None = None, base_dir: str | None = None, verbose: bool = False) -> int:
     """``otel-rl bridge``: serve until SIGTERM or SIGINT, then flush and finish every tracker."""
-    logging.basicConfig(stream=sys.stderr, level=logging.INFO if verbose else logging.WARNING,
-                        format="otel-rl bridge: %(levelname)s: %(message)s")
+    logging.basicConfig(
+        stream=sys.stderr, level=logging.INFO if verbose else logging.WARNING, format="otel-rl bridge: %(levelname)s: %(message)s"
+    )
     try:
         config = load_bridge_config(config_path)
         if listen:

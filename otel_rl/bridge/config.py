@@ -12,13 +12,7 @@ from typing import Any, cast
 from otel_rl._sdk.config import read_yaml_file
 from otel_rl.trackers.fanout import KEY_STYLES, redact_tracker_kwargs
 
-__all__ = [
-    "DEFAULT_BASE_DIR",
-    "DEFAULT_LISTEN",
-    "BridgeConfig",
-    "load_bridge_config",
-    "parse_listen",
-]
+__all__ = ["DEFAULT_BASE_DIR", "DEFAULT_LISTEN", "BridgeConfig", "load_bridge_config", "parse_listen"]
 
 DEFAULT_LISTEN = "127.0.0.1:4319"
 DEFAULT_BASE_DIR = "otel-rl-bridge"
@@ -100,10 +94,21 @@ class BridgeConfig:
         imports = [imports] if isinstance(imports, str) else imports
         if not isinstance(imports, (list, tuple)) or not all(isinstance(m, str) and m for m in imports):
             raise bad("imports", f"expected module names (e.g. [my_pkg.trackers]), got {imports!r}")
-        return cls(track_with=track_with, tracker_kwargs=dict(kwargs), listen=listen, tracker_keys=keys, ranks=ranks,
-                   split_runs=split, base_dir=base_dir, run_name=run_name, max_queue_mb=float(queue_mb),
-                   metrics_fallback=fallback, metrics_fallback_after=after, imports=tuple(imports),
-                   run_idle_timeout_s=float(idle))
+        return cls(
+            track_with=track_with,
+            tracker_kwargs=dict(kwargs),
+            listen=listen,
+            tracker_keys=keys,
+            ranks=ranks,
+            split_runs=split,
+            base_dir=base_dir,
+            run_name=run_name,
+            max_queue_mb=float(queue_mb),
+            metrics_fallback=fallback,
+            metrics_fallback_after=after,
+            imports=tuple(imports),
+            run_idle_timeout_s=float(idle),
+        )
 
     def public_dict(self) -> dict[str, Any]:
         """The settings, safe to print: tracker secrets masked."""

@@ -6,12 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = [
-    "as_rank",
-    "decode_any_value",
-    "decode_attributes",
-    "metric_key",
-]
+__all__ = ["as_rank", "decode_any_value", "decode_attributes", "metric_key"]
 
 
 def decode_any_value(value: Any) -> Any:

@@ -26,10 +26,7 @@ from otel_rl.semconv import names as N
 from otel_rl.trackers.base import create_trackers
 from otel_rl.trackers.fanout import TrackerFanout, deliver, registry_key_namer
 
-__all__ = [
-    "RunState",
-    "RunTrackers",
-]
+__all__ = ["RunState", "RunTrackers"]
 
 logger = logging.getLogger("otel_rl")
 
@@ -67,8 +64,9 @@ class RunTrackers:
     ``scrub(text)`` masks the trackers' secrets in a message: the bridge owns all three.
     """
 
-    def __init__(self, config: BridgeConfig, *, count: Callable[..., None], say: Callable[[str], None],
-                 scrub: Callable[[str], str]) -> None:
+    def __init__(
+        self, config: BridgeConfig, *, count: Callable[..., None], say: Callable[[str], None], scrub: Callable[[str], str]
+    ) -> None:
         self.config = config
         self._count, self._say, self._scrub = count, say, scrub
         self._resolver: Any = None
@@ -117,8 +115,7 @@ class RunTrackers:
         for resource_metrics in request.resource_metrics:
             self._count("metric_exports")
             resource = decode_attributes(resource_metrics.resource.attributes)
-            if not self.config.metrics_fallback or not resource.get(A.RL_RUN_ID) \
-                    or not self._accepts(as_rank(resource.get(A.RL_RANK, 0))):
+            if not self.config.metrics_fallback or not resource.get(A.RL_RUN_ID) or not self._accepts(as_rank(resource.get(A.RL_RANK, 0))):
                 self._count("metric_exports_ignored")
                 continue
             run = self._run_for(resource)
@@ -166,8 +163,10 @@ class RunTrackers:
                 run.fanout.flush()
                 run.fanout.finish()
                 run.fanout = None
-                self._say(f"otel-rl bridge: run {run.label} idle for {now - run.last_seen:.0f} s: its trackers are "
-                          "finished (reopened if it sends again)")
+                self._say(
+                    f"otel-rl bridge: run {run.label} idle for {now - run.last_seen:.0f} s: its trackers are "
+                    "finished (reopened if it sends again)"
+                )
 
     def flush_dirty(self) -> None:
         """Flush the trackers of every run that was written since its last flush."""
@@ -203,8 +202,15 @@ class RunTrackers:
         else:
             experiment = resource.get(A.RL_EXPERIMENT_NAME)
             framework = resource.get(A.RL_FRAMEWORK)
-            run = self._runs[key] = RunState(key, service, run_id, rank, str(experiment) if experiment else None,
-                                             str(framework) if framework else None, last_seen=time.monotonic())
+            run = self._runs[key] = RunState(
+                key,
+                service,
+                run_id,
+                rank,
+                str(experiment) if experiment else None,
+                str(framework) if framework else None,
+                last_seen=time.monotonic(),
+            )
         return run
 
     def _label(self, run: RunState) -> str:
@@ -250,8 +256,13 @@ class RunTrackers:
             self._count("runs_failed")
             if fanout is not None:
                 fanout.finish()
-            logger.error("otel-rl bridge: the trackers of run %s (service %s, rank %d) could not start: %s; its steps are "
-                         "dropped", run.run_id or "?", run.service, run.rank, self._scrub(f"{type(exc).__name__}: {exc}"))
+            logger.error(
+                "otel-rl bridge: the trackers of run %s (service %s, rank %d) could not start: %s; its steps are dropped",
+                run.run_id or "?",
+                run.service,
+                run.rank,
+                self._scrub(f"{type(exc).__name__}: {exc}"),
+            )
             return None
         run.fanout = fanout
         run.opened += 1
@@ -259,8 +270,10 @@ class RunTrackers:
             self._say(f"otel-rl bridge: run {run.label} sends again: its trackers are reopened")
             return fanout
         self._count("runs")
-        self._say(f"otel-rl bridge: new run {run.run_id or '(no rl.run.id)'} (service {run.service}, rank {run.rank}) -> "
-                  f"run name {run_name}, run_dir {run_dir}; {format_tracker_kwargs(cfg.track_with, kwargs)}")
+        self._say(
+            f"otel-rl bridge: new run {run.run_id or '(no rl.run.id)'} (service {run.service}, rank {run.rank}) -> "
+            f"run name {run_name}, run_dir {run_dir}; {format_tracker_kwargs(cfg.track_with, kwargs)}"
+        )
         return fanout
 
     def _write_held(self, run: RunState) -> None:

@@ -74,16 +74,30 @@ class TrackerBridge:
         self._closed = False
         self._busy = False
         self._stats_lock = threading.Lock()
-        self._stats: dict[str, int] = dict.fromkeys((
-            "requests", "bad_requests", "busy_responses", "log_records", "events_delivered", "hparams_delivered",
-            "records_ignored", "records_other_ranks", "metric_exports", "metric_steps_written", "metric_exports_ignored",
-            "runs", "runs_failed", "worker_errors"), 0)
+        self._stats: dict[str, int] = dict.fromkeys(
+            (
+                "requests",
+                "bad_requests",
+                "busy_responses",
+                "log_records",
+                "events_delivered",
+                "hparams_delivered",
+                "records_ignored",
+                "records_other_ranks",
+                "metric_exports",
+                "metric_steps_written",
+                "metric_exports_ignored",
+                "runs",
+                "runs_failed",
+                "worker_errors",
+            ),
+            0,
+        )
         self._server: ThreadingHTTPServer | None = None
         self._threads: list[threading.Thread] = []
         # Checked now, opened per run: an unknown tracker, a missing library or a bad setting fails
         # here, before anything listens (no I/O: trackers open their backends in start()).
-        create_trackers(config.track_with, run_tracker_kwargs(config, "check"), run_name="check",
-                        run_dir=Path(config.base_dir) / "check")
+        create_trackers(config.track_with, run_tracker_kwargs(config, "check"), run_name="check", run_dir=Path(config.base_dir) / "check")
 
     # -- public --------------------------------------------------------------------------------
 
@@ -113,8 +127,7 @@ class TrackerBridge:
         Handler.bridge = bridge
         self._server = Server((self._host, self._port), Handler)
         worker = threading.Thread(target=self._work, name="otel-rl-bridge-worker", daemon=True)
-        serve = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.2},
-                                 name="otel-rl-bridge-http", daemon=True)
+        serve = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.2}, name="otel-rl-bridge-http", daemon=True)
         self._threads = [worker, serve]
         worker.start()
         serve.start()
@@ -122,10 +135,15 @@ class TrackerBridge:
         atexit.register(lambda: (m := ref()) is not None and m())
         cfg = self.config
         ranks = "all" if cfg.ranks is None else ",".join(map(str, cfg.ranks))
-        split = f"one tracker set per run under {Path(cfg.base_dir).absolute()}" if cfg.split_runs else \
-            f"all runs into one tracker set (run_dir {Path(cfg.base_dir).absolute()})"
-        self._say(f"otel-rl bridge: listening on {self.url} (OTLP/HTTP /v1/logs, /v1/metrics); trackers: "
-                  f"{format_tracker_kwargs(cfg.track_with, cfg.tracker_kwargs)}; keys {cfg.tracker_keys}; ranks {ranks}; {split}")
+        split = (
+            f"one tracker set per run under {Path(cfg.base_dir).absolute()}"
+            if cfg.split_runs
+            else f"all runs into one tracker set (run_dir {Path(cfg.base_dir).absolute()})"
+        )
+        self._say(
+            f"otel-rl bridge: listening on {self.url} (OTLP/HTTP /v1/logs, /v1/metrics); trackers: "
+            f"{format_tracker_kwargs(cfg.track_with, cfg.tracker_kwargs)}; keys {cfg.tracker_keys}; ranks {ranks}; {split}"
+        )
         return self
 
     def stats(self) -> dict[str, Any]:
@@ -166,8 +184,10 @@ class TrackerBridge:
         if self._server is None:  # never started: nothing to finish but what a test fed directly
             self._runs.finish_all()
         stats = self.stats()
-        self._say(f"otel-rl bridge: stopped; {stats['runs']} run(s), {stats['events_delivered']} step event(s), "
-                  f"{stats['metric_steps_written']} metrics step(s) delivered; {stats['bad_requests']} bad request(s)")
+        self._say(
+            f"otel-rl bridge: stopped; {stats['runs']} run(s), {stats['events_delivered']} step event(s), "
+            f"{stats['metric_steps_written']} metrics step(s) delivered; {stats['bad_requests']} bad request(s)"
+        )
 
     def __enter__(self) -> TrackerBridge:
         return self.start()
@@ -218,8 +238,7 @@ class TrackerBridge:
                     self._runs.deliver_metrics(message)
             except Exception as exc:  # never let one request stop the worker
                 self._count("worker_errors")
-                logger.warning("otel-rl bridge: a %s request could not be delivered: %s", kind,
-                               self._scrub(f"{type(exc).__name__}: {exc}"))
+                logger.warning("otel-rl bridge: a %s request could not be delivered: %s", kind, self._scrub(f"{type(exc).__name__}: {exc}"))
             with self._cond:
                 self._queued_bytes -= size
                 idle = not self._queue
@@ -279,8 +298,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def _send_status(self, status: int, code: int, message: str, as_json: bool,
-                     headers: Mapping[str, str] | None = None) -> None:
+    def _send_status(self, status: int, code: int, message: str, as_json: bool, headers: Mapping[str, str] | None = None) -> None:
         from google.rpc import status_pb2
 
         payload = status_pb2.Status(code=code, message=message)
@@ -296,8 +314,7 @@ class _Handler(BaseHTTPRequestHandler):
         elif path == "/stats":
             self._send(200, json.dumps(self.bridge.stats()).encode(), "application/json")
         else:
-            self._send(404, b"not found: GET /healthz, GET /stats, POST /v1/logs, /v1/metrics, /v1/traces\n",
-                       "text/plain; charset=utf-8")
+            self._send(404, b"not found: GET /healthz, GET /stats, POST /v1/logs, /v1/metrics, /v1/traces\n", "text/plain; charset=utf-8")
 
     def do_POST(self) -> None:  # noqa: N802
         bridge = self.bridge
@@ -315,8 +332,10 @@ class _Handler(BaseHTTPRequestHandler):
             body = self._read_body()
             body = _decompress(body, (self.headers.get("Content-Encoding") or "identity").strip().lower())
             if content_type not in ("application/x-protobuf", "application/protobuf", "application/json"):
-                raise _BadRequest(HTTPStatus.UNSUPPORTED_MEDIA_TYPE,
-                                  f"unsupported Content-Type {content_type!r}: send application/x-protobuf or application/json")
+                raise _BadRequest(
+                    HTTPStatus.UNSUPPORTED_MEDIA_TYPE,
+                    f"unsupported Content-Type {content_type!r}: send application/x-protobuf or application/json",
+                )
             request_type, response_type = types[path]
             if path == "/v1/traces":  # accepted and dropped: trackers take no spans
                 self._reply(response_type(), as_json)
@@ -329,8 +348,9 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if not bridge._submit("logs" if path == "/v1/logs" else "metrics", message, len(body)):
             bridge._count("busy_responses")
-            self._send_status(503, _GRPC_UNAVAILABLE, "the bridge's trackers are behind; retry later", as_json,
-                              {"Retry-After": str(_RETRY_AFTER_S)})
+            self._send_status(
+                503, _GRPC_UNAVAILABLE, "the bridge's trackers are behind; retry later", as_json, {"Retry-After": str(_RETRY_AFTER_S)}
+            )
             return
         self._reply(response_type(), as_json)
 
@@ -400,5 +420,4 @@ def _decode(request_type: Any, body: bytes, as_json: bool) -> Any:
         return request_type.FromString(body)
     except (DecodeError, json_format.ParseError, UnicodeDecodeError, ValueError, TypeError) as exc:
         kind = "OTLP/JSON" if as_json else "OTLP protobuf"
-        raise _BadRequest(HTTPStatus.BAD_REQUEST,
-                          f"body is not an {kind} {request_type.DESCRIPTOR.name}: {str(exc)[:200]}") from None
+        raise _BadRequest(HTTPStatus.BAD_REQUEST, f"body is not an {kind} {request_type.DESCRIPTOR.name}: {str(exc)[:200]}") from None

@@ -13,13 +13,7 @@ from typing import Any
 from otel_rl.bridge.config import BridgeConfig
 from otel_rl.trackers.fanout import redact_tracker_kwargs
 
-__all__ = [
-    "format_tracker_kwargs",
-    "per_run_tracker_kwargs",
-    "run_tracker_kwargs",
-    "safe_label",
-    "secret_strings",
-]
+__all__ = ["format_tracker_kwargs", "per_run_tracker_kwargs", "run_tracker_kwargs", "safe_label", "secret_strings"]
 
 # tracker_kwargs settings that split_runs makes per-run (see otel_rl.bridge's doc).
 _DIR_KEYS = ("log_dir", "logdir", "dir", "save_dir", "output_dir")

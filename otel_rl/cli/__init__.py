@@ -39,7 +39,9 @@ COMMANDS = (semconv, demo, show, trace, push, stack, bridge, replay, analyze, da
 def build_parser() -> argparse.ArgumentParser:
     """The ``otel-rl`` parser with every subcommand registered."""
     parser = argparse.ArgumentParser(
-        prog="otel-rl", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG,
+        prog="otel-rl",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=EPILOG,
         description="OpenTelemetry for RL training of language models: semantic conventions, a demo run, and tools to read runs.",
     )
     from otel_rl._version import __version__
@@ -65,4 +67,3 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-

@@ -26,8 +26,9 @@ def run_generate(args: argparse.Namespace) -> int:
             print(f"otel-rl alerts generate: wrote {path}")
             return 0
         if args.time_scale != 1:
-            print("otel-rl alerts generate: --time-scale needs --rules-out FILE (the committed files are the "
-                  "standard rules)", file=sys.stderr)
+            print(
+                "otel-rl alerts generate: --time-scale needs --rules-out FILE (the committed files are the standard rules)", file=sys.stderr
+            )
             return 2
         root = find_repo_root(args.root)
         files = render(root)
@@ -43,14 +44,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     sub = parser.add_subparsers(dest="alerts_command", metavar="SUBCOMMAND")
     gen = sub.add_parser(
-        "generate", help=f"write {RULES_PATH} and {GRAFANA_PATH} from otel_rl/ops/alert_rules.py",
+        "generate",
+        help=f"write {RULES_PATH} and {GRAFANA_PATH} from otel_rl/ops/alert_rules.py",
         description="Write the alert rules (Prometheus / vmalert rule file and Grafana provisioning) from the rule "
-                    "definitions in otel_rl/ops/alert_rules.py and the metric registry.")
-    gen.add_argument("--check", action="store_true",
-                     help="write nothing; exit 1 if the committed files differ from what would be generated")
+        "definitions in otel_rl/ops/alert_rules.py and the metric registry.",
+    )
+    gen.add_argument(
+        "--check", action="store_true", help="write nothing; exit 1 if the committed files differ from what would be generated"
+    )
     gen.add_argument("--root", metavar="DIR", help="the checkout to write into (default: found from here)")
-    gen.add_argument("--time-scale", type=int, default=1, metavar="N",
-                     help="divide every window, `for` and interval by N (with --rules-out; e.g. 60 for a demo run)")
+    gen.add_argument(
+        "--time-scale",
+        type=int,
+        default=1,
+        metavar="N",
+        help="divide every window, `for` and interval by N (with --rules-out; e.g. 60 for a demo run)",
+    )
     gen.add_argument("--rules-out", metavar="FILE", help="write only the Prometheus rule file, to FILE")
     gen.set_defaults(func=run_generate)
 

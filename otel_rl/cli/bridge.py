@@ -23,9 +23,13 @@ def add_cli(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``otel-rl bridge`` on the ``otel-rl`` subparsers (its help text is the bridge's own)."""
     from otel_rl.bridge import CLI_DESCRIPTION, CLI_EPILOG
 
-    parser = subparsers.add_parser("bridge", help="the tracker bridge: OTLP/HTTP from a collector -> TensorBoard, W&B, SwanLab, ...",
-                                   description=CLI_DESCRIPTION, epilog=CLI_EPILOG,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = subparsers.add_parser(
+        "bridge",
+        help="the tracker bridge: OTLP/HTTP from a collector -> TensorBoard, W&B, SwanLab, ...",
+        description=CLI_DESCRIPTION,
+        epilog=CLI_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_arguments(parser)
     parser.set_defaults(func=run)
     return parser

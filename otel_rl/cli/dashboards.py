@@ -20,13 +20,24 @@ def run_generate(args: argparse.Namespace) -> int:
 
     root = find_repo_root(args.repo, "--repo")
     files = generate(root)
-    return check_or_write("otel-rl dashboards generate", root, files, stale_boards(root, files), check=args.check,
-                          source="semconv/registry", stale_reason=STALE_BOARD)
+    return check_or_write(
+        "otel-rl dashboards generate",
+        root,
+        files,
+        stale_boards(root, files),
+        check=args.check,
+        source="semconv/registry",
+        stale_reason=STALE_BOARD,
+    )
 
 
 def add_render_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--vm", required=True, metavar="URL",
-                        help="query API base URL of VictoriaMetrics (e.g. http://127.0.0.1:8428); the run is found with MetricsQL")
+    parser.add_argument(
+        "--vm",
+        required=True,
+        metavar="URL",
+        help="query API base URL of VictoriaMetrics (e.g. http://127.0.0.1:8428); the run is found with MetricsQL",
+    )
     parser.add_argument("--out", default="docs/dashboards", metavar="DIR", help="where the PNGs go (default docs/dashboards)")
     parser.add_argument("--service", help="service.name of the run (default: the run that reported last)")
     parser.add_argument("--run", help="rl.run.id of the run (default: the run that reported last)")
@@ -50,8 +61,7 @@ def run_render(args: argparse.Namespace) -> int:
         print(f"wrote {result.path} ({result.size // 1024} KiB, {len(result.panels)} panels{empty})")
     too_big = [r for r in results if r.size > PNG_LIMIT_BYTES]
     if too_big:
-        print(f"otel-rl dashboards render: over {PNG_LIMIT_BYTES // 1000} KB: {', '.join(str(r.path) for r in too_big)}",
-              file=sys.stderr)
+        print(f"otel-rl dashboards render: over {PNG_LIMIT_BYTES // 1000} KB: {', '.join(str(r.path) for r in too_big)}", file=sys.stderr)
     return 0
 
 

@@ -9,20 +9,45 @@ from typing import Any
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, default=20, help="training steps (default 20; reward rises over a few dozen)")
-    parser.add_argument("--algo", choices=["grpo", "ppo"], default="grpo", help="GRPO (group-normalized advantages) or PPO (GAE with a critic)")
-    parser.add_argument("--out", metavar="DIR", help="run folder (default otel-rl-runs/<run id>; ignored for files when OTEL_EXPORTER_OTLP_ENDPOINT exports elsewhere)")
+    parser.add_argument(
+        "--algo", choices=["grpo", "ppo"], default="grpo", help="GRPO (group-normalized advantages) or PPO (GAE with a critic)"
+    )
+    parser.add_argument(
+        "--out",
+        metavar="DIR",
+        help="run folder (default otel-rl-runs/<run id>; ignored for files when OTEL_EXPORTER_OTLP_ENDPOINT exports elsewhere)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    parser.add_argument("--inject-spike-at", type=int, metavar="STEP", help="destabilize training at this step (a real learning-rate blow-up) to exercise alerts")
-    parser.add_argument("--ranks", type=int, default=1, metavar="N",
-                        help="train on N processes (torch.distributed, gloo on CPU): one trace per step across ranks, "
-                             "per-rank load and the straggler (default 1)")
-    parser.add_argument("--slow-rank", type=int, metavar="R", help="make rank R slower on purpose (extra rollout time each step), "
-                        "to see it named as the straggler")
-    parser.add_argument("--async", dest="async_rollout", action="store_true",
-                        help="async RL: train on the batch generated during the previous step while the next rollout runs "
-                             "(queue depth, policy lag, stale samples)")
-    parser.add_argument("--max-staleness", type=int, metavar="K",
-                        help="with --async: samples more than K policy versions old count as stale (default 0)")
+    parser.add_argument(
+        "--inject-spike-at",
+        type=int,
+        metavar="STEP",
+        help="destabilize training at this step (a real learning-rate blow-up) to exercise alerts",
+    )
+    parser.add_argument(
+        "--ranks",
+        type=int,
+        default=1,
+        metavar="N",
+        help="train on N processes (torch.distributed, gloo on CPU): one trace per step across ranks, "
+        "per-rank load and the straggler (default 1)",
+    )
+    parser.add_argument(
+        "--slow-rank",
+        type=int,
+        metavar="R",
+        help="make rank R slower on purpose (extra rollout time each step), to see it named as the straggler",
+    )
+    parser.add_argument(
+        "--async",
+        dest="async_rollout",
+        action="store_true",
+        help="async RL: train on the batch generated during the previous step while the next rollout runs "
+        "(queue depth, policy lag, stale samples)",
+    )
+    parser.add_argument(
+        "--max-staleness", type=int, metavar="K", help="with --async: samples more than K policy versions old count as stale (default 0)"
+    )
     parser.add_argument("--quiet", action="store_true", help="no per-step progress lines")
 
 
@@ -46,8 +71,16 @@ def run(args: argparse.Namespace) -> int:
     options = {"service_name": f"otel-rl-demo-{args.algo}", "framework": "roll", "console": not args.quiet}
     if args.out:
         options["run_dir"] = args.out
-    demo_args = dict(steps=args.steps, algo=args.algo, out=args.out, seed=args.seed, inject_spike_at=args.inject_spike_at,
-                     progress=False, async_rollout=args.async_rollout, slow_rank=args.slow_rank)
+    demo_args = dict(
+        steps=args.steps,
+        algo=args.algo,
+        out=args.out,
+        seed=args.seed,
+        inject_spike_at=args.inject_spike_at,
+        progress=False,
+        async_rollout=args.async_rollout,
+        slow_rank=args.slow_rank,
+    )
     if args.max_staleness is not None:
         from otel_rl.demo import DemoConfig
 
@@ -74,9 +107,11 @@ def run(args: argparse.Namespace) -> int:
 
 def _demo_summary(result: Any) -> str:
     first, last = result.rewards[:5], result.rewards[-5:]
-    return (f"otel-rl demo: {result.steps} {result.algo} steps; mean score {sum(first) / len(first):.3f} (first 5 steps) -> "
-            f"{sum(last) / len(last):.3f} (last 5)"
-            + (f"; validation {result.final_val_score:.3f}" if result.final_val_score is not None else ""))
+    return (
+        f"otel-rl demo: {result.steps} {result.algo} steps; mean score {sum(first) / len(first):.3f} (first 5 steps) -> "
+        f"{sum(last) / len(last):.3f} (last 5)"
+        + (f"; validation {result.final_val_score:.3f}" if result.final_val_score is not None else "")
+    )
 
 
 def add_cli(subparsers: Any) -> argparse.ArgumentParser:

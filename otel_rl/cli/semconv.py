@@ -43,8 +43,10 @@ def run_check(args: argparse.Namespace) -> int:
     if problems:
         print(f"otel-rl semconv check: {len(problems)} problem(s) in {semconv_dir}", file=sys.stderr)
         return 1
-    print(f"otel-rl semconv check: ok ({len(registry.metrics)} metrics, {len(registry.attributes)} attributes, "
-          f"{len(mappings)} framework mappings in {semconv_dir})")
+    print(
+        f"otel-rl semconv check: ok ({len(registry.metrics)} metrics, {len(registry.attributes)} attributes, "
+        f"{len(mappings)} framework mappings in {semconv_dir})"
+    )
     return 0
 
 
@@ -60,9 +62,15 @@ def run_generate(args: argparse.Namespace) -> int:
             print(p, file=sys.stderr)
         print("otel-rl semconv generate: fix the registry first (otel-rl semconv check)", file=sys.stderr)
         return 1
-    return codegen.check_or_write("otel-rl semconv generate", repo_root, {f.path: f.content for f in files},
-                                  codegen.stale_files(repo_root, files), check=args.check, source="semconv/",
-                                  stale_reason="stale: not produced by the registry")
+    return codegen.check_or_write(
+        "otel-rl semconv generate",
+        repo_root,
+        {f.path: f.content for f in files},
+        codegen.stale_files(repo_root, files),
+        check=args.check,
+        source="semconv/",
+        stale_reason="stale: not produced by the registry",
+    )
 
 
 def run_resolve(args: argparse.Namespace) -> int:
@@ -90,7 +98,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     check.set_defaults(func=run_check)
     gen = sub.add_parser("generate", help="write otel_rl/semconv/ and docs/semconv/ from the registry")
     gen.add_argument("--registry", metavar="DIR", help=REGISTRY_HELP)
-    gen.add_argument("--check", action="store_true", help="write nothing; exit 1 if the committed files differ from what would be generated")
+    gen.add_argument(
+        "--check", action="store_true", help="write nothing; exit 1 if the committed files differ from what would be generated"
+    )
     gen.set_defaults(func=run_generate)
     res = sub.add_parser("resolve", help="show the registry metric and attributes each framework key maps to (exit 1 if any falls back)")
     res.add_argument("--framework", choices=["roll", "verl", "trl", "swift"], help="try this framework's mapping first")

@@ -8,9 +8,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-DESCRIPTION = ("Find step N's trace in a run folder (default: the latest under otel-rl-runs/) or in a Phoenix trace "
-               "store (--phoenix URL), print where to open it (Jaeger's /trace/<id>, Phoenix), its span tree, and "
-               "with --out write it as the JSON Jaeger's UI loads from its upload button.")
+DESCRIPTION = (
+    "Find step N's trace in a run folder (default: the latest under otel-rl-runs/) or in a Phoenix trace "
+    "store (--phoenix URL), print where to open it (Jaeger's /trace/<id>, Phoenix), its span tree, and "
+    "with --out write it as the JSON Jaeger's UI loads from its upload button."
+)
 
 
 def latest_run_dir(base: Path = Path("otel-rl-runs")) -> Path | None:
@@ -23,9 +25,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--step", type=int, required=True, help="the training step")
     parser.add_argument("--run-dir", metavar="DIR", help="read from this run folder")
     parser.add_argument("--phoenix", metavar="URL", help="read from the Phoenix trace store at URL (e.g. http://127.0.0.1:6006)")
-    parser.add_argument("--project", default="default",
-                        help="Phoenix project (default: default; a run picks its project with OTEL_RESOURCE_ATTRIBUTES=openinference.project.name=NAME)")
-    parser.add_argument("--jaeger-url", default="http://localhost:16686", help="Jaeger UI base URL for the printed link (default: the Docker stack's)")
+    parser.add_argument(
+        "--project",
+        default="default",
+        help="Phoenix project (default: default; a run picks its project with OTEL_RESOURCE_ATTRIBUTES=openinference.project.name=NAME)",
+    )
+    parser.add_argument(
+        "--jaeger-url", default="http://localhost:16686", help="Jaeger UI base URL for the printed link (default: the Docker stack's)"
+    )
     parser.add_argument("--out", metavar="FILE", help="write the trace as Jaeger JSON to FILE")
     parser.add_argument("--width", type=int, default=50, help="bar width in columns (default 50)")
 
@@ -86,8 +93,10 @@ def run(args: argparse.Namespace) -> int:
 def add_cli(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``otel-rl trace`` on the ``otel-rl`` subparsers."""
     parser = subparsers.add_parser(
-        "trace", help="find one step's trace (run folder or trace store), print its URL and tree, export it for Jaeger",
-        description=DESCRIPTION)
+        "trace",
+        help="find one step's trace (run folder or trace store), print its URL and tree, export it for Jaeger",
+        description=DESCRIPTION,
+    )
     add_arguments(parser)
     parser.set_defaults(func=run)
     return parser

@@ -36,9 +36,23 @@ BUCKETS: dict[str, tuple[float, ...]] = {
 }
 
 _PROM_UNITS = {
-    "s": "seconds", "ms": "milliseconds", "us": "microseconds", "ns": "nanoseconds", "min": "minutes",
-    "h": "hours", "d": "days", "By": "bytes", "KiBy": "kibibytes", "MiBy": "mebibytes", "GiBy": "gibibytes",
-    "W": "watts", "J": "joules", "Cel": "celsius", "Hz": "hertz", "%": "percent", "V": "volts",
+    "s": "seconds",
+    "ms": "milliseconds",
+    "us": "microseconds",
+    "ns": "nanoseconds",
+    "min": "minutes",
+    "h": "hours",
+    "d": "days",
+    "By": "bytes",
+    "KiBy": "kibibytes",
+    "MiBy": "mebibytes",
+    "GiBy": "gibibytes",
+    "W": "watts",
+    "J": "joules",
+    "Cel": "celsius",
+    "Hz": "hertz",
+    "%": "percent",
+    "V": "volts",
 }
 _PROM_PER_UNITS = {"s": "second", "min": "minute", "h": "hour", "d": "day", "By": "byte", "ms": "millisecond"}
 
@@ -130,10 +144,16 @@ def render(registry: Registry, mappings: list[dict[str, Any]], templates_dir: Pa
         attr_ctx.append({"id": a.id, "const": constant_name(a.id), "doc": _docstring(doc)})
     enum_ctx = [
         {
-            "id": a.id, "enum_class": enum_class_name(a.id), "brief_oneline": _docstring(_oneline(a.brief)),
-            "members": [{"const": constant_name(m.id), "value_repr": repr(m.value), "brief": _docstring(_oneline(m.brief) or m.value)} for m in a.members],
+            "id": a.id,
+            "enum_class": enum_class_name(a.id),
+            "brief_oneline": _docstring(_oneline(a.brief)),
+            "members": [
+                {"const": constant_name(m.id), "value_repr": repr(m.value), "brief": _docstring(_oneline(m.brief) or m.value)}
+                for m in a.members
+            ],
         }
-        for a in attrs if a.type == "enum"
+        for a in attrs
+        if a.type == "enum"
     ]
     attr_all = sorted([c["const"] for c in attr_ctx] + [e["enum_class"] for e in enum_ctx])
 
@@ -146,17 +166,25 @@ def render(registry: Registry, mappings: list[dict[str, Any]], templates_dir: Pa
         doc = f"{g.brief}\n\nInstrument: {g.instrument}\nUnit: {g.unit}\nAttributes: {attributes}"
         if g.note:
             doc += "\n\n" + g.note
-        metric_ctx.append({
-            "name": name, "const": constant_name(name), "func": constant_name(name).lower(), "instrument": g.instrument,
-            "unit": g.unit, "doc": _docstring(doc), "brief_repr": repr(_oneline(g.brief)),
-            "buckets": g.otel_rl.get("buckets"), "buckets_repr": repr(g.otel_rl.get("buckets")),
-            "direction_repr": repr(g.otel_rl.get("direction")),
-            "floor_repr": repr(_float_or_none(g.otel_rl.get("floor"))),
-            "danger_above_repr": repr(_float_or_none(danger.get("above"))),
-            "danger_below_repr": repr(_float_or_none(danger.get("below"))),
-            "danger_why_repr": repr(_oneline(str(danger["why"])) if danger.get("why") else None),
-            "attributes_repr": repr(tuple(r.id for r in g.attributes)),
-        })
+        metric_ctx.append(
+            {
+                "name": name,
+                "const": constant_name(name),
+                "func": constant_name(name).lower(),
+                "instrument": g.instrument,
+                "unit": g.unit,
+                "doc": _docstring(doc),
+                "brief_repr": repr(_oneline(g.brief)),
+                "buckets": g.otel_rl.get("buckets"),
+                "buckets_repr": repr(g.otel_rl.get("buckets")),
+                "direction_repr": repr(g.otel_rl.get("direction")),
+                "floor_repr": repr(_float_or_none(g.otel_rl.get("floor"))),
+                "danger_above_repr": repr(_float_or_none(danger.get("above"))),
+                "danger_below_repr": repr(_float_or_none(danger.get("below"))),
+                "danger_why_repr": repr(_oneline(str(danger["why"])) if danger.get("why") else None),
+                "attributes_repr": repr(tuple(r.id for r in g.attributes)),
+            }
+        )
     metric_all = sorted([m["const"] for m in metric_ctx] + [f"create_{m['func']}" for m in metric_ctx])
 
     names_ctx = []
@@ -173,15 +201,24 @@ def render(registry: Registry, mappings: list[dict[str, Any]], templates_dir: Pa
     common = {"header": PY_HEADER, "md_header": MD_HEADER}
     out = [
         GeneratedFile(Path("otel_rl/semconv/__init__.py"), env.get_template("init.py.j2").render(**common)),
-        GeneratedFile(Path("otel_rl/semconv/attributes.py"), env.get_template("attributes.py.j2").render(
-            attributes=attr_ctx, enums=enum_ctx, all_names=attr_all, **common)),
-        GeneratedFile(Path("otel_rl/semconv/metrics.py"), env.get_template("metrics.py.j2").render(
-            metrics=metric_ctx, all_names=metric_all, **common)),
+        GeneratedFile(
+            Path("otel_rl/semconv/attributes.py"),
+            env.get_template("attributes.py.j2").render(attributes=attr_ctx, enums=enum_ctx, all_names=attr_all, **common),
+        ),
+        GeneratedFile(
+            Path("otel_rl/semconv/metrics.py"), env.get_template("metrics.py.j2").render(metrics=metric_ctx, all_names=metric_all, **common)
+        ),
         GeneratedFile(Path("otel_rl/semconv/names.py"), env.get_template("names.py.j2").render(names=names_ctx, **common)),
-        GeneratedFile(Path("otel_rl/semconv/_tables.py"), env.get_template("tables.py.j2").render(
-            metrics=metric_ctx, buckets={k: repr(v) for k, v in BUCKETS.items()},
-            enum_members={k: repr(v) for k, v in sorted(registry.enum_members().items())},
-            mappings=pprint.pformat(mappings_sorted, width=110, sort_dicts=False), **common)),
+        GeneratedFile(
+            Path("otel_rl/semconv/_tables.py"),
+            env.get_template("tables.py.j2").render(
+                metrics=metric_ctx,
+                buckets={k: repr(v) for k, v in BUCKETS.items()},
+                enum_members={k: repr(v) for k, v in sorted(registry.enum_members().items())},
+                mappings=pprint.pformat(mappings_sorted, width=110, sort_dicts=False),
+                **common,
+            ),
+        ),
     ]
     out.extend(_render_docs(env, registry, mappings_sorted))
     return out
@@ -221,25 +258,50 @@ def _render_docs(env: jinja2.Environment, registry: Registry, mappings: list[dic
                 if a is None:
                     continue
                 values = ", ".join(f"`{m.value}`" for m in a.members) if a.members else ", ".join(f"`{e}`" for e in a.examples)
-                rows.append({"id": a.id, "type": a.type, "requirement": ref.requirement_level, "brief": _md(a.brief), "allowed": values or "-"})
-            groups.append({
-                "heading": _group_heading(g), "brief": _md(g.brief), "note": g.note.strip(), "type": g.type,
-                "metric_name": g.metric_name, "instrument": g.instrument, "unit": g.unit,
-                "prom_name": prometheus_name(g.metric_name or "", str(g.unit), str(g.instrument)) if g.type == "metric" else "",
-                "direction": g.otel_rl.get("direction"), "rows": rows,
-                "floor": g.otel_rl.get("floor"), "danger": _danger_text(g.otel_rl.get("danger")),
-            })
-        docs.append(GeneratedFile(Path(f"docs/semconv/{stem}.md"), template.render(
-            md_header=MD_HEADER, title=f"Semantic conventions: {stem.replace('_', ' ')}",
-            intro=f"Generated from `semconv/registry/{stem}.yaml`.", groups=groups)))
+                rows.append(
+                    {"id": a.id, "type": a.type, "requirement": ref.requirement_level, "brief": _md(a.brief), "allowed": values or "-"}
+                )
+            groups.append(
+                {
+                    "heading": _group_heading(g),
+                    "brief": _md(g.brief),
+                    "note": g.note.strip(),
+                    "type": g.type,
+                    "metric_name": g.metric_name,
+                    "instrument": g.instrument,
+                    "unit": g.unit,
+                    "prom_name": prometheus_name(g.metric_name or "", str(g.unit), str(g.instrument)) if g.type == "metric" else "",
+                    "direction": g.otel_rl.get("direction"),
+                    "rows": rows,
+                    "floor": g.otel_rl.get("floor"),
+                    "danger": _danger_text(g.otel_rl.get("danger")),
+                }
+            )
+        docs.append(
+            GeneratedFile(
+                Path(f"docs/semconv/{stem}.md"),
+                template.render(
+                    md_header=MD_HEADER,
+                    title=f"Semantic conventions: {stem.replace('_', ' ')}",
+                    intro=f"Generated from `semconv/registry/{stem}.yaml`.",
+                    groups=groups,
+                ),
+            )
+        )
     frameworks = []
     for m in mappings:
         rules = []
         for r in m.get("keys", []):
             attrs = ", ".join(f"`{k}={v}`" for k, v in (r.get("attributes") or {}).items()) or "-"
-            rules.append({"key": _md(str(r.get("key"))), "metric": r.get("metric"), "attributes": attrs, "transform": r.get("transform") or "-"})
+            rules.append(
+                {"key": _md(str(r.get("key"))), "metric": r.get("metric"), "attributes": attrs, "transform": r.get("transform") or "-"}
+            )
         frameworks.append({"framework": m.get("framework"), "brief": _md(str(m.get("brief", ""))), "rules": rules})
-    docs.append(GeneratedFile(Path("docs/semconv/mappings.md"), env.get_template("mappings.md.j2").render(md_header=MD_HEADER, frameworks=frameworks)))
+    docs.append(
+        GeneratedFile(
+            Path("docs/semconv/mappings.md"), env.get_template("mappings.md.j2").render(md_header=MD_HEADER, frameworks=frameworks)
+        )
+    )
     return docs
 
 
@@ -286,12 +348,10 @@ def stale_files(repo_root: Path, files: list[GeneratedFile]) -> list[Path]:
 
 def diff(repo_root: Path, files: list[GeneratedFile]) -> list[str]:
     """Paths (relative) whose committed content differs from what generation would write."""
-    return differences(repo_root, {f.path: f.content for f in files}, stale_files(repo_root, files),
-                       "stale: not produced by the registry")
+    return differences(repo_root, {f.path: f.content for f in files}, stale_files(repo_root, files), "stale: not produced by the registry")
 
 
-def differences(repo_root: Path, files: Mapping[Path, str], stale: Iterable[Path] = (),
-                stale_reason: str = "stale") -> list[str]:
+def differences(repo_root: Path, files: Mapping[Path, str], stale: Iterable[Path] = (), stale_reason: str = "stale") -> list[str]:
     """``<path> (missing|differs)`` for each generated file not as on disk, then ``stale`` ones."""
     out = []
     for rel, text in files.items():
@@ -314,12 +374,19 @@ def find_repo_root(explicit: str | None = None, option: str = "--root") -> Path:
     for base in [here, *here.parents, Path(__file__).resolve().parents[1]]:
         if (base / "semconv" / "registry").is_dir():
             return base
-    raise SystemExit(f"otel-rl: no semconv/registry folder found here or above; run inside the otel-rl "
-                     f"repository or pass {option} DIR")
+    raise SystemExit(f"otel-rl: no semconv/registry folder found here or above; run inside the otel-rl repository or pass {option} DIR")
 
 
-def check_or_write(command: str, repo_root: Path, files: Mapping[Path, str], stale: Iterable[Path] = (), *,
-                   check: bool, source: str, stale_reason: str = "stale") -> int:
+def check_or_write(
+    command: str,
+    repo_root: Path,
+    files: Mapping[Path, str],
+    stale: Iterable[Path] = (),
+    *,
+    check: bool,
+    source: str,
+    stale_reason: str = "stale",
+) -> int:
     """``<command> [--check]``, the same for every generator: with ``check``, list what is out of
     date with ``source`` and return 1 (0 when current); else write what changed and list it."""
     stale = list(stale)

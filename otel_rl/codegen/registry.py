@@ -21,18 +21,41 @@ GROUP_TYPES = {"attribute_group", "metric", "span", "event", "entity"}
 INSTRUMENTS = {"counter", "updowncounter", "gauge", "histogram"}
 STABILITIES = {"stable", "development", "experimental", "deprecated", "release_candidate", "alpha", "beta"}
 REQUIREMENT_LEVELS = {"required", "recommended", "opt_in", "conditionally_required"}
-PRIMITIVE_TYPES = {
-    "string", "int", "double", "boolean", "any",
-    "string[]", "int[]", "double[]", "boolean[]",
-}
+PRIMITIVE_TYPES = {"string", "int", "double", "boolean", "any", "string[]", "int[]", "double[]", "boolean[]"}
 GROUP_FIELDS = {
-    "id", "type", "brief", "note", "stability", "attributes", "metric_name", "instrument", "unit",
-    "display_name", "span_kind", "name", "annotations", "extends", "deprecated", "body",
-    "entity_associations", "events", "prefix",
+    "id",
+    "type",
+    "brief",
+    "note",
+    "stability",
+    "attributes",
+    "metric_name",
+    "instrument",
+    "unit",
+    "display_name",
+    "span_kind",
+    "name",
+    "annotations",
+    "extends",
+    "deprecated",
+    "body",
+    "entity_associations",
+    "events",
+    "prefix",
 }
 ATTRIBUTE_FIELDS = {
-    "id", "ref", "type", "brief", "note", "stability", "examples", "requirement_level",
-    "deprecated", "sampling_relevant", "annotations", "tag",
+    "id",
+    "ref",
+    "type",
+    "brief",
+    "note",
+    "stability",
+    "examples",
+    "requirement_level",
+    "deprecated",
+    "sampling_relevant",
+    "annotations",
+    "tag",
 }
 # Namespaces otel-rl may declare: its own, plus upstream names it reuses (documented as such).
 NAMESPACES = ("rl.", "hw.", "process.", "gen_ai.", "host.", "service.", "telemetry.")
@@ -44,8 +67,27 @@ NAME_RE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$")
 MEMBER_ID_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 # Words that put a unit into a metric name; the unit belongs in `unit:` (Prometheus adds the suffix).
 UNIT_WORDS = {
-    "seconds", "second", "secs", "sec", "ms", "millis", "milliseconds", "us", "ns", "minutes",
-    "bytes", "byte", "kb", "mb", "gb", "gib", "mib", "kib", "percent", "pct", "total",
+    "seconds",
+    "second",
+    "secs",
+    "sec",
+    "ms",
+    "millis",
+    "milliseconds",
+    "us",
+    "ns",
+    "minutes",
+    "bytes",
+    "byte",
+    "kb",
+    "mb",
+    "gb",
+    "gib",
+    "mib",
+    "kib",
+    "percent",
+    "pct",
+    "total",
 }
 
 # UCUM: atoms otel-rl accepts, with metric prefixes; annotations in braces.
@@ -66,7 +108,7 @@ def is_ucum(unit: str) -> bool:
         atom = re.sub(r"\^?-?\d+$", "", term) or term
         if atom == "1":
             continue
-        if not any(atom.startswith(p) and atom[len(p):] in _UCUM_ATOMS for p in _UCUM_PREFIXES):
+        if not any(atom.startswith(p) and atom[len(p) :] in _UCUM_ATOMS for p in _UCUM_PREFIXES):
             return False
     return True
 
@@ -231,10 +273,18 @@ def _parse_group(raw: Any, file: str, problems: list[Problem], attributes: dict[
     if gtype not in GROUP_TYPES:
         problems.append(Problem(file, line, "group-type", f"{where}: type `{gtype}` is not one of {sorted(GROUP_TYPES)}"))
     group = Group(
-        id=gid, type=gtype, brief=str(raw.get("brief") or "").strip(), note=str(raw.get("note") or "").strip(),
-        stability=str(raw.get("stability") or ""), file=file, line=line,
-        metric_name=raw.get("metric_name"), instrument=raw.get("instrument"), unit=raw.get("unit"),
-        name=raw.get("name"), display_name=raw.get("display_name"),
+        id=gid,
+        type=gtype,
+        brief=str(raw.get("brief") or "").strip(),
+        note=str(raw.get("note") or "").strip(),
+        stability=str(raw.get("stability") or ""),
+        file=file,
+        line=line,
+        metric_name=raw.get("metric_name"),
+        instrument=raw.get("instrument"),
+        unit=raw.get("unit"),
+        name=raw.get("name"),
+        display_name=raw.get("display_name"),
         annotations=strip_lines(raw.get("annotations") or {}),
     )
     if not group.brief:
@@ -251,7 +301,9 @@ def _parse_group(raw: Any, file: str, problems: list[Problem], attributes: dict[
                 problems.append(Problem(file, aline, "unknown-field", f"attribute in {where} has unknown field `{key}`"))
         level = _requirement(raw_attr.get("requirement_level"))
         if level not in REQUIREMENT_LEVELS:
-            problems.append(Problem(file, aline, "requirement-level", f"requirement_level `{level}` is not one of {sorted(REQUIREMENT_LEVELS)}"))
+            problems.append(
+                Problem(file, aline, "requirement-level", f"requirement_level `{level}` is not one of {sorted(REQUIREMENT_LEVELS)}")
+            )
         if "ref" in raw_attr:
             group.attributes.append(AttributeRef(str(raw_attr["ref"]), level))
             continue
@@ -260,7 +312,9 @@ def _parse_group(raw: Any, file: str, problems: list[Problem], attributes: dict[
             continue
         if attribute.id in attributes:
             first = attributes[attribute.id]
-            problems.append(Problem(file, aline, "unique-id", f"attribute `{attribute.id}` is already defined at {first.file}:{first.line}"))
+            problems.append(
+                Problem(file, aline, "unique-id", f"attribute `{attribute.id}` is already defined at {first.file}:{first.line}")
+            )
         else:
             attributes[attribute.id] = attribute
         group.attributes.append(AttributeRef(attribute.id, level))
@@ -304,11 +358,26 @@ def _parse_attribute(raw: dict, file: str, line: int, problems: list[Problem]) -
     else:
         type_name = str(rtype or "")
         if type_name not in PRIMITIVE_TYPES and not type_name.startswith("template["):
-            problems.append(Problem(file, line, "attribute-type", f"attribute `{aid}`: type `{type_name}` is not one of {sorted(PRIMITIVE_TYPES)} or an enum"))
+            problems.append(
+                Problem(
+                    file,
+                    line,
+                    "attribute-type",
+                    f"attribute `{aid}`: type `{type_name}` is not one of {sorted(PRIMITIVE_TYPES)} or an enum",
+                )
+            )
     return Attribute(
-        id=aid, type=type_name, brief=brief, note=str(raw.get("note") or "").strip(), stability=stability,
-        members=members, examples=list(raw.get("examples") or []) if isinstance(raw.get("examples"), list)
-        else ([raw["examples"]] if "examples" in raw else []), file=file, line=line,
+        id=aid,
+        type=type_name,
+        brief=brief,
+        note=str(raw.get("note") or "").strip(),
+        stability=stability,
+        members=members,
+        examples=list(raw.get("examples") or [])
+        if isinstance(raw.get("examples"), list)
+        else ([raw["examples"]] if "examples" in raw else []),
+        file=file,
+        line=line,
     )
 
 
@@ -329,7 +398,12 @@ def _cross_checks(registry: Registry) -> Iterable[Problem]:
             yield Problem(g.file, g.line, "event-name", f"event group `{g.id}` needs `name`")
     for attr in registry.attributes.values():
         if not attr.id.startswith(NAMESPACES):
-            yield Problem(attr.file, attr.line, "namespace", f"attribute `{attr.id}` is outside the rl. namespace and the reused upstream ones {NAMESPACES}")
+            yield Problem(
+                attr.file,
+                attr.line,
+                "namespace",
+                f"attribute `{attr.id}` is outside the rl. namespace and the reused upstream ones {NAMESPACES}",
+            )
 
 
 def _check_metric(g: Group, seen: dict[str, Group]) -> Iterable[Problem]:
@@ -354,18 +428,32 @@ def _check_metric(g: Group, seen: dict[str, Group]) -> Iterable[Problem]:
     if g.instrument not in INSTRUMENTS:
         yield Problem(g.file, g.line, "instrument", f"metric `{name}`: instrument `{g.instrument}` is not one of {sorted(INSTRUMENTS)}")
     if g.unit is None or not is_ucum(str(g.unit)):
-        yield Problem(g.file, g.line, "unit-ucum", f"metric `{name}`: unit `{g.unit}` is not a UCUM unit (e.g. s, By, 1, {{token}}, {{token}}/s)")
+        yield Problem(
+            g.file, g.line, "unit-ucum", f"metric `{name}`: unit `{g.unit}` is not a UCUM unit (e.g. s, By, 1, {{token}}, {{token}}/s)"
+        )
     if any(ref.id == "rl.step" for ref in g.attributes):
-        yield Problem(g.file, g.line, "high-cardinality", f"metric `{name}` must not carry rl.step as an attribute (one series per step); steps belong on spans and events")
+        yield Problem(
+            g.file,
+            g.line,
+            "high-cardinality",
+            f"metric `{name}` must not carry rl.step as an attribute (one series per step); steps belong on spans and events",
+        )
     if g.instrument == "histogram" and g.otel_rl.get("buckets") not in HISTOGRAM_BUCKET_SETS:
-        yield Problem(g.file, g.line, "histogram-buckets", f"histogram `{name}` needs annotations.otel_rl.buckets, one of {HISTOGRAM_BUCKET_SETS}")
+        yield Problem(
+            g.file, g.line, "histogram-buckets", f"histogram `{name}` needs annotations.otel_rl.buckets, one of {HISTOGRAM_BUCKET_SETS}"
+        )
     direction = g.otel_rl.get("direction")
     if direction is not None and direction not in DIRECTIONS:
         yield Problem(g.file, g.line, "direction", f"metric `{name}`: direction `{direction}` is not one of {DIRECTIONS}")
     floor = g.otel_rl.get("floor")
     if floor is not None and not (_is_number(floor) and floor > 0):
-        yield Problem(g.file, g.line, "floor", f"metric `{name}`: floor `{floor}` is not a positive number (the smallest "
-                      "change of the metric that can matter; write 0.001, not 1e-3, which YAML reads as text)")
+        yield Problem(
+            g.file,
+            g.line,
+            "floor",
+            f"metric `{name}`: floor `{floor}` is not a positive number (the smallest "
+            "change of the metric that can matter; write 0.001, not 1e-3, which YAML reads as text)",
+        )
     danger = g.otel_rl.get("danger")
     if danger is not None:
         problem = _danger_problem(danger)

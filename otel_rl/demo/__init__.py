@@ -88,8 +88,7 @@ def run_demo(
     if algo not in ALGOS:
         raise ValueError(f"algo must be one of {ALGOS}, not {algo!r}")
     base = config if config is not None else DemoConfig()
-    overrides: dict[str, Any] = {"algo": algo, "steps": steps, "seed": seed, "inject_spike_at": inject_spike_at,
-                                 "first_step": first_step}
+    overrides: dict[str, Any] = {"algo": algo, "steps": steps, "seed": seed, "inject_spike_at": inject_spike_at, "first_step": first_step}
     if async_rollout is not None:
         overrides["async_rollout"] = async_rollout
     if slow_rank is not None:
@@ -117,11 +116,14 @@ def run_demo(
     return _result(cfg, out_path, state.rewards, state.checkpoints, state.val_scores, state.step_seconds)
 
 
-def _run_ranks(cfg: DemoConfig, ranks: int, telemetry: Any, telemetry_options: dict[str, Any] | None,
-               out: str | Path | None, progress: bool) -> DemoResult:
+def _run_ranks(
+    cfg: DemoConfig, ranks: int, telemetry: Any, telemetry_options: dict[str, Any] | None, out: str | Path | None, progress: bool
+) -> DemoResult:
     if telemetry is not None:
-        raise ValueError("run_demo(ranks > 1) starts telemetry in each rank's process: pass telemetry_options "
-                         "(otel_rl.init keywords) instead of a Telemetry object")
+        raise ValueError(
+            "run_demo(ranks > 1) starts telemetry in each rank's process: pass telemetry_options "
+            "(otel_rl.init keywords) instead of a Telemetry object"
+        )
     from otel_rl._sdk.config import resolve_config
     from otel_rl.demo._ranks import run_ranks
 
@@ -132,12 +134,19 @@ def _run_ranks(cfg: DemoConfig, ranks: int, telemetry: Any, telemetry_options: d
     options.update(run_id=resolved.run_id, run_dir=resolved.run_dir)
     out_path = Path(out) if out is not None else Path(str(resolved.run_dir))
     got = run_ranks(cfg, ranks, options, out_path, progress=progress)
-    return _result(cfg, out_path, got["rewards"], [Path(p) for p in got["checkpoints"]],
-                   {int(k): v for k, v in got["val_scores"].items()}, got["step_seconds"])
+    return _result(
+        cfg,
+        out_path,
+        got["rewards"],
+        [Path(p) for p in got["checkpoints"]],
+        {int(k): v for k, v in got["val_scores"].items()},
+        got["step_seconds"],
+    )
 
 
-def _result(cfg: DemoConfig, out: Path, rewards: list[float], checkpoints: list[Path], val_scores: dict[int, float],
-            step_seconds: list[float]) -> DemoResult:
+def _result(
+    cfg: DemoConfig, out: Path, rewards: list[float], checkpoints: list[Path], val_scores: dict[int, float], step_seconds: list[float]
+) -> DemoResult:
     return DemoResult(
         steps=cfg.steps,
         algo=cfg.algo,

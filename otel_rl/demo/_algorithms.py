@@ -68,12 +68,7 @@ def token_level_rewards(response_rewards: torch.Tensor, response_mask: torch.Ten
 
 
 def compute_gae(
-    rewards: torch.Tensor,
-    values: torch.Tensor,
-    mask: torch.Tensor,
-    *,
-    gamma: float = 1.0,
-    lam: float = 0.95,
+    rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, *, gamma: float = 1.0, lam: float = 0.95
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Generalised advantage estimation over the response tokens, [B, R] each.
 
@@ -187,12 +182,7 @@ def ppo_policy_loss(
 
 
 def value_loss(
-    *,
-    values: torch.Tensor,
-    old_values: torch.Tensor,
-    returns: torch.Tensor,
-    mask: torch.Tensor,
-    clip: float | None = 0.5,
+    *, values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor, clip: float | None = 0.5
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Clipped value loss 0.5 * max((V - R)^2, (clip(V, V_old +- c) - R)^2); ROLL's critic/* metrics."""
     mask = mask.float()

@@ -52,8 +52,7 @@ class DemoDfx:
         self.timers = {stage: dfx.ComputeTimer(self.stats, stage, device="cpu") for stage in self.TIMED_STAGES}
         self.actor_spec = dfx.ModelSpec.from_module(actor, num_layers=cfg.n_layers, hidden_size=cfg.d_model)
         self.peak_flops = dfx.measure_peak_flops("cpu")
-        self.guarded_score = dfx.guard_reward(self.stats, score_response, RewardParts(0.0, 0.0, False),
-                                              name="reverse_digits")
+        self.guarded_score = dfx.guard_reward(self.stats, score_response, RewardParts(0.0, 0.0, False), name="reverse_digits")
         self.policy_version = 0  # bumped at every weight sync to the rollout policy
         self.batch = dfx.batch_id(0)
         self.engine_lengths: list[int] = []
@@ -98,9 +97,12 @@ class DemoDfx:
         self.engine_lengths = [r.output_tokens[0] for r in requests]
         dfx.record_requests(self.stats, requests)
         dfx.kv_cache(self.stats, {"kv_cache_usage": 0.0, "kv_cache_bytes": 0})  # no KV cache: recomputes
-        self.ledger.record(self.batch, "generate", {"input_ids": rollout.input_ids,
-                           "attention_mask": rollout.attention_mask, "response_mask": rollout.response_mask},
-                           sample_ids=rollout.sample_ids)
+        self.ledger.record(
+            self.batch,
+            "generate",
+            {"input_ids": rollout.input_ids, "attention_mask": rollout.attention_mask, "response_mask": rollout.response_mask},
+            sample_ids=rollout.sample_ids,
+        )
         self.sample_versions = torch.full((rollout.input_ids.shape[0],), self.policy_version if version is None else version)
 
     def _requests(self, rollout: Rollout, token_times: list[float]) -> list[dfx.RequestStats]:
@@ -112,11 +114,16 @@ class DemoDfx:
         for prompt_len, tokens in zip(prompt_lengths, rollout.responses.tolist()):
             stop = EOS in tokens
             n = tokens.index(EOS) + 1 if stop else len(tokens)  # no EOS: it used the whole budget
-            requests.append(dfx.RequestStats(
-                prompt_tokens=int(prompt_len), output_tokens=[n], finish_reasons=["stop" if stop else "length"],
-                latency=times[n] - start, ttft=times[1] - start,
-                tpot=(times[n] - times[1]) / (n - 1) if n > 1 else None,
-            ))
+            requests.append(
+                dfx.RequestStats(
+                    prompt_tokens=int(prompt_len),
+                    output_tokens=[n],
+                    finish_reasons=["stop" if stop else "length"],
+                    latency=times[n] - start,
+                    ttft=times[1] - start,
+                    tpot=(times[n] - times[1]) / (n - 1) if n > 1 else None,
+                )
+            )
         return requests
 
     def after_rewards(self, seconds: float | None, rollout: Rollout) -> None:
@@ -130,19 +137,22 @@ class DemoDfx:
         dfx.logprob_stage(self.stats, stage, log_probs, mask, micro_batch_tokens=[rollout.attention_mask.sum()])
         dfx.token_alignment(self.stats, stage, mask, logprobs=log_probs, response_lengths=self.engine_lengths)
         name = "old_log_probs" if stage == "compute_log_probs" else "ref_log_probs"
-        self.ledger.record(self.batch, stage, {"input_ids": rollout.input_ids, "response_mask": mask, name: log_probs},
-                           sample_ids=rollout.sample_ids)
+        self.ledger.record(
+            self.batch, stage, {"input_ids": rollout.input_ids, "response_mask": mask, name: log_probs}, sample_ids=rollout.sample_ids
+        )
         dfx.activation_peak_from_stage(self.stats, st)
 
     def after_values(self, values: torch.Tensor, rollout: Rollout) -> None:
         if self.enabled:
-            self.ledger.record(self.batch, "compute_values", {"input_ids": rollout.input_ids, "values": values},
-                               sample_ids=rollout.sample_ids)
+            self.ledger.record(
+                self.batch, "compute_values", {"input_ids": rollout.input_ids, "values": values}, sample_ids=rollout.sample_ids
+            )
 
     def after_advantage(self, advantages: torch.Tensor, rollout: Rollout) -> None:
         if self.enabled:
-            self.ledger.record(self.batch, "advantage", {"response_mask": rollout.response_mask,
-                               "advantages": advantages}, sample_ids=rollout.sample_ids)
+            self.ledger.record(
+                self.batch, "advantage", {"response_mask": rollout.response_mask, "advantages": advantages}, sample_ids=rollout.sample_ids
+            )
 
     def before_actor_update(self, waiting_samples: int) -> None:
         """Samples generated and not yet trained on (sync: the batch handed over; async: that
@@ -155,10 +165,10 @@ class DemoDfx:
             return
         mask = rollout.response_mask
         dfx.response_mask_ratio(self.stats, "train_step", mask)
-        dfx.token_alignment(self.stats, "train_step", mask, logprobs=tensors["old_log_probs"],
-                            response_lengths=self.engine_lengths)
-        self.ledger.record(self.batch, "train_step", {"input_ids": rollout.input_ids, "response_mask": mask, **tensors},
-                           sample_ids=rollout.sample_ids)
+        dfx.token_alignment(self.stats, "train_step", mask, logprobs=tensors["old_log_probs"], response_lengths=self.engine_lengths)
+        self.ledger.record(
+            self.batch, "train_step", {"input_ids": rollout.input_ids, "response_mask": mask, **tensors}, sample_ids=rollout.sample_ids
+        )
         dfx.policy_lag(self.stats, self.sample_versions, self.policy_version, max_lag=self.cfg.max_staleness)
         # every PPO epoch runs every sample at the full padded width through forward + backward
         passes = rollout.input_ids.shape[0] * self.cfg.ppo_epochs
@@ -177,8 +187,13 @@ class DemoDfx:
             return
         stats = self.stats
         dfx.count_nonfinite(stats, tensors)
-        dfx.lengths(stats, prompt_lengths=rollout.prompt_lengths, response_lengths=rollout.response_lengths,
-                    truncated=rollout.truncated, histograms=False)  # the demo records the arrays itself
+        dfx.lengths(
+            stats,
+            prompt_lengths=rollout.prompt_lengths,
+            response_lengths=rollout.response_lengths,
+            truncated=rollout.truncated,
+            histograms=False,
+        )  # the demo records the arrays itself
         dfx.reward_distribution(stats, tensors["rewards"], histogram=False)
         tokens = rollout.attention_mask.sum()
         dfx.throughput(stats, seconds=seconds, tokens=tokens, samples=rollout.input_ids.shape[0])
@@ -188,11 +203,18 @@ class DemoDfx:
         if ranks.distributed:
             rank_tokens, rank_active, rank_comm = dfx.gather_columns_per_rank(float(tokens), active, self.comm_seconds)
             if ranks.rank == 0:
-                dfx.rank_balance(stats, tokens=rank_tokens, active_time=rank_active, communication_time=rank_comm,
-                                 step_time=seconds, ranks=list(range(ranks.world)))
+                dfx.rank_balance(
+                    stats,
+                    tokens=rank_tokens,
+                    active_time=rank_active,
+                    communication_time=rank_comm,
+                    step_time=seconds,
+                    ranks=list(range(ranks.world)),
+                )
         else:
-            dfx.rank_balance(stats, tokens=[tokens], active_time=[active], step_time=seconds,
-                             ranks=[int(getattr(stats.tel, "rank", 0) or 0)])
+            dfx.rank_balance(
+                stats, tokens=[tokens], active_time=[active], step_time=seconds, ranks=[int(getattr(stats.tel, "rank", 0) or 0)]
+            )
         dfx.pipeline_bubble(stats, self.timeline)
         dfx.fragmentation(stats)
         self.sma.record(stats)

@@ -125,7 +125,7 @@ class Rollout:
 
     @property
     def responses(self) -> torch.Tensor:
-        return self.input_ids[:, self.prompt_width:]
+        return self.input_ids[:, self.prompt_width :]
 
     @property
     def response_lengths(self) -> torch.Tensor:
@@ -188,9 +188,7 @@ def generate(
     )
 
 
-def response_log_probs(
-    model: TinyCausalLM, rollout: Rollout, *, temperature: float = 1.0
-) -> tuple[torch.Tensor, torch.Tensor]:
+def response_log_probs(model: TinyCausalLM, rollout: Rollout, *, temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token log-prob of each response token and the policy entropy there, [B, R]."""
     logits = model(rollout.input_ids, rollout.attention_mask)
     logits = logits[:, rollout.prompt_width - 1 : -1, :] / temperature

@@ -23,8 +23,9 @@ from otel_rl.stack.process import free_port
 RESULT_FILE = "demo-result.json"
 
 
-def _rank_main(rank: int, world: int, port: int, cfg_dict: dict[str, Any], telemetry_options: dict[str, Any],
-               out: str, progress: bool) -> None:
+def _rank_main(
+    rank: int, world: int, port: int, cfg_dict: dict[str, Any], telemetry_options: dict[str, Any], out: str, progress: bool
+) -> None:
     """One rank's process: join the group, start its telemetry, train, report (rank 0)."""
     import torch
     import torch.distributed as dist
@@ -44,8 +45,12 @@ def _rank_main(rank: int, world: int, port: int, cfg_dict: dict[str, Any], telem
         cfg = DemoConfig(**cfg_dict)
         state = DemoTrainer(cfg, tel, Path(out), progress=progress and rank == 0, ranks=RankContext(rank, world)).run()
         if rank == 0:
-            result = {"rewards": state.rewards, "val_scores": {str(k): v for k, v in state.val_scores.items()},
-                      "checkpoints": [str(p) for p in state.checkpoints], "step_seconds": state.step_seconds}
+            result = {
+                "rewards": state.rewards,
+                "val_scores": {str(k): v for k, v in state.val_scores.items()},
+                "checkpoints": [str(p) for p in state.checkpoints],
+                "step_seconds": state.step_seconds,
+            }
             (Path(out) / RESULT_FILE).write_text(json.dumps(result), encoding="utf-8")
     finally:
         tel.shutdown()
@@ -61,8 +66,9 @@ def _rank_entry(*args: Any) -> None:
         os._exit(1)  # a failed rank must not leave its peers waiting in a collective forever
 
 
-def run_ranks(cfg: Any, world: int, telemetry_options: dict[str, Any], out: Path, *, progress: bool,
-              timeout_s: float | None = None) -> dict[str, Any]:
+def run_ranks(
+    cfg: Any, world: int, telemetry_options: dict[str, Any], out: Path, *, progress: bool, timeout_s: float | None = None
+) -> dict[str, Any]:
     """Run the demo on ``world`` processes; returns rank 0's result. A failed rank stops all."""
     import multiprocessing as mp
 
@@ -70,8 +76,12 @@ def run_ranks(cfg: Any, world: int, telemetry_options: dict[str, Any], out: Path
     (out / RESULT_FILE).unlink(missing_ok=True)
     ctx = mp.get_context("spawn")  # fresh interpreters: no copied threads or locks
     port = free_port()
-    procs = [ctx.Process(target=_rank_entry, args=(r, world, port, asdict(cfg), telemetry_options, str(out), progress),
-                         name=f"otel-rl-demo-rank{r}") for r in range(world)]
+    procs = [
+        ctx.Process(
+            target=_rank_entry, args=(r, world, port, asdict(cfg), telemetry_options, str(out), progress), name=f"otel-rl-demo-rank{r}"
+        )
+        for r in range(world)
+    ]
     for p in procs:
         p.start()
     try:

@@ -55,12 +55,10 @@ def _stats(prefix: str, x: torch.Tensor, mask: torch.Tensor | None = None) -> di
     return {f"{prefix}/mean": mean, f"{prefix}/max": mx, f"{prefix}/min": mn}
 
 
-
 class DemoTrainer:
     """Owns the models (actor_infer, actor_train, reference, critic) and runs the steps."""
 
-    def __init__(self, cfg: DemoConfig, telemetry: Any, out: Path, *, progress: bool = True,
-                 ranks: RankContext = RankContext()) -> None:
+    def __init__(self, cfg: DemoConfig, telemetry: Any, out: Path, *, progress: bool = True, ranks: RankContext = RankContext()) -> None:
         if cfg.prompts_per_step % ranks.world:
             raise ValueError(f"prompts_per_step ({cfg.prompts_per_step}) must divide evenly over {ranks.world} ranks")
         if cfg.slow_rank is not None and not 0 <= cfg.slow_rank < ranks.world:
@@ -120,8 +118,12 @@ class DemoTrainer:
         if self.cfg.slow_rank == self.ranks.rank:
             time.sleep(self.cfg.slow_rank_seconds)  # the straggler, on purpose
         rollout = generate(
-            self.infer, ids, mask,
-            max_new_tokens=self.task.max_new_tokens, temperature=self.cfg.temperature, generator=gen,
+            self.infer,
+            ids,
+            mask,
+            max_new_tokens=self.task.max_new_tokens,
+            temperature=self.cfg.temperature,
+            generator=gen,
             token_times=token_times,
         )
         return prompts, rollout, token_times
@@ -238,8 +240,7 @@ class DemoTrainer:
                 mb = rollout.select(idx)
                 vpred = response_values(self.critic, mb)
                 loss, m = alg.value_loss(
-                    values=vpred, old_values=old_values[idx], returns=returns[idx],
-                    mask=mb.response_mask, clip=cfg.value_clip,
+                    values=vpred, old_values=old_values[idx], returns=returns[idx], mask=mb.response_mask, clip=cfg.value_clip
                 )
                 self.critic_optim.zero_grad(set_to_none=True)
                 loss.backward()
@@ -304,17 +305,21 @@ class DemoTrainer:
             d.after_rewards(getattr(st, "elapsed", None), rollout)
 
             with d.stage(tel.stage("compute_log_probs", cluster="actor_train", offload=True)) as st:
+
                 def old_log_probs():
                     with torch.no_grad(), d.op("compute_log_probs", "forward"):
                         return response_log_probs(self.actor, rollout, temperature=cfg.temperature)
+
                 old_logp, entropy = self._offloaded(st, self.actor_host, old_log_probs, with_optimizer=False)
             logs.update(st.metrics)
             d.after_log_probs(st, "compute_log_probs", old_logp, rollout)
 
             with d.stage(tel.stage("compute_ref_log_probs", cluster="reference", offload=True)) as st:
+
                 def ref_log_probs():
                     with torch.no_grad(), d.op("compute_ref_log_probs", "forward"):
                         return response_log_probs(self.ref, rollout, temperature=cfg.temperature)[0]
+
                 ref_logp = self._offloaded(st, self.ref_host, ref_log_probs, with_optimizer=False)
             logs.update(st.metrics)
             d.after_log_probs(st, "compute_ref_log_probs", ref_logp, rollout)
@@ -322,11 +327,13 @@ class DemoTrainer:
             values = None
             if self.critic is not None:
                 with d.stage(tel.stage("compute_values", cluster="critic", offload=True)) as st:
+
                     def critic_values():
                         with torch.no_grad():
                             critic = self.critic
                             assert critic is not None  # this stage runs only with a critic
                             return response_values(critic, rollout) * mask
+
                     values = self._offloaded(st, self.critic_host, critic_values, with_optimizer=False)
                 logs.update(st.metrics)
                 d.after_values(values, rollout)
@@ -360,9 +367,7 @@ class DemoTrainer:
             d.before_actor_update(waiting)
             with d.stage(tel.stage("train_step", cluster="actor_train", offload=True)) as st:
                 actor_metrics = self._offloaded(
-                    st, self.actor_host,
-                    lambda: self._train_actor(rollout, old_logp, ref_logp, advantages, spike),
-                    with_optimizer=True,
+                    st, self.actor_host, lambda: self._train_actor(rollout, old_logp, ref_logp, advantages, spike), with_optimizer=True
                 )
             logs.update(st.metrics)
             logs.update(actor_metrics)

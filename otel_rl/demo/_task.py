@@ -81,9 +81,7 @@ class ReverseDigitsTask:
 
     def sample_prompts(self, n: int, generator: torch.Generator) -> list[list[int]]:
         lengths = torch.randint(self.min_digits, self.max_digits + 1, (n,), generator=generator)
-        return [
-            torch.randint(0, 10, (int(k),), generator=generator).tolist() for k in lengths
-        ]
+        return [torch.randint(0, 10, (int(k),), generator=generator).tolist() for k in lengths]
 
     @staticmethod
     def prompt_tokens(digits: Sequence[int]) -> list[int]:
@@ -96,8 +94,8 @@ class ReverseDigitsTask:
         ids = torch.full((len(seqs), width), PAD, dtype=torch.long)
         mask = torch.zeros((len(seqs), width), dtype=torch.long)
         for i, s in enumerate(seqs):
-            ids[i, width - len(s):] = torch.tensor(s)
-            mask[i, width - len(s):] = 1
+            ids[i, width - len(s) :] = torch.tensor(s)
+            mask[i, width - len(s) :] = 1
         return ids, mask
 
     def score(self, prompts: Sequence[Sequence[int]], responses: torch.Tensor) -> list[RewardParts]:

@@ -83,7 +83,7 @@ def baseline(window: Sequence[float], cfg: DetectorConfig = DetectorConfig()) ->
     med = _median_sorted(ordered)
     devs = sorted(abs(v - med) for v in ordered)
     mad = _median_sorted(devs)
-    kept = devs[:len(devs) - _trimmed(len(devs))]
+    kept = devs[: len(devs) - _trimmed(len(devs))]
     mean_ad = sum(kept) / len(kept)
     return med, max(MAD_TO_SIGMA * mad, MEAN_AD_TO_SIGMA * mean_ad, cfg.rel_floor * abs(med), cfg.abs_floor)
 
@@ -101,9 +101,8 @@ def rolling_baseline(x: np.ndarray, cfg: DetectorConfig = DetectorConfig()) -> t
         m = np.median(windows, axis=1)
         devs = np.sort(np.abs(windows - m[:, None]), axis=1)
         mad = np.median(devs, axis=1)
-        mean_ad = devs[:, :w - _trimmed(w)].mean(axis=1)
-        s = np.maximum.reduce([MAD_TO_SIGMA * mad, MEAN_AD_TO_SIGMA * mean_ad, cfg.rel_floor * np.abs(m),
-                               np.full_like(m, cfg.abs_floor)])
+        mean_ad = devs[:, : w - _trimmed(w)].mean(axis=1)
+        s = np.maximum.reduce([MAD_TO_SIGMA * mad, MEAN_AD_TO_SIGMA * mean_ad, cfg.rel_floor * np.abs(m), np.full_like(m, cfg.abs_floor)])
         med[w:] = m
         scale[w:] = s
     return med, scale
@@ -113,11 +112,11 @@ def early_baseline(x: np.ndarray, cfg: DetectorConfig = DetectorConfig()) -> tup
     """``(median, scale)`` for the first ``min_baseline`` points, which have no rolling baseline yet:
     :func:`baseline` of the first ``2 x min_baseline`` values without the point itself."""
     k = min(cfg.min_baseline, len(x))
-    head = x[:2 * cfg.min_baseline].tolist()
+    head = x[: 2 * cfg.min_baseline].tolist()
     med = np.full(k, np.nan)
     scale = np.full(k, np.nan)
     for i in range(k):
-        others = head[:i] + head[i + 1:]
+        others = head[:i] + head[i + 1 :]
         if len(others) >= cfg.min_baseline:
             med[i], scale[i] = baseline(others, cfg)
     return med, scale
@@ -136,11 +135,11 @@ def resolution(x: np.ndarray, max_decimals: int = 10) -> float:
     if v.size == 0:
         return 0.0
     for k in range(max_decimals + 1):
-        scaled = v * 10.0 ** k
+        scaled = v * 10.0**k
         if float(np.max(np.abs(scaled))) >= 1e15:  # past float precision: no quantum can be told
             break
         if np.all(np.abs(scaled - np.round(scaled)) <= 1e-9 * np.maximum(1.0, np.abs(scaled))):
-            return 10.0 ** -k
+            return 10.0**-k
     return 0.0
 
 

@@ -20,9 +20,19 @@ __all__ = ["CHAIN_KINDS", "Chain", "build_chains"]
 # Reading order for findings of the same step: the chain seen in a 6000-step GRPO run, KL -> ratio/clip -> length ->
 # entropy -> reward -> loss -> grad norm.
 _CAUSAL_RANK = {
-    M.RL_POLICY_KL: 0, M.RL_POLICY_RATIO: 1, M.RL_CLIP_FRACTION: 1, M.RL_RESPONSE_LENGTH: 2,
-    M.RL_RESPONSE_CLIPPED_RATIO: 2, M.RL_RESPONSE_TERMINATED_LENGTH: 2, M.RL_POLICY_ENTROPY: 3, M.RL_REWARD: 4,
-    M.RL_REWARD_COMPONENT: 4, M.RL_SCORE: 4, M.RL_VALIDATION_SCORE: 4, M.RL_LOSS: 5, M.RL_GRAD_NORM: 6,
+    M.RL_POLICY_KL: 0,
+    M.RL_POLICY_RATIO: 1,
+    M.RL_CLIP_FRACTION: 1,
+    M.RL_RESPONSE_LENGTH: 2,
+    M.RL_RESPONSE_CLIPPED_RATIO: 2,
+    M.RL_RESPONSE_TERMINATED_LENGTH: 2,
+    M.RL_POLICY_ENTROPY: 3,
+    M.RL_REWARD: 4,
+    M.RL_REWARD_COMPONENT: 4,
+    M.RL_SCORE: 4,
+    M.RL_VALIDATION_SCORE: 4,
+    M.RL_LOSS: 5,
+    M.RL_GRAD_NORM: 6,
 }
 CHAIN_KINDS = frozenset({"spike", "level shift", "collapse", "explosion"})
 
@@ -56,9 +66,20 @@ class Chain:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "first_step": self.first_step, "last_step": self.last_step, "divergence": self.divergence,
-            "order": [{"series": f.series, "metric": f.metric, "kind": f.kind, "direction": f.direction,
-                       "first_step": f.first_step, "lag_steps": f.first_step - self.first_step} for f in self.findings],
+            "first_step": self.first_step,
+            "last_step": self.last_step,
+            "divergence": self.divergence,
+            "order": [
+                {
+                    "series": f.series,
+                    "metric": f.metric,
+                    "kind": f.kind,
+                    "direction": f.direction,
+                    "first_step": f.first_step,
+                    "lag_steps": f.first_step - self.first_step,
+                }
+                for f in self.findings
+            ],
             "text": self.text(),
         }
 
@@ -67,8 +88,7 @@ def build_chains(findings: Iterable[Finding], *, gap_steps: int = 1) -> list[Cha
     """Group findings of different metric families whose [first, last] steps overlap or lie within
     ``gap_steps`` of each other; order each group by first step, then by the causal reading order.
     Periodic, pinned and improving (good-direction) findings are states, not links of a chain."""
-    events = sorted((f for f in findings if f.kind in CHAIN_KINDS and f.bad is not False),
-                    key=lambda f: (f.first_step, _rank(f)))
+    events = sorted((f for f in findings if f.kind in CHAIN_KINDS and f.bad is not False), key=lambda f: (f.first_step, _rank(f)))
     groups: list[list[Finding]] = []
     end = None
     for f in events:
@@ -89,7 +109,10 @@ def build_chains(findings: Iterable[Finding], *, gap_steps: int = 1) -> list[Cha
         if len({f.metric for f in members}) < 2:
             continue
         metrics = {f.metric for f in members} | {M.RL_POLICY_KL for f in members if _rank(f) == 0}
-        divergence = M.RL_POLICY_KL in metrics and M.RL_GRAD_NORM in metrics and bool(
-            metrics & {M.RL_POLICY_ENTROPY, M.RL_REWARD, M.RL_REWARD_COMPONENT, M.RL_SCORE})
+        divergence = (
+            M.RL_POLICY_KL in metrics
+            and M.RL_GRAD_NORM in metrics
+            and bool(metrics & {M.RL_POLICY_ENTROPY, M.RL_REWARD, M.RL_REWARD_COMPONENT, M.RL_SCORE})
+        )
         chains.append(Chain(members, min(f.first_step for f in members), max(f.last_step for f in members), divergence))
     return chains

@@ -95,8 +95,7 @@ class Alert:
     actions: tuple[str, ...] = ()
 
     def as_body(self) -> dict[str, Any]:
-        body: dict[str, Any] = {"rule": self.name, "severity": self.severity, "message": self.message,
-                                "description": self.description}
+        body: dict[str, Any] = {"rule": self.name, "severity": self.severity, "message": self.message, "description": self.description}
         if self.step is not None:
             body["step"] = self.step
         for i, cond in enumerate(self.conditions):
@@ -133,8 +132,14 @@ class AlertEngine:
     never stops the others or the telemetry.
     """
 
-    def __init__(self, rules: Sequence[Rule], *, emit: Callable[[Alert, Any], None] | None = None,
-                 report: Callable[[str, str, str], None] | None = None, keep: int = 1000) -> None:
+    def __init__(
+        self,
+        rules: Sequence[Rule],
+        *,
+        emit: Callable[[Alert, Any], None] | None = None,
+        report: Callable[[str, str, str], None] | None = None,
+        keep: int = 1000,
+    ) -> None:
         self.rules = tuple(rules)
         self._emit = emit
         self._report = report or (lambda key, reason, message: logger.warning(message))
@@ -157,8 +162,7 @@ class AlertEngine:
         # For an `all` rule, the anomaly tests (a sort of the window each) are skipped while one of its
         # threshold-only conditions does not hold: the windows still take every value.
         self._gates: list[tuple[int, ...]] = [
-            tuple(c for c, cond in enumerate(rule.conditions) if cond.anomaly is None) if rule.mode == "all" else ()
-            for rule in self.rules
+            tuple(c for c, cond in enumerate(rule.conditions) if cond.anomaly is None) if rule.mode == "all" else () for rule in self.rules
         ]
 
     # -- public ----------------------------------------------------------------------------------
@@ -182,8 +186,9 @@ class AlertEngine:
         return out
 
     # -- the worker's side ------------------------------------------------------------------------
-    def observe(self, step: int | None, time_ns: int, resolved: Sequence[tuple[str, tuple[tuple[str, str], ...], float]],
-                context: Any = None) -> list[Alert]:
+    def observe(
+        self, step: int | None, time_ns: int, resolved: Sequence[tuple[str, tuple[tuple[str, str], ...], float]], context: Any = None
+    ) -> list[Alert]:
         """Feed one log() call's resolved values ``(metric, attributes, value)``; returns new alerts."""
         by_metric = self._by_metric
         hits = [(metric, attrs, value) for metric, attrs, value in resolved if metric in by_metric]
@@ -232,8 +237,14 @@ class AlertEngine:
         states = self._states[r]
         return all((last := states[c].last_true_step) is not None and 0 <= now - last <= within for c in gates)
 
-    def _derive(self, sel: Selector, metric: str, attrs: tuple[tuple[str, str], ...], value: float,
-                current: Mapping[tuple[str, tuple[tuple[str, str], ...]], float]) -> float | None:
+    def _derive(
+        self,
+        sel: Selector,
+        metric: str,
+        attrs: tuple[tuple[str, str], ...],
+        value: float,
+        current: Mapping[tuple[str, tuple[tuple[str, str], ...]], float],
+    ) -> float | None:
         if sel.minus is None and sel.divided_by is None:
             return value
         other_attrs = dict(attrs)
@@ -245,8 +256,9 @@ class AlertEngine:
             return value - other
         return value / other if other else None
 
-    def _evaluate(self, r: int, c: int, sel: Selector, attrs: tuple[tuple[str, str], ...], value: float, step: int | None,
-                  *, test: bool) -> None:
+    def _evaluate(
+        self, r: int, c: int, sel: Selector, attrs: tuple[tuple[str, str], ...], value: float, step: int | None, *, test: bool
+    ) -> None:
         rule = self.rules[r]
         state = self._states[r][c]
         cond = state.cond
@@ -322,8 +334,16 @@ class AlertEngine:
             parts.append(text)
         where = f"step {step}" if step is not None else "a log() without a step"
         message = f"{rule.name} at {where}: " + "; ".join(parts)
-        return Alert(name=rule.name, severity=rule.severity, step=step, time_ns=time_ns, message=message,
-                     description=rule.description, conditions=conditions, actions=rule.actions)
+        return Alert(
+            name=rule.name,
+            severity=rule.severity,
+            step=step,
+            time_ns=time_ns,
+            message=message,
+            description=rule.description,
+            conditions=conditions,
+            actions=rule.actions,
+        )
 
     def _publish(self, alert: Alert, context: Any) -> None:
         with self._lock:
@@ -341,9 +361,12 @@ class AlertEngine:
                 hook(alert)
             except Exception as exc:
                 name = getattr(hook, "__qualname__", repr(hook))
-                self._report(f"<hook {name}>", type(exc).__name__,
-                             f"otel-rl: on_alert hook {name} raised {exc!r} for alert {alert.name!r}; "
-                             "it is still called for later alerts (reported once)")
+                self._report(
+                    f"<hook {name}>",
+                    type(exc).__name__,
+                    f"otel-rl: on_alert hook {name} raised {exc!r} for alert {alert.name!r}; "
+                    "it is still called for later alerts (reported once)",
+                )
 
 
 def telemetry_sink(pipeline: Any, latest: Any) -> Callable[[Alert, Any], None]:

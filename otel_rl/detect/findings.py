@@ -46,8 +46,17 @@ from otel_rl.semconv import attributes as A
 from otel_rl.semconv import metrics as M
 
 __all__ = [
-    "FRACTION_METRICS", "Finding", "GRAD_CLIP_FACTOR", "KINDS", "LENGTH_METRICS", "danger_bounds", "detect_series",
-    "direction_of", "floor_for", "format_number", "min_change_for",
+    "FRACTION_METRICS",
+    "Finding",
+    "GRAD_CLIP_FACTOR",
+    "KINDS",
+    "LENGTH_METRICS",
+    "danger_bounds",
+    "detect_series",
+    "direction_of",
+    "floor_for",
+    "format_number",
+    "min_change_for",
 ]
 
 # Metrics whose exact 0 means the step did nothing (no gradient reached the optimizer).
@@ -146,7 +155,7 @@ def detect_series(
         if back is not None and back > b + 1:
             # The series came back to its old level after the baseline had adapted: that return is
             # part of this event, not an event of its own.
-            for later, (a2, _b2, sign2) in enumerate(events[index + 1:], start=index + 1):
+            for later, (a2, _b2, sign2) in enumerate(events[index + 1 :], start=index + 1):
                 if sign2 != sign and abs(a2 - back) <= 3:
                     suppressed.add(later)
     findings.extend(out)
@@ -169,8 +178,7 @@ def _merge_thresholds(findings: list[Finding]) -> list[Finding]:
         if f.kind != "threshold":
             out.append(f)
             continue
-        host = next((e for e in events if e.direction == f.direction and e.first_step <= f.last_step
-                     and f.first_step <= e.last_step), None)
+        host = next((e for e in events if e.direction == f.direction and e.first_step <= f.last_step and f.first_step <= e.last_step), None)
         if host is None:
             out.append(f)
             continue
@@ -181,8 +189,16 @@ def _merge_thresholds(findings: list[Finding]) -> list[Finding]:
     return out
 
 
-def _early_event(event: tuple[int, int, int], x: np.ndarray, med: np.ndarray, scale: np.ndarray, z: np.ndarray,
-                 direction: str | None, unit: str, cfg: DetectorConfig) -> bool:
+def _early_event(
+    event: tuple[int, int, int],
+    x: np.ndarray,
+    med: np.ndarray,
+    scale: np.ndarray,
+    z: np.ndarray,
+    direction: str | None,
+    unit: str,
+    cfg: DetectorConfig,
+) -> bool:
     """Whether an event among the first points (judged against the first values, later ones
     included) stands: only a short excursion with ordinary points on both sides, so a series that
     trends from its start (lengths collapsing from the first step) is not its own outlier.
@@ -198,15 +214,19 @@ def _early_event(event: tuple[int, int, int], x: np.ndarray, med: np.ndarray, sc
     m0 = float(med[a])
     tol = max(cfg.return_z * float(scale[a]), cfg.min_rel_change * abs(m0))
     # Back within a few points (a KL spike decays over two or three logs), not necessarily the next.
-    after = x[b + 1:b + 1 + cfg.spike_max_points]
+    after = x[b + 1 : b + 1 + cfg.spike_max_points]
     if after.size == 0 or not bool((np.abs(after - m0) <= tol).any()):
         return False
     if a > 0:
         return abs(float(x[a - 1]) - m0) <= tol
     rest = x[1:]
     extreme = x[0] > np.quantile(rest, 0.95) if sign > 0 else x[0] < np.quantile(rest, 0.05)
-    return (abs(float(z[0])) >= cfg.z and bool(extreme) and is_bad_change(direction, "up" if sign > 0 else "down") is True
-            and not is_performance_unit(unit))
+    return (
+        abs(float(z[0])) >= cfg.z
+        and bool(extreme)
+        and is_bad_change(direction, "up" if sign > 0 else "down") is True
+        and not is_performance_unit(unit)
+    )
 
 
 def _drop_bursty(flag: np.ndarray, z: np.ndarray, delta: np.ndarray, n: int, cfg: DetectorConfig) -> np.ndarray:
@@ -233,20 +253,32 @@ def _runs(flag: np.ndarray, sign: np.ndarray, gap: int = 1) -> list[tuple[int, i
     return runs
 
 
-def _classify(a: int, b: int, sign: int, s: np.ndarray, x: np.ndarray, med: np.ndarray, scale: np.ndarray, series: str,
-              metric: str, attrs: dict[str, str], direction: str | None, unit: str,
-              cfg: DetectorConfig) -> tuple[Finding, int | None]:
+def _classify(
+    a: int,
+    b: int,
+    sign: int,
+    s: np.ndarray,
+    x: np.ndarray,
+    med: np.ndarray,
+    scale: np.ndarray,
+    series: str,
+    metric: str,
+    attrs: dict[str, str],
+    direction: str | None,
+    unit: str,
+    cfg: DetectorConfig,
+) -> tuple[Finding, int | None]:
     m0, s0 = float(med[a]), float(scale[a])
-    seg = x[a:b + 1]
+    seg = x[a : b + 1]
     p = a + int(np.argmax(sign * (seg - m0)))
     peak = float(x[p])
     tol = max(cfg.return_z * s0, cfg.min_rel_change * abs(m0))
-    post = x[b + 1:b + 1 + cfg.settle_points]
+    post = x[b + 1 : b + 1 + cfg.settle_points]
     returned = post.size > 0 and abs(float(np.median(post)) - m0) <= tol
     back: int | None = b + 1 if returned else None
     if not returned:
         for j in range(b + 1, len(x)):
-            nxt = x[j:j + 3]
+            nxt = x[j : j + 3]
             if np.all(np.abs(nxt - m0) <= tol):
                 back = j
                 break
@@ -265,17 +297,41 @@ def _classify(a: int, b: int, sign: int, s: np.ndarray, x: np.ndarray, med: np.n
     sign_text = "up" if up else "down"
     bad = is_bad_change(direction, sign_text)
     finding = Finding(
-        series=series, metric=metric, attributes=attrs, kind=kind, direction=sign_text,
-        first_step=int(s[a]), last_step=int(s[b]), peak_step=int(s[p]), peak_value=peak, baseline=m0, scale=s0,
-        z=(peak - m0) / s0, magnitude=magnitude, recovered_step=int(s[back]) if back is not None and back < len(s) else None,
-        severity=severity_of(kind, bad, attrs, unit), bad=bad,
+        series=series,
+        metric=metric,
+        attributes=attrs,
+        kind=kind,
+        direction=sign_text,
+        first_step=int(s[a]),
+        last_step=int(s[b]),
+        peak_step=int(s[p]),
+        peak_value=peak,
+        baseline=m0,
+        scale=s0,
+        z=(peak - m0) / s0,
+        magnitude=magnitude,
+        recovered_step=int(s[back]) if back is not None and back < len(s) else None,
+        severity=severity_of(kind, bad, attrs, unit),
+        bad=bad,
     )
     finding.detail = describe(finding)
     return finding, back
 
 
-def _threshold(s: np.ndarray, x: np.ndarray, sign: str, limit: float, inclusive: bool, why: str, series: str, metric: str,
-               attrs: dict[str, str], direction: str | None, unit: str, cfg: DetectorConfig) -> list[Finding]:
+def _threshold(
+    s: np.ndarray,
+    x: np.ndarray,
+    sign: str,
+    limit: float,
+    inclusive: bool,
+    why: str,
+    series: str,
+    metric: str,
+    attrs: dict[str, str],
+    direction: str | None,
+    unit: str,
+    cfg: DetectorConfig,
+) -> list[Finding]:
     """One finding per run of consecutive points past a fixed danger threshold, from the first point."""
     up = sign == "up"
     if up:
@@ -287,45 +343,77 @@ def _threshold(s: np.ndarray, x: np.ndarray, sign: str, limit: float, inclusive:
     rest = x[~past]
     if rest.size:
         base = float(np.median(rest))
-        spread = max(MAD_TO_SIGMA * float(np.median(np.abs(rest - base))), cfg.rel_floor * abs(base),
-                     floor_for(metric), cfg.abs_floor)
+        spread = max(MAD_TO_SIGMA * float(np.median(np.abs(rest - base))), cfg.rel_floor * abs(base), floor_for(metric), cfg.abs_floor)
     else:
         base, spread = limit, max(cfg.rel_floor * abs(limit), cfg.abs_floor)
     bad = is_bad_change(direction, sign)
     out = []
     for a, b, _ in _runs(past, np.ones(len(x)), gap=0):
-        seg = x[a:b + 1]
+        seg = x[a : b + 1]
         p = a + int(np.argmax(seg) if up else np.argmin(seg))
         peak = float(x[p])
-        f = Finding(series=series, metric=metric, attributes=attrs, kind="threshold", direction=sign,
-                    first_step=int(s[a]), last_step=int(s[b]), peak_step=int(s[p]), peak_value=peak, baseline=base,
-                    scale=spread, z=(peak - base) / spread, magnitude=peak / base if base > 0 and peak >= 0 else (peak - base) / spread,
-                    recovered_step=int(s[b + 1]) if b + 1 < len(s) else None, severity=severity_of("threshold", bad, attrs, unit),
-                    bad=bad, count=b - a + 1, limit=limit, why=why or None)
+        f = Finding(
+            series=series,
+            metric=metric,
+            attributes=attrs,
+            kind="threshold",
+            direction=sign,
+            first_step=int(s[a]),
+            last_step=int(s[b]),
+            peak_step=int(s[p]),
+            peak_value=peak,
+            baseline=base,
+            scale=spread,
+            z=(peak - base) / spread,
+            magnitude=peak / base if base > 0 and peak >= 0 else (peak - base) / spread,
+            recovered_step=int(s[b + 1]) if b + 1 < len(s) else None,
+            severity=severity_of("threshold", bad, attrs, unit),
+            bad=bad,
+            count=b - a + 1,
+            limit=limit,
+            why=why or None,
+        )
         f.detail = describe(f)
         out.append(f)
     return out
 
 
-
-def _nonfinite(s: np.ndarray, v: np.ndarray, finite: np.ndarray, series: str, metric: str, attrs: dict[str, str],
-               direction: str | None) -> list[Finding]:
+def _nonfinite(
+    s: np.ndarray, v: np.ndarray, finite: np.ndarray, series: str, metric: str, attrs: dict[str, str], direction: str | None
+) -> list[Finding]:
     out = []
     for a, b, _ in _runs(~finite, np.ones_like(v), gap=0):
         peak = float(v[a])
-        f = Finding(series=series, metric=metric, attributes=attrs, kind="explosion", direction="up",
-                    first_step=int(s[a]), last_step=int(s[b]), peak_step=int(s[a]), peak_value=peak, baseline=float("nan"),
-                    scale=float("nan"), z=float("inf"), magnitude=float("inf"), severity="critical", bad=True)
-        following = np.flatnonzero(finite[b + 1:])
+        f = Finding(
+            series=series,
+            metric=metric,
+            attributes=attrs,
+            kind="explosion",
+            direction="up",
+            first_step=int(s[a]),
+            last_step=int(s[b]),
+            peak_step=int(s[a]),
+            peak_value=peak,
+            baseline=float("nan"),
+            scale=float("nan"),
+            z=float("inf"),
+            magnitude=float("inf"),
+            severity="critical",
+            bad=True,
+        )
+        following = np.flatnonzero(finite[b + 1 :])
         f.recovered_step = int(s[b + 1 + following[0]]) if following.size else None
-        f.detail = (f"non-finite values ({'NaN' if math.isnan(peak) else peak}) at steps {f.first_step}-{f.last_step}: "
-                    "a numerical blow-up" + (f"; finite again at step {f.recovered_step}" if f.recovered_step is not None else ""))
+        f.detail = (
+            f"non-finite values ({'NaN' if math.isnan(peak) else peak}) at steps {f.first_step}-{f.last_step}: "
+            "a numerical blow-up" + (f"; finite again at step {f.recovered_step}" if f.recovered_step is not None else "")
+        )
         out.append(f)
     return out
 
 
-def _pinned(s: np.ndarray, x: np.ndarray, series: str, metric: str, attrs: dict[str, str], direction: str | None,
-            unit: str, cfg: DetectorConfig) -> list[Finding]:
+def _pinned(
+    s: np.ndarray, x: np.ndarray, series: str, metric: str, attrs: dict[str, str], direction: str | None, unit: str, cfg: DetectorConfig
+) -> list[Finding]:
     """A series that sits exactly at a hard limit: a ratio at 1.0, a length at the generation limit,
     a gradient norm at exactly 0 (no update). Saturating a higher-is-better metric is not one."""
     n = len(x)
@@ -342,19 +430,39 @@ def _pinned(s: np.ndarray, x: np.ndarray, series: str, metric: str, attrs: dict[
     ratio_like = unit == "1" and top == 1.0 and float(x.min()) >= 0.0 and metric in FRACTION_METRICS
     # a constant prompt length is the dataset's, not a limit the run runs into
     # nor is a shortest response at its own top (the minimum says nothing about the limit)
-    length_like = (unit == "{token}" and metric in LENGTH_METRICS and (not constant or metric != M.RL_PROMPT_LENGTH)
-                   and attrs.get(A.RL_STATISTIC) != A.RlStatisticValues.MIN.value)
+    length_like = (
+        unit == "{token}"
+        and metric in LENGTH_METRICS
+        and (not constant or metric != M.RL_PROMPT_LENGTH)
+        and attrs.get(A.RL_STATISTIC) != A.RlStatisticValues.MIN.value
+    )
     if direction != "higher" and (ratio_like or length_like) and int(at_top.sum()) >= need:
-        out.append(_pinned_finding(s, x, at_top, top, "up", series, metric, attrs, direction,
-                                   "the generation length limit" if length_like else "its maximum, 1"))
+        out.append(
+            _pinned_finding(
+                s,
+                x,
+                at_top,
+                top,
+                "up",
+                series,
+                metric,
+                attrs,
+                direction,
+                "the generation length limit" if length_like else "its maximum, 1",
+            )
+        )
     low = float(x.min())
     at_low = x == low
-    if (direction == "higher" and not constant and attrs.get(A.RL_STATISTIC) in LEVEL_STATISTICS
-            and bool(at_low[-1]) and int(at_low.sum()) >= max(need, int(math.ceil(0.5 * n)))):
+    if (
+        direction == "higher"
+        and not constant
+        and attrs.get(A.RL_STATISTIC) in LEVEL_STATISTICS
+        and bool(at_low[-1])
+        and int(at_low.sum()) >= max(need, int(math.ceil(0.5 * n)))
+    ):
         # A score that sits exactly at its lowest value for most of the run, to the end: nothing
         # scores above the floor any more (every answer wrong, or only the format reward left).
-        out.append(_pinned_finding(s, x, at_low, low, "down", series, metric, attrs, direction,
-                                   "its lowest value, held to the end"))
+        out.append(_pinned_finding(s, x, at_low, low, "down", series, metric, attrs, direction, "its lowest value, held to the end"))
     if metric in _ZERO_MEANS_STALLED:
         zero = x == 0.0
         if int(zero.sum()) >= need and float(x.max()) > 0:
@@ -363,24 +471,61 @@ def _pinned(s: np.ndarray, x: np.ndarray, series: str, metric: str, attrs: dict[
     return out
 
 
-def _pinned_finding(s: np.ndarray, x: np.ndarray, mask: np.ndarray, limit: float, sign: str, series: str, metric: str,
-                    attrs: dict[str, str], direction: str | None, what: str) -> Finding:
+def _pinned_finding(
+    s: np.ndarray,
+    x: np.ndarray,
+    mask: np.ndarray,
+    limit: float,
+    sign: str,
+    series: str,
+    metric: str,
+    attrs: dict[str, str],
+    direction: str | None,
+    what: str,
+) -> Finding:
     idx = np.flatnonzero(mask)
     frac = idx.size / len(x)
     others = x[~mask]
     base = float(np.median(others)) if others.size else limit
-    f = Finding(series=series, metric=metric, attributes=attrs, kind="pinned-at-limit", direction=sign,
-                first_step=int(s[idx[0]]), last_step=int(s[idx[-1]]), peak_step=int(s[idx[0]]), peak_value=limit,
-                baseline=base, scale=0.0, z=0.0, magnitude=frac, count=int(idx.size), limit=limit,
-                severity="warning" if frac >= 0.5 or limit == 0.0 else "info", bad=True)
-    f.detail = (f"at {format_number(limit)} ({what}) on {idx.size} of {len(x)} logged steps ({frac:.0%}), "
-                f"steps {f.first_step}-{f.last_step}" + (f"; median elsewhere {format_number(base)}" if others.size else ""))
+    f = Finding(
+        series=series,
+        metric=metric,
+        attributes=attrs,
+        kind="pinned-at-limit",
+        direction=sign,
+        first_step=int(s[idx[0]]),
+        last_step=int(s[idx[-1]]),
+        peak_step=int(s[idx[0]]),
+        peak_value=limit,
+        baseline=base,
+        scale=0.0,
+        z=0.0,
+        magnitude=frac,
+        count=int(idx.size),
+        limit=limit,
+        severity="warning" if frac >= 0.5 or limit == 0.0 else "info",
+        bad=True,
+    )
+    f.detail = (
+        f"at {format_number(limit)} ({what}) on {idx.size} of {len(x)} logged steps ({frac:.0%}), "
+        f"steps {f.first_step}-{f.last_step}" + (f"; median elsewhere {format_number(base)}" if others.size else "")
+    )
     return f
 
 
-def _periodic(s: np.ndarray, x: np.ndarray, med: np.ndarray, scale: np.ndarray, z: np.ndarray, judged: np.ndarray,
-              series: str, metric: str, attrs: dict[str, str], direction: str | None,
-              cfg: DetectorConfig) -> tuple[list[Finding], np.ndarray]:
+def _periodic(
+    s: np.ndarray,
+    x: np.ndarray,
+    med: np.ndarray,
+    scale: np.ndarray,
+    z: np.ndarray,
+    judged: np.ndarray,
+    series: str,
+    metric: str,
+    attrs: dict[str, str],
+    direction: str | None,
+    cfg: DetectorConfig,
+) -> tuple[list[Finding], np.ndarray]:
     """Excursions on a regular grid (every P logged points): a schedule such as checkpointing or
     validation. Returns the finding and the grid's indices (kept out of the anomalies)."""
     empty = np.array([], dtype=np.int64)
@@ -405,12 +550,25 @@ def _periodic(s: np.ndarray, x: np.ndarray, med: np.ndarray, scale: np.ndarray, 
             continue
         step_period = float(np.median(np.diff(s[on_grid]))) if on_grid.size > 1 else float(period)
         ratios = x[on_grid] / med[on_grid] if np.all(med[on_grid] > 0) else np.full(on_grid.size, np.nan)
-        f = Finding(series=series, metric=metric, attributes=attrs, kind="periodic", direction="up" if sign > 0 else "down",
-                    first_step=int(s[first]), last_step=int(s[last]), peak_step=int(s[on_grid[np.argmax(sign * z[on_grid])]]),
-                    peak_value=float(np.max(sign * x[on_grid]) * sign), baseline=float(np.median(med[on_grid])),
-                    scale=float(np.median(scale[on_grid])), z=float(np.median(z[on_grid])),
-                    magnitude=float(np.nanmedian(ratios)) if not np.all(np.isnan(ratios)) else float(np.median(z[on_grid])),
-                    severity="info", bad=None, period=step_period, count=int(on_grid.size))
+        f = Finding(
+            series=series,
+            metric=metric,
+            attributes=attrs,
+            kind="periodic",
+            direction="up" if sign > 0 else "down",
+            first_step=int(s[first]),
+            last_step=int(s[last]),
+            peak_step=int(s[on_grid[np.argmax(sign * z[on_grid])]]),
+            peak_value=float(np.max(sign * x[on_grid]) * sign),
+            baseline=float(np.median(med[on_grid])),
+            scale=float(np.median(scale[on_grid])),
+            z=float(np.median(z[on_grid])),
+            magnitude=float(np.nanmedian(ratios)) if not np.all(np.isnan(ratios)) else float(np.median(z[on_grid])),
+            severity="info",
+            bad=None,
+            period=step_period,
+            count=int(on_grid.size),
+        )
         f.detail = describe(f)
         return [f], grid
     return [], empty

@@ -29,13 +29,26 @@ __all__ = ["lasting_changes"]
 
 def _explained(findings: Sequence[Finding], sign_text: str) -> bool:
     """An unrecovered collapse / explosion / level shift / threshold run already tells a lasting change."""
-    return any(f.kind in ("collapse", "explosion", "level shift", "threshold") and f.direction == sign_text
-               and f.recovered_step is None for f in findings)
+    return any(
+        f.kind in ("collapse", "explosion", "level shift", "threshold") and f.direction == sign_text and f.recovered_step is None
+        for f in findings
+    )
 
 
-def lasting_changes(s: np.ndarray, x: np.ndarray, findings: Sequence[Finding], series: str, metric: str,
-                    attrs: dict[str, str], direction: str | None, unit: str, min_change: float, typical: float,
-                    scale_floor: float, cfg: DetectorConfig) -> list[Finding]:
+def lasting_changes(
+    s: np.ndarray,
+    x: np.ndarray,
+    findings: Sequence[Finding],
+    series: str,
+    metric: str,
+    attrs: dict[str, str],
+    direction: str | None,
+    unit: str,
+    min_change: float,
+    typical: float,
+    scale_floor: float,
+    cfg: DetectorConfig,
+) -> list[Finding]:
     """Changes that last to the end of the log, against where the series started: a collapse from
     the start that is too gradual for the rolling baseline (lengths 1759 -> 1014 -> 278 -> 1 over six
     steps widen their own baseline as they fall), then a slow drift, window against window."""
@@ -49,9 +62,19 @@ def lasting_changes(s: np.ndarray, x: np.ndarray, findings: Sequence[Finding], s
     return [drift] if drift is not None else []
 
 
-def _from_start(s: np.ndarray, x: np.ndarray, chunks: list[np.ndarray], findings: Sequence[Finding], series: str,
-                metric: str, attrs: dict[str, str], direction: str | None, unit: str, scale_floor: float,
-                cfg: DetectorConfig) -> Finding | None:
+def _from_start(
+    s: np.ndarray,
+    x: np.ndarray,
+    chunks: list[np.ndarray],
+    findings: Sequence[Finding],
+    series: str,
+    metric: str,
+    attrs: dict[str, str],
+    direction: str | None,
+    unit: str,
+    scale_floor: float,
+    cfg: DetectorConfig,
+) -> Finding | None:
     """A collapse from the start: the last two windows at half or less of the first points' median
     (not for lower-is-better metrics), reached within one window and held. Rises are left to the
     rolling baseline and the thresholds: a KL that starts at 0 rises by construction."""
@@ -75,7 +98,7 @@ def _from_start(s: np.ndarray, x: np.ndarray, chunks: list[np.ndarray], findings
     # arrived: within a tenth of the way (on a log scale when the end level is positive)
     near = e * (h / e) ** 0.1 if e > 0 else e + 0.1 * (h - e)
     n = len(x)
-    ahead = np.array([float(np.median(x[i:i + k])) for i in range(n)])  # each point and the next k - 1
+    ahead = np.array([float(np.median(x[i : i + k])) for i in range(n)])  # each point and the next k - 1
     left = np.flatnonzero((np.arange(n) >= 1) & (x < h - tol) & (ahead < h - tol))
     if left.size == 0:
         return None
@@ -86,21 +109,45 @@ def _from_start(s: np.ndarray, x: np.ndarray, chunks: list[np.ndarray], findings
     b = int(arrived[0])
     if b - a + 1 > len(chunks[0]):
         return None  # a slow change: a drift
-    p = a + int(np.argmin(x[a:b + 1]))
+    p = a + int(np.argmin(x[a : b + 1]))
     peak = float(x[p])
     bad = is_bad_change(direction, "down")
-    f = Finding(series=series, metric=metric, attributes=attrs, kind="collapse", direction="down",
-                first_step=int(s[a]), last_step=int(s[b]), peak_step=int(s[p]), peak_value=peak, baseline=h, scale=h_scale,
-                z=(peak - h) / h_scale, magnitude=peak / h if peak >= 0 else (peak - h) / h_scale,
-                severity=severity_of("collapse", bad, attrs, unit), bad=bad)
-    f.detail = (describe(f) + f" (against the median of the first {len(head)} logged values; the last window's "
-                f"median is {format_number(e)})")
+    f = Finding(
+        series=series,
+        metric=metric,
+        attributes=attrs,
+        kind="collapse",
+        direction="down",
+        first_step=int(s[a]),
+        last_step=int(s[b]),
+        peak_step=int(s[p]),
+        peak_value=peak,
+        baseline=h,
+        scale=h_scale,
+        z=(peak - h) / h_scale,
+        magnitude=peak / h if peak >= 0 else (peak - h) / h_scale,
+        severity=severity_of("collapse", bad, attrs, unit),
+        bad=bad,
+    )
+    f.detail = describe(f) + f" (against the median of the first {len(head)} logged values; the last window's median is {format_number(e)})"
     return f
 
 
-def _drift(s: np.ndarray, x: np.ndarray, chunks: list[np.ndarray], findings: Sequence[Finding], series: str, metric: str,
-           attrs: dict[str, str], direction: str | None, unit: str, min_change: float, typical: float, scale_floor: float,
-           cfg: DetectorConfig) -> Finding | None:
+def _drift(
+    s: np.ndarray,
+    x: np.ndarray,
+    chunks: list[np.ndarray],
+    findings: Sequence[Finding],
+    series: str,
+    metric: str,
+    attrs: dict[str, str],
+    direction: str | None,
+    unit: str,
+    min_change: float,
+    typical: float,
+    scale_floor: float,
+    cfg: DetectorConfig,
+) -> Finding | None:
     """A slow, lasting change: the median of each window against the first window's, on a log scale
     for positive series (a KL going 4e-4 -> 0.05 and an entropy halving are alike there). The last
     two windows must both have moved, by more than the metric's floor and than the windows' own noise."""
@@ -137,13 +184,27 @@ def _drift(s: np.ndarray, x: np.ndarray, chunks: list[np.ndarray], findings: Seq
     # a slower stage as outputs grow is a cost, and a batch's extreme or spread is context
     quiet = stat in SPREAD_STATISTICS or stat in EXTREME_STATISTICS or is_performance_unit(unit)
     spread_lin = max(MAD_TO_SIGMA * float(np.median(np.abs(x[chunks[0]] - m0))), scale_floor)
-    f = Finding(series=series, metric=metric, attributes=attrs, kind="drift", direction=sign_text,
-                first_step=int(s[chunks[k0][0]]), last_step=int(s[-1]), peak_step=int(s[last[len(last) // 2]]), peak_value=m1,
-                baseline=m0, scale=spread_lin, z=(m1 - m0) / spread_lin,
-                magnitude=m1 / m0 if m0 > 0 and m1 >= 0 else (m1 - m0) / spread_lin,
-                severity="warning" if bad and not quiet else "info", bad=bad, count=len(chunks))
+    f = Finding(
+        series=series,
+        metric=metric,
+        attributes=attrs,
+        kind="drift",
+        direction=sign_text,
+        first_step=int(s[chunks[k0][0]]),
+        last_step=int(s[-1]),
+        peak_step=int(s[last[len(last) // 2]]),
+        peak_value=m1,
+        baseline=m0,
+        scale=spread_lin,
+        z=(m1 - m0) / spread_lin,
+        magnitude=m1 / m0 if m0 > 0 and m1 >= 0 else (m1 - m0) / spread_lin,
+        severity="warning" if bad and not quiet else "info",
+        bad=bad,
+        count=len(chunks),
+    )
     f.detail = describe(f)
     if far not in (0, len(chunks) - 1) and abs(float(meds[far]) - m0) > 1.5 * abs(m1 - m0):
-        f.detail += (f"; it went furthest around step {int(s[chunks[far][len(chunks[far]) // 2]])} "
-                     f"(window median {format_number(float(meds[far]))})")
+        f.detail += (
+            f"; it went furthest around step {int(s[chunks[far][len(chunks[far]) // 2]])} (window median {format_number(float(meds[far]))})"
+        )
     return f

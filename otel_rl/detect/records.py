@@ -16,9 +16,25 @@ from otel_rl.semconv import attributes as A
 from otel_rl.semconv import metrics as M
 
 __all__ = [
-    "EXTREME_STATISTICS", "FRACTION_METRICS", "FRACTION_MIN_CHANGE", "Finding", "GRAD_CLIP_FACTOR", "KINDS",
-    "LENGTH_METRICS", "LEVEL_STATISTICS", "MIN_CHANGE_BY_UNIT", "SPREAD_STATISTICS", "danger_bounds", "describe",
-    "direction_of", "floor_for", "format_number", "is_bad_change", "is_performance_unit", "min_change_for", "severity_of",
+    "EXTREME_STATISTICS",
+    "FRACTION_METRICS",
+    "FRACTION_MIN_CHANGE",
+    "Finding",
+    "GRAD_CLIP_FACTOR",
+    "KINDS",
+    "LENGTH_METRICS",
+    "LEVEL_STATISTICS",
+    "MIN_CHANGE_BY_UNIT",
+    "SPREAD_STATISTICS",
+    "danger_bounds",
+    "describe",
+    "direction_of",
+    "floor_for",
+    "format_number",
+    "is_bad_change",
+    "is_performance_unit",
+    "min_change_for",
+    "severity_of",
 ]
 
 KINDS = ("threshold", "spike", "level shift", "collapse", "explosion", "drift", "pinned-at-limit", "periodic")
@@ -89,11 +105,20 @@ def is_bad_change(direction: str | None, sign: str) -> bool | None:
 
 # Fractions of samples / tokens (0..1): a change of less than 10 points is not an event, however
 # flat the series was (a clipped ratio going 0 -> 1/16 is one truncated response in 16).
-FRACTION_METRICS = frozenset({
-    M.RL_RESPONSE_CLIPPED_RATIO, M.RL_RESPONSE_NON_ABORTED_CLIPPED_RATIO, M.RL_PROMPT_CLIPPED_RATIO, M.RL_CLIP_FRACTION,
-    M.RL_ROLLOUT_ABORT_RATIO, M.RL_ROLLOUT_TIMEOUT_RATIO, M.RL_REWARD_ZERO_STD_RATIO, M.RL_BATCH_VALID_RATIO,
-    M.RL_RESPONSE_MASK_RATIO, M.RL_ASYNC_STALE_SAMPLE_RATIO,
-})
+FRACTION_METRICS = frozenset(
+    {
+        M.RL_RESPONSE_CLIPPED_RATIO,
+        M.RL_RESPONSE_NON_ABORTED_CLIPPED_RATIO,
+        M.RL_PROMPT_CLIPPED_RATIO,
+        M.RL_CLIP_FRACTION,
+        M.RL_ROLLOUT_ABORT_RATIO,
+        M.RL_ROLLOUT_TIMEOUT_RATIO,
+        M.RL_REWARD_ZERO_STD_RATIO,
+        M.RL_BATCH_VALID_RATIO,
+        M.RL_RESPONSE_MASK_RATIO,
+        M.RL_ASYNC_STALE_SAMPLE_RATIO,
+    }
+)
 FRACTION_MIN_CHANGE = 0.1
 # Lengths bounded by a generation / prompt limit.
 LENGTH_METRICS = frozenset({M.RL_RESPONSE_LENGTH, M.RL_RESPONSE_NON_ABORTED_LENGTH, M.RL_PROMPT_LENGTH})
@@ -103,14 +128,24 @@ MIN_CHANGE_BY_UNIT = {"s": 0.1}
 GRAD_CLIP_FACTOR = 10.0
 # Spreads (a std going to 0 when a group's samples agree) and the extremes of a batch (one sample
 # sets them) move a lot without the run changing: they are context, never critical.
-SPREAD_STATISTICS = frozenset({
-    A.RlStatisticValues.STD.value, A.RlStatisticValues.BEST_STD.value, A.RlStatisticValues.WORST_STD.value,
-    A.RlStatisticValues.MAJ_STD.value, A.RlStatisticValues.MINMAX_DIFF.value,
-})
-EXTREME_STATISTICS = frozenset({
-    A.RlStatisticValues.MAX.value, A.RlStatisticValues.MIN.value, A.RlStatisticValues.SLOWEST.value,
-    A.RlStatisticValues.BALANCED_MIN.value, A.RlStatisticValues.BALANCED_MAX.value,
-})
+SPREAD_STATISTICS = frozenset(
+    {
+        A.RlStatisticValues.STD.value,
+        A.RlStatisticValues.BEST_STD.value,
+        A.RlStatisticValues.WORST_STD.value,
+        A.RlStatisticValues.MAJ_STD.value,
+        A.RlStatisticValues.MINMAX_DIFF.value,
+    }
+)
+EXTREME_STATISTICS = frozenset(
+    {
+        A.RlStatisticValues.MAX.value,
+        A.RlStatisticValues.MIN.value,
+        A.RlStatisticValues.SLOWEST.value,
+        A.RlStatisticValues.BALANCED_MIN.value,
+        A.RlStatisticValues.BALANCED_MAX.value,
+    }
+)
 LEVEL_STATISTICS = (None, A.RlStatisticValues.MEAN.value, A.RlStatisticValues.P50.value)
 
 
@@ -134,8 +169,9 @@ def is_performance_unit(unit: str) -> bool:
     return unit == "s" or unit.startswith("s/") or unit.endswith("/s")
 
 
-def danger_bounds(metric: str, attributes: Mapping[str, str] | None = None,
-                  settings: Mapping[str, float] | None = None) -> list[tuple[str, float, bool, str]]:
+def danger_bounds(
+    metric: str, attributes: Mapping[str, str] | None = None, settings: Mapping[str, float] | None = None
+) -> list[tuple[str, float, bool, str]]:
     """The fixed danger thresholds of a series: ``(direction, threshold, inclusive, why)``.
 
     The registry's ``danger`` applies to a series' level (its mean, or the metric itself): the
@@ -151,12 +187,24 @@ def danger_bounds(metric: str, attributes: Mapping[str, str] | None = None,
         if mdef.danger_below is not None and stat in (*LEVEL_STATISTICS, A.RlStatisticValues.MAX.value):
             out.append(("down", float(mdef.danger_below), False, mdef.danger_why or ""))
     clip = (settings or {}).get("grad_clip")
-    if (metric == M.RL_GRAD_NORM and isinstance(clip, (int, float)) and not isinstance(clip, bool)
-            and math.isfinite(clip) and clip > 0 and stat in (*LEVEL_STATISTICS, A.RlStatisticValues.MIN.value)):
-        out.append(("up", GRAD_CLIP_FACTOR * float(clip), True,
-                    f"a gradient norm of {GRAD_CLIP_FACTOR:g}x the configured clip (grad_clip = {format_number(float(clip))}) or more "
-                    "is far above the configured clip: those updates are cut to the clip, and a norm that large "
-                    "usually comes with a loss or KL blow-up"))
+    if (
+        metric == M.RL_GRAD_NORM
+        and isinstance(clip, (int, float))
+        and not isinstance(clip, bool)
+        and math.isfinite(clip)
+        and clip > 0
+        and stat in (*LEVEL_STATISTICS, A.RlStatisticValues.MIN.value)
+    ):
+        out.append(
+            (
+                "up",
+                GRAD_CLIP_FACTOR * float(clip),
+                True,
+                f"a gradient norm of {GRAD_CLIP_FACTOR:g}x the configured clip (grad_clip = {format_number(float(clip))}) or more "
+                "is far above the configured clip: those updates are cut to the clip, and a norm that large "
+                "usually comes with a loss or KL blow-up",
+            )
+        )
     return out
 
 
@@ -177,6 +225,7 @@ def severity_of(kind: str, bad: bool | None, attrs: Mapping[str, str], unit: str
         return "warning"
     return severity
 
+
 def format_number(value: float) -> str:
     """A value as findings and alerts print it: four significant digits, three for the very large or small."""
     if value == 0 or not math.isfinite(value):
@@ -190,23 +239,32 @@ def format_number(value: float) -> str:
 def describe(f: Finding) -> str:
     """The one-line text of a finding (its ``detail``): what happened, when, against which baseline."""
     if f.kind == "periodic":
-        return (f"every {f.period:g} steps the value goes {f.direction} (x{f.magnitude:.3g} of the baseline, {f.count} times "
-                f"from step {f.first_step} to {f.last_step}): a schedule (checkpointing, validation), not an anomaly")
+        return (
+            f"every {f.period:g} steps the value goes {f.direction} (x{f.magnitude:.3g} of the baseline, {f.count} times "
+            f"from step {f.first_step} to {f.last_step}): a schedule (checkpointing, validation), not an anomaly"
+        )
     if f.kind == "pinned-at-limit":
         return f"sits at {format_number(f.limit or 0.0)} on {f.count} logged steps (steps {f.first_step}-{f.last_step})"
     span = f"step {f.first_step}" if f.first_step == f.last_step else f"steps {f.first_step}-{f.last_step}"
     if f.kind == "threshold":
         side = "above" if f.direction == "up" else "below"
-        text = (f"{side} the danger threshold {format_number(f.limit or 0.0)} at {span} ({f.count} logged point(s)): "
-                f"{'peak' if f.direction == 'up' else 'lowest'} {format_number(f.peak_value)} at step {f.peak_step}, "
-                f"{format_number(f.baseline)} at the other steps")
-        text += f"; back past the threshold at step {f.recovered_step}" if f.recovered_step is not None else \
-            "; still past it at the end of the log"
+        text = (
+            f"{side} the danger threshold {format_number(f.limit or 0.0)} at {span} ({f.count} logged point(s)): "
+            f"{'peak' if f.direction == 'up' else 'lowest'} {format_number(f.peak_value)} at step {f.peak_step}, "
+            f"{format_number(f.baseline)} at the other steps"
+        )
+        text += (
+            f"; back past the threshold at step {f.recovered_step}"
+            if f.recovered_step is not None
+            else "; still past it at the end of the log"
+        )
         return text + (f". {f.why[0].upper()}{f.why[1:]}" if f.why else "")
     change = f"x{f.magnitude:.3g}" if f.baseline > 0 and f.peak_value >= 0 else f"{f.z:+.1f} scales"
     if f.kind == "drift":
-        return (f"drift {f.direction} from step {f.first_step} to the end of the log (step {f.last_step}): the median of "
-                f"the last of {f.count} windows is {format_number(f.peak_value)} against {format_number(f.baseline)} in the first ({change})")
+        return (
+            f"drift {f.direction} from step {f.first_step} to the end of the log (step {f.last_step}): the median of "
+            f"the last of {f.count} windows is {format_number(f.peak_value)} against {format_number(f.baseline)} in the first ({change})"
+        )
     text = f"{f.kind} {f.direction} at {span}: peak {format_number(f.peak_value)} at step {f.peak_step} vs baseline {format_number(f.baseline)} ({change}, z {f.z:+.1f})"
     if f.recovered_step is not None:
         text += f"; back near the baseline at step {f.recovered_step}"

@@ -16,8 +16,17 @@ from otel_rl.semconv import attributes as A
 from otel_rl.semconv import metrics as M
 
 __all__ = [
-    "ACTIONS_BUILTIN", "CONDITION_FIELDS", "Condition", "RULE_FIELDS", "Rule", "SEVERITIES", "Selector", "default_rules",
-    "default_rules_yaml", "load_rules", "parse_rules",
+    "ACTIONS_BUILTIN",
+    "CONDITION_FIELDS",
+    "Condition",
+    "RULE_FIELDS",
+    "Rule",
+    "SEVERITIES",
+    "Selector",
+    "default_rules",
+    "default_rules_yaml",
+    "load_rules",
+    "parse_rules",
 ]
 
 SEVERITIES = tuple(m.value for m in A.RlAlertSeverityValues)
@@ -99,10 +108,26 @@ class Rule:
     actions: tuple[str, ...] = ()  # "stop" sets Telemetry.should_stop; other names are for hooks
 
 
-RULE_FIELDS = frozenset({"name", "severity", "description", "all", "any", "within_steps", "cooldown_steps",
-                         "warmup_points", "window", "actions"})
-CONDITION_FIELDS = frozenset({"series", "metric", "attributes", "minus", "divided_by", "above", "below", "anomaly", "z",
-                              "factor", "min_change", "min_rel_change", "floor"})
+RULE_FIELDS = frozenset(
+    {"name", "severity", "description", "all", "any", "within_steps", "cooldown_steps", "warmup_points", "window", "actions"}
+)
+CONDITION_FIELDS = frozenset(
+    {
+        "series",
+        "metric",
+        "attributes",
+        "minus",
+        "divided_by",
+        "above",
+        "below",
+        "anomaly",
+        "z",
+        "factor",
+        "min_change",
+        "min_rel_change",
+        "floor",
+    }
+)
 ACTIONS_BUILTIN = ("stop",)
 
 
@@ -221,8 +246,17 @@ def parse_rules(data: Any, source: str = "<rules>") -> list[Rule]:
             ints[key] = value
         if ints["window"] < 3:
             raise ValueError(f"{where}.window: at least 3 values")
-        rules.append(Rule(name=name, severity=severity, conditions=conditions, mode=mode,
-                          description=str(raw.get("description", "")), actions=tuple(actions), **ints))
+        rules.append(
+            Rule(
+                name=name,
+                severity=severity,
+                conditions=conditions,
+                mode=mode,
+                description=str(raw.get("description", "")),
+                actions=tuple(actions),
+                **ints,
+            )
+        )
     return rules
 
 
@@ -238,8 +272,9 @@ def load_rules(source: str | Path | None) -> list[Rule]:
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise FileNotFoundError(f"alert rules file {path} does not exist (set by alert_rules= / OTEL_RL_ALERT_RULES; "
-                                "use 'default' for the built-in rules)") from None
+        raise FileNotFoundError(
+            f"alert rules file {path} does not exist (set by alert_rules= / OTEL_RL_ALERT_RULES; use 'default' for the built-in rules)"
+        ) from None
     except yaml.YAMLError as exc:
         raise ValueError(f"alert rules file {path} is not valid YAML: {exc}") from None
     return parse_rules(data, str(path))
@@ -247,53 +282,117 @@ def load_rules(source: str | Path | None) -> list[Rule]:
 
 def _default_rules_data() -> dict[str, Any]:
     kl_sources = [{"metric": M.RL_POLICY_KL}, {"metric": M.RL_LOSS, "attributes": {A.RL_LOSS_TYPE: A.RlLossTypeValues.KL.value}}]
-    kl_reference = [{"metric": M.RL_POLICY_KL, "attributes": {A.RL_POLICY: A.RlPolicyValues.REFERENCE.value}},
-                    {"metric": M.RL_LOSS, "attributes": {A.RL_LOSS_TYPE: A.RlLossTypeValues.KL.value}}]
+    kl_reference = [
+        {"metric": M.RL_POLICY_KL, "attributes": {A.RL_POLICY: A.RlPolicyValues.REFERENCE.value}},
+        {"metric": M.RL_LOSS, "attributes": {A.RL_LOSS_TYPE: A.RlLossTypeValues.KL.value}},
+    ]
     mean = {A.RL_STATISTIC: A.RlStatisticValues.MEAN.value}
-    return {"rules": [
-        {"name": "divergence", "severity": "critical", "within_steps": 2, "cooldown_steps": 20,
-         "description": "Training divergence: KL, gradient norm and entropy anomalous together, "
-                        "each against its own recent baseline.",
-         "all": [
-             {"series": kl_sources, "anomaly": "up", "factor": 5, "floor": 1.0},
-             {"series": [{"metric": M.RL_GRAD_NORM}], "anomaly": "up", "factor": 10, "floor": 1.0},
-             {"series": [{"metric": M.RL_POLICY_ENTROPY, "attributes": mean}], "anomaly": "any", "factor": 2, "min_change": 0.1},
-         ]},
-        {"name": "kl_above_threshold", "severity": "critical", "cooldown_steps": 20,
-         "description": "KL to the reference policy above 10: snapshot and roll back.",
-         "any": [{"series": kl_reference, "above": 10}]},
-        {"name": "clipped_ratio_above_threshold", "severity": "warning", "cooldown_steps": 20,
-         "description": "More than 30% of the responses truncated at the length limit : snapshot and roll back.",
-         "any": [{"metric": M.RL_RESPONSE_CLIPPED_RATIO, "above": 0.3}]},
-        {"name": "memory_risk", "severity": "critical", "within_steps": 0,
-         "description": "GPU memory risk: peak reserved memory near the device limit while the "
-                        "reserved - allocated gap widens (fragmentation).",
-         "all": [
-             {"metric": M.RL_GPU_MEMORY_UTILIZATION, "attributes": {A.RL_MEMORY_KIND: A.RlMemoryKindValues.MAX_RESERVED.value},
-              "above": 0.9},
-             {"series": [{"metric": M.RL_GPU_MEMORY_USAGE, "attributes": {A.RL_MEMORY_KIND: A.RlMemoryKindValues.RESERVED.value},
-                          "minus": {A.RL_MEMORY_KIND: A.RlMemoryKindValues.ALLOCATED.value}},
-                         {"metric": M.RL_GPU_MEMORY_FRAGMENTATION}],
-              "anomaly": "up", "factor": 1.25, "z": 4},
-         ]},
-        {"name": "dynamic_batch_runaway", "severity": "warning",
-         "description": "Dynamic batch runaway: the tokens of one step jump far above the recent steps.",
-         "any": [{"series": [{"metric": M.RL_STEP_TOKENS},
-                             {"metric": M.RL_RANK_TOKENS, "attributes": {A.RL_STATISTIC: A.RlStatisticValues.MAX.value}}],
-                  "anomaly": "up", "factor": 2, "min_change": 1000}]},
-        {"name": "rank_imbalance", "severity": "warning",
-         "description": "Multi-rank imbalance: the slowest rank 30% above the median rank, or the "
-                        "busiest rank's tokens 50% above the mean rank.",
-         "any": [{"metric": M.RL_STRAGGLER_MARGIN, "above": 0.3},
-                 {"metric": M.RL_RANK_TOKENS, "attributes": {A.RL_STATISTIC: A.RlStatisticValues.MAX.value},
-                  "divided_by": {A.RL_STATISTIC: A.RlStatisticValues.MEAN.value}, "above": 1.5}]},
-        {"name": "inference_anomaly", "severity": "warning",
-         "description": "Inference anomaly: the rollout's abort ratio, timeout ratio or response "
-                        "clip ratio rising by more than 10 points over its recent baseline.",
-         "any": [{"series": [{"metric": M.RL_ROLLOUT_ABORT_RATIO}, {"metric": M.RL_ROLLOUT_TIMEOUT_RATIO},
-                             {"metric": M.RL_RESPONSE_CLIPPED_RATIO}],
-                  "anomaly": "up", "min_change": 0.1}]},
-    ]}
+    return {
+        "rules": [
+            {
+                "name": "divergence",
+                "severity": "critical",
+                "within_steps": 2,
+                "cooldown_steps": 20,
+                "description": "Training divergence: KL, gradient norm and entropy anomalous together, "
+                "each against its own recent baseline.",
+                "all": [
+                    {"series": kl_sources, "anomaly": "up", "factor": 5, "floor": 1.0},
+                    {"series": [{"metric": M.RL_GRAD_NORM}], "anomaly": "up", "factor": 10, "floor": 1.0},
+                    {"series": [{"metric": M.RL_POLICY_ENTROPY, "attributes": mean}], "anomaly": "any", "factor": 2, "min_change": 0.1},
+                ],
+            },
+            {
+                "name": "kl_above_threshold",
+                "severity": "critical",
+                "cooldown_steps": 20,
+                "description": "KL to the reference policy above 10: snapshot and roll back.",
+                "any": [{"series": kl_reference, "above": 10}],
+            },
+            {
+                "name": "clipped_ratio_above_threshold",
+                "severity": "warning",
+                "cooldown_steps": 20,
+                "description": "More than 30% of the responses truncated at the length limit : snapshot and roll back.",
+                "any": [{"metric": M.RL_RESPONSE_CLIPPED_RATIO, "above": 0.3}],
+            },
+            {
+                "name": "memory_risk",
+                "severity": "critical",
+                "within_steps": 0,
+                "description": "GPU memory risk: peak reserved memory near the device limit while the "
+                "reserved - allocated gap widens (fragmentation).",
+                "all": [
+                    {
+                        "metric": M.RL_GPU_MEMORY_UTILIZATION,
+                        "attributes": {A.RL_MEMORY_KIND: A.RlMemoryKindValues.MAX_RESERVED.value},
+                        "above": 0.9,
+                    },
+                    {
+                        "series": [
+                            {
+                                "metric": M.RL_GPU_MEMORY_USAGE,
+                                "attributes": {A.RL_MEMORY_KIND: A.RlMemoryKindValues.RESERVED.value},
+                                "minus": {A.RL_MEMORY_KIND: A.RlMemoryKindValues.ALLOCATED.value},
+                            },
+                            {"metric": M.RL_GPU_MEMORY_FRAGMENTATION},
+                        ],
+                        "anomaly": "up",
+                        "factor": 1.25,
+                        "z": 4,
+                    },
+                ],
+            },
+            {
+                "name": "dynamic_batch_runaway",
+                "severity": "warning",
+                "description": "Dynamic batch runaway: the tokens of one step jump far above the recent steps.",
+                "any": [
+                    {
+                        "series": [
+                            {"metric": M.RL_STEP_TOKENS},
+                            {"metric": M.RL_RANK_TOKENS, "attributes": {A.RL_STATISTIC: A.RlStatisticValues.MAX.value}},
+                        ],
+                        "anomaly": "up",
+                        "factor": 2,
+                        "min_change": 1000,
+                    }
+                ],
+            },
+            {
+                "name": "rank_imbalance",
+                "severity": "warning",
+                "description": "Multi-rank imbalance: the slowest rank 30% above the median rank, or the "
+                "busiest rank's tokens 50% above the mean rank.",
+                "any": [
+                    {"metric": M.RL_STRAGGLER_MARGIN, "above": 0.3},
+                    {
+                        "metric": M.RL_RANK_TOKENS,
+                        "attributes": {A.RL_STATISTIC: A.RlStatisticValues.MAX.value},
+                        "divided_by": {A.RL_STATISTIC: A.RlStatisticValues.MEAN.value},
+                        "above": 1.5,
+                    },
+                ],
+            },
+            {
+                "name": "inference_anomaly",
+                "severity": "warning",
+                "description": "Inference anomaly: the rollout's abort ratio, timeout ratio or response "
+                "clip ratio rising by more than 10 points over its recent baseline.",
+                "any": [
+                    {
+                        "series": [
+                            {"metric": M.RL_ROLLOUT_ABORT_RATIO},
+                            {"metric": M.RL_ROLLOUT_TIMEOUT_RATIO},
+                            {"metric": M.RL_RESPONSE_CLIPPED_RATIO},
+                        ],
+                        "anomaly": "up",
+                        "min_change": 0.1,
+                    }
+                ],
+            },
+        ]
+    }
 
 
 def default_rules() -> list[Rule]:
@@ -305,6 +404,8 @@ def default_rules_yaml() -> str:
     """The built-in rules as a YAML file, a starting point for ``alert_rules: FILE``."""
     import yaml
 
-    head = ("# otel-rl alert rules (the built-in defaults). Use with otel_rl.init(alert_rules=\"this.yaml\") or\n"
-            "# OTEL_RL_ALERT_RULES=this.yaml. Metrics and attributes are registry names (docs/semconv/).\n")
+    head = (
+        '# otel-rl alert rules (the built-in defaults). Use with otel_rl.init(alert_rules="this.yaml") or\n'
+        "# OTEL_RL_ALERT_RULES=this.yaml. Metrics and attributes are registry names (docs/semconv/).\n"
+    )
     return head + yaml.safe_dump(_default_rules_data(), sort_keys=False, width=110)

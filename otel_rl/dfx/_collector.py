@@ -142,12 +142,13 @@ class StepStats:
         if slot[0] == "host":
             return slot[1]
         _, key, offset, length, was_scalar = slot
-        chunk = host[key][offset:offset + length]
+        chunk = host[key][offset : offset + length]
         return float(chunk[0]) if was_scalar else chunk.astype(np.float64, copy=False)
 
     def _safely(self, fn: Callable[[], None]) -> None:
         try:
             fn()
         except Exception as exc:  # telemetry must never break training
-            self.report_once(f"flush:{type(exc).__name__}:{exc}", "otel-rl dfx: a metric could not be recorded: %r", exc,
-                             level=logging.WARNING)
+            self.report_once(
+                f"flush:{type(exc).__name__}:{exc}", "otel-rl dfx: a metric could not be recorded: %r", exc, level=logging.WARNING
+            )

@@ -148,8 +148,10 @@ def _weights(n: int, like: Any) -> tuple[Any, Any]:
         torch = loaded_torch()
         if len(_weights_cache) > 64:
             _weights_cache.clear()
-        found = _weights_cache[key] = (torch.ones(n, dtype=like.dtype, device=like.device),
-                                       torch.arange(1, n + 1, dtype=like.dtype, device=like.device))
+        found = _weights_cache[key] = (
+            torch.ones(n, dtype=like.dtype, device=like.device),
+            torch.arange(1, n + 1, dtype=like.dtype, device=like.device),
+        )
     return found
 
 

@@ -58,18 +58,10 @@ def response_mask_ratio(stats: StepStats, stage: str, response_mask: Any) -> Non
     size = T.numel(response_mask)
     if size == 0:
         return
-    stats.defer([T.total(response_mask)],
-                lambda v: stats.record(M.RL_RESPONSE_MASK_RATIO, v[0] / size, {A.RL_STAGE: stage}))
+    stats.defer([T.total(response_mask)], lambda v: stats.record(M.RL_RESPONSE_MASK_RATIO, v[0] / size, {A.RL_STAGE: stage}))
 
 
-def token_alignment(
-    stats: StepStats,
-    stage: str,
-    response_mask: Any,
-    *,
-    logprobs: Any = None,
-    response_lengths: Any = None,
-) -> None:
+def token_alignment(stats: StepStats, stage: str, response_mask: Any, *, logprobs: Any = None, response_lengths: Any = None) -> None:
     """Count samples whose tokens, mask and log-probs disagree -> ``rl.batch.token_misaligned``.
 
     response_mask: [B, R], 1 on the response tokens the stage trains on.
@@ -206,8 +198,10 @@ class Mismatch:
             got, want = "different sample ids", "the first ids"
         else:
             got, want = f"{self.shape} {self.dtype}", f"{exp.shape} {exp.dtype}"
-        return (f"batch {self.batch}: tensor {self.name!r} is {got} at {self.stage} (rank {self.rank}) "
-                f"but was {want} at {exp.stage} (rank {exp.rank})")
+        return (
+            f"batch {self.batch}: tensor {self.name!r} is {got} at {self.stage} (rank {self.rank}) "
+            f"but was {want} at {exp.stage} (rank {exp.rank})"
+        )
 
 
 class ShapeLedgerMismatch(Exception):
@@ -235,15 +229,7 @@ class ShapeLedger:
         self.mismatches: deque[Mismatch] = deque(maxlen=keep_mismatches)
         self._report_once = ReportOnce(logger)
 
-    def record(
-        self,
-        batch: Hashable,
-        stage: str,
-        tensors: Mapping[str, Any],
-        *,
-        sample_ids: Any = None,
-        rank: int | None = None,
-    ) -> None:
+    def record(self, batch: Hashable, stage: str, tensors: Mapping[str, Any], *, sample_ids: Any = None, rank: int | None = None) -> None:
         """Note the batch's tensors as ``stage`` (and ``rank``) sees them; compare with the ledger."""
         book = self._book(batch)
         stats = self.stats
@@ -286,8 +272,7 @@ class ShapeLedger:
         """True when shape and dtype agree; else counts and reports the mismatch."""
         what = "shape" if entry.shape != reference.shape else "dtype" if entry.dtype != reference.dtype else None
         if what is not None:
-            self._mismatch(Mismatch(batch, entry.name, reference, entry.stage, entry.rank, entry.shape, entry.dtype,
-                                    entry.checksum, what))
+            self._mismatch(Mismatch(batch, entry.name, reference, entry.stage, entry.rank, entry.shape, entry.dtype, entry.checksum, what))
         return what is None
 
     def _on_checksum(self, batch: Hashable, reference: LedgerEntry, entry: LedgerEntry, value: float) -> None:
@@ -300,8 +285,7 @@ class ShapeLedger:
         a, b = reference.checksum, entry.checksum
         if a is None or b is None or _same_checksum(a, b):
             return
-        self._mismatch(Mismatch(batch, entry.name, reference, entry.stage, entry.rank, entry.shape, entry.dtype, b,
-                                "checksum"))
+        self._mismatch(Mismatch(batch, entry.name, reference, entry.stage, entry.rank, entry.shape, entry.dtype, b, "checksum"))
 
     def _record_ids(self, batch: Hashable, stage: str, ids: Any) -> None:
         first = self._ids.setdefault(batch, ids)
@@ -315,8 +299,7 @@ class ShapeLedger:
         self._report_once(key, "%s", text)  # every mismatch is counted; each kind is logged once
         span = trace.get_current_span()
         if span.is_recording():
-            span.record_exception(ShapeLedgerMismatch(text),
-                                  attributes={A.RL_TENSOR_NAME: mismatch.name, A.RL_STAGE: mismatch.stage})
+            span.record_exception(ShapeLedgerMismatch(text), attributes={A.RL_TENSOR_NAME: mismatch.name, A.RL_STAGE: mismatch.stage})
 
 
 def _same_checksum(a: float, b: float) -> bool:

@@ -39,9 +39,10 @@ def lengths(
     leaves the per-sample arrays to a caller that records them itself.
     """
     if prompt_lengths is not None and T.numel(prompt_lengths):
-        stats.defer([T.as_vector(prompt_lengths)],
-                    lambda v: _distribution(stats, v[0], M.RL_SAMPLE_PROMPT_LENGTH if histograms else None,
-                                              M.RL_PROMPT_LENGTH))
+        stats.defer(
+            [T.as_vector(prompt_lengths)],
+            lambda v: _distribution(stats, v[0], M.RL_SAMPLE_PROMPT_LENGTH if histograms else None, M.RL_PROMPT_LENGTH),
+        )
     clip_limit = None if truncated is not None else max_response_length
     if response_lengths is not None and T.numel(response_lengths):
         stats.defer([T.as_vector(response_lengths)], lambda v: _responses(stats, v[0], clip_limit, histograms))
@@ -95,6 +96,5 @@ def _rewards(stats: StepStats, values: np.ndarray, histogram: bool, statistics: 
         stats.record(M.RL_SAMPLE_REWARD, values)
     finite = values[np.isfinite(values)]
     if statistics and finite.size:
-        for stat, value in ((_STAT.MEAN, finite.mean()), (_STAT.MAX, finite.max()), (_STAT.MIN, finite.min()),
-                            (_STAT.STD, finite.std())):
+        for stat, value in ((_STAT.MEAN, finite.mean()), (_STAT.MAX, finite.max()), (_STAT.MIN, finite.min()), (_STAT.STD, finite.std())):
             stats.record(M.RL_REWARD, float(value), {A.RL_STATISTIC: stat.value})

@@ -71,21 +71,28 @@ def rank_balance(
     the margin exceeds ``straggler_margin``. Seconds and token counts, as host numbers or tensors
     (e.g. the output of ``all_gather``).
     """
-    given = {k: v for k, v in (("tokens", tokens), ("active", active_time), ("idle", idle_time),
-                               ("comm", communication_time)) if v is not None}
+    given = {
+        k: v for k, v in (("tokens", tokens), ("active", active_time), ("idle", idle_time), ("comm", communication_time)) if v is not None
+    }
     names = list(given)
-    stats.defer([_vector(v) for v in given.values()],
-                lambda v: _record_balance(stats, dict(zip(names, v)), step_time, ranks, straggler_margin))
+    stats.defer(
+        [_vector(v) for v in given.values()], lambda v: _record_balance(stats, dict(zip(names, v)), step_time, ranks, straggler_margin)
+    )
 
 
-def _record_balance(stats: StepStats, values: dict[str, Any], step_time: float | None,
-                    ranks: Sequence[int] | None, straggler_margin: float) -> None:
+def _record_balance(
+    stats: StepStats, values: dict[str, Any], step_time: float | None, ranks: Sequence[int] | None, straggler_margin: float
+) -> None:
     values = {k: np.atleast_1d(np.asarray(v, dtype=np.float64)) for k, v in values.items()}
     tokens = values.get("tokens")
     if tokens is not None and tokens.size:
         _per_rank(stats, M.RL_RANK_TOKENS, tokens, ranks)
-        for stat, value in ((_STAT.MIN, tokens.min()), (_STAT.MAX, tokens.max()), (_STAT.MEAN, tokens.mean()),
-                            (_STAT.MINMAX_DIFF, tokens.max() - tokens.min())):
+        for stat, value in (
+            (_STAT.MIN, tokens.min()),
+            (_STAT.MAX, tokens.max()),
+            (_STAT.MEAN, tokens.mean()),
+            (_STAT.MINMAX_DIFF, tokens.max() - tokens.min()),
+        ):
             stats.record(M.RL_RANK_TOKENS, float(value), {A.RL_STATISTIC: stat.value})
     if "comm" in values:
         _per_rank(stats, M.RL_RANK_COMMUNICATION_TIME, values["comm"], ranks)
@@ -103,8 +110,11 @@ def _record_balance(stats: StepStats, values: dict[str, Any], step_time: float |
     stats.record(M.RL_STRAGGLER_MARGIN, straggler.margin)
     emit = getattr(stats.tel, "event", None)
     if active.size > 1 and straggler.margin > straggler_margin and callable(emit):
-        emit(N.RL_STRAGGLER_EVENT, {"active_time_s": straggler.active_time, "median_active_time_s": float(np.median(active)),
-                                    "margin": straggler.margin}, {A.RL_MEASURED_RANK: straggler.rank})
+        emit(
+            N.RL_STRAGGLER_EVENT,
+            {"active_time_s": straggler.active_time, "median_active_time_s": float(np.median(active)), "margin": straggler.margin},
+            {A.RL_MEASURED_RANK: straggler.rank},
+        )
 
 
 def find_straggler(active_time: Sequence[float] | Any, ranks: Sequence[int] | None = None) -> Straggler:

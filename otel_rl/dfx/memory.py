@@ -44,8 +44,9 @@ def fragmentation(
     if allocated is None or reserved is None:
         cuda = _cuda()
         if cuda is None:
-            stats.report_once("memory:cuda", "otel-rl dfx: no initialized CUDA device; GPU memory fragmentation and "
-                                             "activation peak are absent")
+            stats.report_once(
+                "memory:cuda", "otel-rl dfx: no initialized CUDA device; GPU memory fragmentation and activation peak are absent"
+            )
             return None
         index = cuda.current_device() if device is None else int(device)
         allocated, reserved, device = cuda.memory_allocated(index), cuda.memory_reserved(index), index
@@ -57,8 +58,7 @@ def fragmentation(
     return ratio
 
 
-def record_activation_peak(stats: StepStats, peak_bytes: float, *, stage: str | None = None,
-                           device: str | int | None = None) -> None:
+def record_activation_peak(stats: StepStats, peak_bytes: float, *, stage: str | None = None, device: str | int | None = None) -> None:
     """``rl.gpu.memory.activation_peak{rl.stage, hw.id}`` from a number the caller measured."""
     stats.record(M.RL_GPU_MEMORY_ACTIVATION_PEAK, max(0.0, float(peak_bytes)), _attrs(stage=stage, device=device))
 
@@ -101,11 +101,11 @@ def _first_key(metrics: Mapping[str, float], infix: str, moments: Sequence[str],
 # Keys read from an inference engine's stats dict, in order of preference.
 # Fraction of the KV cache in use (0..1):
 KV_USAGE_KEYS = (
-    "kv_cache_usage",       # vLLM V1 SchedulerStats.kv_cache_usage
-    "gpu_cache_usage",      # vLLM V1 before the rename (SchedulerStats.gpu_cache_usage)
+    "kv_cache_usage",  # vLLM V1 SchedulerStats.kv_cache_usage
+    "gpu_cache_usage",  # vLLM V1 before the rename (SchedulerStats.gpu_cache_usage)
     "gpu_cache_usage_sys",  # vLLM V0 engine Stats.gpu_cache_usage_sys
     "gpu_cache_usage_perc",  # vLLM's Prometheus gauge vllm:gpu_cache_usage_perc (a 0..1 fraction despite the name)
-    "token_usage",          # SGLang scheduler / get_server_info: share of the KV token pool in use
+    "token_usage",  # SGLang scheduler / get_server_info: share of the KV token pool in use
 )
 
 
@@ -133,8 +133,9 @@ def kv_cache_capacity_bytes(engine_stats: Mapping[str, Any]) -> float | None:
     return None
 
 
-def kv_cache(stats: StepStats, samples: Mapping[str, Any] | Sequence[Mapping[str, Any]], *,
-             device: str | int | None = None) -> dict[str, float]:
+def kv_cache(
+    stats: StepStats, samples: Mapping[str, Any] | Sequence[Mapping[str, Any]], *, device: str | int | None = None
+) -> dict[str, float]:
     """KV-cache utilization and peak of the rollout engine over the step.
 
     samples: one or several stats dicts taken during the rollout (see ``KV_USAGE_KEYS`` and

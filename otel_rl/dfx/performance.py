@@ -181,8 +181,11 @@ def mfu(
     """
     peak = peak_flops or _env_peak() or peak_flops_for(device_name or current_device_name())
     if not peak or seconds <= 0:
-        stats.report_once("mfu:peak", "otel-rl dfx: no peak FLOP/s for device %r; rl.mfu is absent (pass peak_flops=)",
-                          device_name or current_device_name())
+        stats.report_once(
+            "mfu:peak",
+            "otel-rl dfx: no peak FLOP/s for device %r; rl.mfu is absent (pass peak_flops=)",
+            device_name or current_device_name(),
+        )
         return
     lens = T.as_vector(seq_lens)
     sums = [T.total(lens), T.total(lens * lens)]
@@ -205,6 +208,7 @@ def _env_peak() -> float | None:
 
 # --------------------------------------------------------------------------------------------
 # SM activity
+
 
 class SmActivityProbe:
     """SM activity (SMA) per GPU from NVML GPU performance monitoring (Hopper and later).
@@ -299,6 +303,7 @@ def record_sm_activity(stats: StepStats, by_device: Mapping[str, float]) -> None
 # --------------------------------------------------------------------------------------------
 # Pipeline bubble
 
+
 class StepTimeline:
     """Busy intervals of each cluster within one step, for the pipeline bubble.
 
@@ -379,8 +384,7 @@ def _union_length(intervals: list[tuple[float, float]], lo: float | None, hi: fl
     return covered
 
 
-def pipeline_bubble(stats: StepStats, timeline: StepTimeline, *, start: float | None = None,
-                    end: float | None = None) -> dict[str, float]:
+def pipeline_bubble(stats: StepStats, timeline: StepTimeline, *, start: float | None = None, end: float | None = None) -> dict[str, float]:
     """Record each cluster's idle share of the step -> ``rl.pipeline.bubble_ratio{rl.cluster}``."""
     ratios = timeline.bubble_ratios(start, end)
     for cluster, ratio in ratios.items():

@@ -61,8 +61,9 @@ class GuardedReward(Generic[R]):
             self._stats.add(M.RL_REWARD_EXCEPTIONS, 1, self._attrs)
             if type(exc) not in self._logged:
                 self._logged.add(type(exc))
-                logger.warning("otel-rl dfx: reward function %r raised %r; scored %r (counted in rl.reward.exceptions)",
-                               self.name, exc, self.default)
+                logger.warning(
+                    "otel-rl dfx: reward function %r raised %r; scored %r (counted in rl.reward.exceptions)", self.name, exc, self.default
+                )
             return self.default
 
 

@@ -149,8 +149,12 @@ def record_requests(stats: StepStats, outputs: Iterable[Any], *, timeout_s: floa
                 timed_out += 1
             elif reason in _FAILED:
                 aborted += 1
-    out = {"abort_ratio": aborted / completions, "timeout_ratio": timed_out / completions,
-           "prompt_tokens": float(prompt), "output_tokens": float(generated)}
+    out = {
+        "abort_ratio": aborted / completions,
+        "timeout_ratio": timed_out / completions,
+        "prompt_tokens": float(prompt),
+        "output_tokens": float(generated),
+    }
     stats.record(M.RL_ROLLOUT_ABORT_RATIO, out["abort_ratio"])
     stats.record(M.RL_ROLLOUT_TIMEOUT_RATIO, out["timeout_ratio"])
     return out

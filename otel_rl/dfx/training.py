@@ -27,12 +27,7 @@ _LOSS_TYPES = tuple(t.value for t in A.RlLossTypeValues)
 
 
 def logprob_stage(
-    stats: StepStats,
-    stage: str,
-    logprobs: Any,
-    response_mask: Any = None,
-    *,
-    micro_batch_tokens: Sequence[Any] | None = None,
+    stats: StepStats, stage: str, logprobs: Any, response_mask: Any = None, *, micro_batch_tokens: Sequence[Any] | None = None
 ) -> None:
     """Metrics of an old / ref log-prob stage.
 
@@ -48,8 +43,7 @@ def logprob_stage(
         response_mask_ratio(stats, stage, response_mask)
     if micro_batch_tokens:
         attrs = {A.RL_STAGE: stage}
-        stats.defer(list(micro_batch_tokens),
-                    lambda v: stats.record(M.RL_LOGPROB_MICRO_BATCH_TOKENS, [float(x) for x in v], attrs))
+        stats.defer(list(micro_batch_tokens), lambda v: stats.record(M.RL_LOGPROB_MICRO_BATCH_TOKENS, [float(x) for x in v], attrs))
 
 
 def grad_norm(stats: StepStats, value: Any, *, role: str = A.RlModelRoleValues.ACTOR.value) -> None:
@@ -156,8 +150,9 @@ class ComputeTimer:
         for name, seconds in totals.items():
             self.stats.record(M.RL_COMPUTE_DURATION, [seconds], {A.RL_COMPUTE_OP: name, A.RL_STAGE: self.stage})
         if _COMMUNICATION in totals:
-            self.stats.record(M.RL_RANK_COMMUNICATION_TIME, totals[_COMMUNICATION],
-                              {A.RL_MEASURED_RANK: int(getattr(self.stats.tel, "rank", 0) or 0)})
+            self.stats.record(
+                M.RL_RANK_COMMUNICATION_TIME, totals[_COMMUNICATION], {A.RL_MEASURED_RANK: int(getattr(self.stats.tel, "rank", 0) or 0)}
+            )
 
 
 def _wants_cuda_events(device: Any) -> bool:

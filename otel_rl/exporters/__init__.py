@@ -4,16 +4,6 @@ The run folder files (``traces.jsonl``, ``metrics.jsonl``, ``logs.jsonl``) are O
 the format of the OpenTelemetry Collector's ``file`` exporter, written by the classes below.
 """
 
-from otel_rl.exporters.otlp_json import (
-    OtlpJsonLogExporter,
-    OtlpJsonMetricExporter,
-    OtlpJsonSpanExporter,
-    to_otlp_json,
-)
+from otel_rl.exporters.otlp_json import OtlpJsonLogExporter, OtlpJsonMetricExporter, OtlpJsonSpanExporter, to_otlp_json
 
-__all__ = [
-    "OtlpJsonLogExporter",
-    "OtlpJsonMetricExporter",
-    "OtlpJsonSpanExporter",
-    "to_otlp_json",
-]
+__all__ = ["OtlpJsonLogExporter", "OtlpJsonMetricExporter", "OtlpJsonSpanExporter", "to_otlp_json"]

@@ -25,13 +25,7 @@ from opentelemetry.sdk.metrics.export import AggregationTemporality, MetricExpor
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from otel_rl.exporters.otlp_json_encoders import (
-    FloatBody,
-    logs_to_otlp_json,
-    metrics_to_otlp_json,
-    spans_to_otlp_json,
-    to_otlp_json,
-)
+from otel_rl.exporters.otlp_json_encoders import FloatBody, logs_to_otlp_json, metrics_to_otlp_json, spans_to_otlp_json, to_otlp_json
 
 __all__ = [
     "FloatBody",
@@ -174,22 +168,14 @@ class OtlpJsonMetricExporter(MetricExporter):
         preferred_temporality: dict[type, AggregationTemporality] | None = None,
         preferred_aggregation: dict[type, Any] | None = None,
     ) -> None:
-        super().__init__(
-            preferred_temporality=preferred_temporality,
-            preferred_aggregation=preferred_aggregation,
-        )
+        super().__init__(preferred_temporality=preferred_temporality, preferred_aggregation=preferred_aggregation)
         self._out = _JsonLinesFile(path, "metrics")
 
     @property
     def path(self) -> str:
         return self._out.path
 
-    def export(
-        self,
-        metrics_data: MetricsData,
-        timeout_millis: float = 10_000,
-        **kwargs: Any,
-    ) -> MetricExportResult:
+    def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any) -> MetricExportResult:
         def make_line() -> str | None:
             if metrics_data is None or not metrics_data.resource_metrics:
                 return None
@@ -229,4 +215,3 @@ class OtlpJsonLogExporter(LogRecordExporter):
 
     def shutdown(self) -> None:
         self._out.close()
-

@@ -29,13 +29,7 @@ from opentelemetry.sdk._logs import ReadableLogRecord
 from opentelemetry.sdk.metrics.export import Gauge, Histogram, MetricsData, Sum
 from opentelemetry.sdk.trace import ReadableSpan
 
-__all__ = [
-    "FloatBody",
-    "logs_to_otlp_json",
-    "metrics_to_otlp_json",
-    "spans_to_otlp_json",
-    "to_otlp_json",
-]
+__all__ = ["FloatBody", "logs_to_otlp_json", "metrics_to_otlp_json", "spans_to_otlp_json", "to_otlp_json"]
 
 # Every bytes field of the OTLP protos that OTLP/JSON writes as hex. The keys of the dicts that
 # MessageToDict produces are always proto field names (attributes are lists of {"key","value"}),
@@ -63,11 +57,7 @@ def _ids_to_hex(obj: Any) -> None:
 
 def to_otlp_json(message: Message) -> str:
     """One OTLP protobuf message as a compact OTLP/JSON string (no trailing newline)."""
-    as_dict = json_format.MessageToDict(
-        message,
-        use_integers_for_enums=True,
-        preserving_proto_field_name=False,
-    )
+    as_dict = json_format.MessageToDict(message, use_integers_for_enums=True, preserving_proto_field_name=False)
     _ids_to_hex(as_dict)
     return json.dumps(as_dict, separators=(",", ":"), ensure_ascii=False)
 
@@ -138,8 +128,10 @@ def _scope(scope: Any) -> dict[str, Any]:
 
 def _resource_entry(resource: Any, scopes_field: str, scopes: list[Any]) -> dict[str, Any]:
     """One ResourceLogs / ResourceMetrics entry: the resource, its scopes, its schema URL."""
-    entry: dict[str, Any] = {"resource": {"attributes": _attributes(resource.attributes)} if resource.attributes else {},
-                             scopes_field: scopes}
+    entry: dict[str, Any] = {
+        "resource": {"attributes": _attributes(resource.attributes)} if resource.attributes else {},
+        scopes_field: scopes,
+    }
     if resource.schema_url:
         entry["schemaUrl"] = resource.schema_url
     return entry
@@ -183,8 +175,9 @@ def _group(grouped: dict[Any, Any], by_id: dict[int, Any], resource: Any) -> dic
     return group
 
 
-def _resources(grouped: dict[Any, dict[Any, list[dict[str, Any]]]], scopes_field: str, items_field: str, *,
-               scope_always: bool) -> list[dict[str, Any]]:
+def _resources(
+    grouped: dict[Any, dict[Any, list[dict[str, Any]]]], scopes_field: str, items_field: str, *, scope_always: bool
+) -> list[dict[str, Any]]:
     """The ResourceLogs / ResourceSpans entries of records grouped by resource, then scope. The
     SDK's log encoder writes a scope message even without a scope, its span encoder does not."""
     out = []
@@ -480,8 +473,10 @@ def metrics_to_otlp_json(metrics_data: MetricsData) -> str:
         for resource_metrics in metrics_data.resource_metrics:
             scopes = grouped[resource_metrics.resource] = {}
             for scope_metrics in resource_metrics.scope_metrics:
-                entry: dict[str, Any] = {"scope": _scope(scope_metrics.scope),
-                                         "metrics": [_metric(m, cache) for m in scope_metrics.metrics]}
+                entry: dict[str, Any] = {
+                    "scope": _scope(scope_metrics.scope),
+                    "metrics": [_metric(m, cache) for m in scope_metrics.metrics],
+                }
                 if scope_metrics.scope.schema_url:
                     entry["schemaUrl"] = scope_metrics.scope.schema_url
                 scopes[scope_metrics.scope] = entry  # type: ignore[assignment]

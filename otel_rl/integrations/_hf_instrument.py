@@ -38,8 +38,7 @@ def attach_to_new_trainers(factory: CallbackFactory, pip_extra: str) -> Callable
     try:
         from transformers import Trainer
     except ImportError as exc:
-        raise ImportError(f"otel-rl's trainer instrumentation needs transformers: pip install 'otel-rl[{pip_extra}]'"
-                          ) from exc
+        raise ImportError(f"otel-rl's trainer instrumentation needs transformers: pip install 'otel-rl[{pip_extra}]'") from exc
     with _lock:
         if not _factories:
             _wrap_init(Trainer)
@@ -91,5 +90,8 @@ def _attach(trainer: Any) -> None:
     except Exception:  # building the trainer goes on without telemetry
         if "attach" not in _reported:
             _reported.add("attach")
-            logger.warning("otel-rl: could not add the otel-rl callback to a %s; it trains without it (reported once)",
-                           type(trainer).__name__, exc_info=True)
+            logger.warning(
+                "otel-rl: could not add the otel-rl callback to a %s; it trains without it (reported once)",
+                type(trainer).__name__,
+                exc_info=True,
+            )

@@ -466,8 +466,7 @@ class StepTracer:
 def _report(what: str, seen: set[str]) -> None:
     if what not in seen:
         seen.add(what)
-        logger.warning("otel-rl: the Trainer callback failed in %s; training goes on (reported once)", what,
-                       exc_info=True)
+        logger.warning("otel-rl: the Trainer callback failed in %s; training goes on (reported once)", what, exc_info=True)
 
 
 # --------------------------------------------------------------------------------------------------

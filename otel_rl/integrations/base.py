@@ -104,8 +104,12 @@ def version_satisfies(version: str, specifier: str) -> bool:
 
 
 _COMPARE: dict[str, Callable[[tuple[int, ...], tuple[int, ...]], bool]] = {
-    ">=": lambda a, b: a >= b, ">": lambda a, b: a > b, "<=": lambda a, b: a <= b, "<": lambda a, b: a < b,
-    "==": lambda a, b: a == b, "!=": lambda a, b: a != b,
+    ">=": lambda a, b: a >= b,
+    ">": lambda a, b: a > b,
+    "<=": lambda a, b: a <= b,
+    "<": lambda a, b: a < b,
+    "==": lambda a, b: a == b,
+    "!=": lambda a, b: a != b,
 }
 
 
@@ -270,8 +274,11 @@ class Instrumentor(ABC):
         name = type(self).__name__
         with self._lock:
             if self._is_instrumented and not self._on_import:
-                logger.warning("otel-rl: %s is already instrumented; instrument() does nothing "
-                               "(call uninstrument() first to instrument with other options)", name)
+                logger.warning(
+                    "otel-rl: %s is already instrumented; instrument() does nothing "
+                    "(call uninstrument() first to instrument with other options)",
+                    name,
+                )
                 return
             if not skip_dep_check:
                 conflict = self._check_dependency_conflicts()
@@ -317,7 +324,4 @@ class Instrumentor(ABC):
             self._is_instrumented = self._on_import = False
 
 
-__all__ = [
-    "DependencyConflict", "DependencyConflictError", "Instrumentor", "Patches", "get_dependency_conflicts",
-    "version_satisfies",
-]
+__all__ = ["DependencyConflict", "DependencyConflictError", "Instrumentor", "Patches", "get_dependency_conflicts", "version_satisfies"]

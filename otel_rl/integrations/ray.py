@@ -66,8 +66,7 @@ def remote(method: Any, *args: Any, **kwargs: Any) -> Any:
     return method.remote(*args, **kwargs, **{CONTEXT_KWARG: carrier()})
 
 
-def worker_env(rank: int | None = None, *, world_size: int | None = None,
-               telemetry: otel_rl.Telemetry | None = None) -> dict[str, str]:
+def worker_env(rank: int | None = None, *, world_size: int | None = None, telemetry: otel_rl.Telemetry | None = None) -> dict[str, str]:
     """Environment for a Ray worker's ``runtime_env={"env_vars": ...}``: the driver's run id,
     service, framework and destination (OTLP endpoint or run folder), plus the worker's rank.
 

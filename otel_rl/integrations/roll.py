@@ -79,8 +79,10 @@ class OtelTracker:
     def __init__(self, config: Mapping[str, Any] | None = None, **tracker_kwargs: Any) -> None:
         unknown = sorted(set(tracker_kwargs) - OPTIONS)
         if unknown:
-            raise TypeError(f"unknown tracker_kwargs for the {TRACKER_NAME!r} tracker: {', '.join(unknown)}; "
-                            f"accepted: the keyword options of otel_rl.init() ({', '.join(sorted(OPTIONS))})")
+            raise TypeError(
+                f"unknown tracker_kwargs for the {TRACKER_NAME!r} tracker: {', '.join(unknown)}; "
+                f"accepted: the keyword options of otel_rl.init() ({', '.join(sorted(OPTIONS))})"
+            )
         self.config = config
         self.options = dict(tracker_kwargs)
         self._telemetry: otel_rl.Telemetry | None = None
@@ -147,8 +149,13 @@ class OtelTracker:
     def _report(self, what: str, why: str | None = None) -> None:
         if what not in self._reported:
             self._reported.add(what)
-            logger.warning("otel-rl: the ROLL %r tracker failed in %s%s; later calls go on (reported once)",
-                           TRACKER_NAME, what, f": {why}" if why else "", exc_info=why is None)
+            logger.warning(
+                "otel-rl: the ROLL %r tracker failed in %s%s; later calls go on (reported once)",
+                TRACKER_NAME,
+                what,
+                f": {why}" if why else "",
+                exc_info=why is None,
+            )
 
 
 def register() -> bool:
@@ -170,8 +177,7 @@ def _tracker_registry() -> MutableMapping[str, Any]:
     try:
         tracking = importlib.import_module("roll.utils.tracking")
     except Exception as exc:  # ROLL's import pulls torch and its own dependencies
-        raise ImportError(f"ROLL is installed but roll.utils.tracking could not be imported "
-                          f"({type(exc).__name__}: {exc})") from exc
+        raise ImportError(f"ROLL is installed but roll.utils.tracking could not be imported ({type(exc).__name__}: {exc})") from exc
     registry = getattr(tracking, "tracker_registry", None)
     if not isinstance(registry, dict):
         raise ImportError("roll.utils.tracking has no tracker_registry dict: not a ROLL version otel-rl knows")

@@ -68,8 +68,7 @@ class OtelRLSwiftCallback(HFCallbackMixin, TrainerCallback):
 
     framework = FRAMEWORK
 
-    def __init__(self, args: Any = None, trainer: Any = None, *, main_process_only: bool = False,
-                 **init_kwargs: Any) -> None:
+    def __init__(self, args: Any = None, trainer: Any = None, *, main_process_only: bool = False, **init_kwargs: Any) -> None:
         self.args = args  # as ms-swift's own TrainerCallback base keeps it
         self._otel_setup(trainer, main_process_only, **init_kwargs)
 
@@ -123,8 +122,9 @@ class SwiftInstrumentor(Instrumentor):
         # 4.x: --callbacks and callbacks_map; 3.x: swift.plugin.extra_callbacks (the swift extra's floor).
         return ("ms-swift >= 3.0",)
 
-    def _instrument(self, *, callback_name: str = CALLBACK_NAME, attach_to_trainers: bool = True,
-                    main_process_only: bool = False, **init_kwargs: Any) -> None:
+    def _instrument(
+        self, *, callback_name: str = CALLBACK_NAME, attach_to_trainers: bool = True, main_process_only: bool = False, **init_kwargs: Any
+    ) -> None:
         callbacks_map = _callbacks_map()
         if callbacks_map is not None:
             # ms-swift builds it as callbacks_map[name](args, trainer): the options ride along.
@@ -133,6 +133,7 @@ class SwiftInstrumentor(Instrumentor):
                 factory = functools.partial(OtelRLSwiftCallback, main_process_only=main_process_only, **init_kwargs)
             self.patches.set_item(callbacks_map, callback_name, factory)
             if attach_to_trainers:
+
                 def callback_for(trainer: Any) -> OtelRLSwiftCallback:
                     return factory(getattr(trainer, "args", None), trainer)
 
@@ -140,8 +141,10 @@ class SwiftInstrumentor(Instrumentor):
             return
         extra_callbacks = _extra_callbacks()
         if extra_callbacks is None:
-            raise ImportError("otel_rl.integrations.swift found neither ms-swift 4.x's swift.callbacks.callbacks_map "
-                              "nor 3.x's swift.plugin.extra_callbacks: pip install 'otel-rl[swift]'")
+            raise ImportError(
+                "otel_rl.integrations.swift found neither ms-swift 4.x's swift.callbacks.callbacks_map "
+                "nor 3.x's swift.plugin.extra_callbacks: pip install 'otel-rl[swift]'"
+            )
         self.patches.append(extra_callbacks, OtelRLSwiftCallback(main_process_only=main_process_only, **init_kwargs))
 
 

@@ -49,9 +49,7 @@ from otel_rl.semconv import attributes as A
 try:
     from transformers import TrainerCallback
 except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise ImportError(
-        "otel_rl.integrations.trl needs transformers (and TRL for its stage spans): pip install 'otel-rl[trl]'"
-    ) from exc
+    raise ImportError("otel_rl.integrations.trl needs transformers (and TRL for its stage spans): pip install 'otel-rl[trl]'") from exc
 
 FRAMEWORK = A.RlFrameworkValues.TRL.value
 

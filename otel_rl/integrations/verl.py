@@ -62,9 +62,15 @@ class OtelBackend:
     (except ``ValueError`` in otel-rl's strict mode, which asks for exactly that).
     """
 
-    def __init__(self, project_name: str | None = None, experiment_name: str | None = None,
-                 config: Mapping[str, Any] | None = None, *, telemetry: otel_rl.Telemetry | None = None,
-                 reconstruct_spans: bool = True) -> None:
+    def __init__(
+        self,
+        project_name: str | None = None,
+        experiment_name: str | None = None,
+        config: Mapping[str, Any] | None = None,
+        *,
+        telemetry: otel_rl.Telemetry | None = None,
+        reconstruct_spans: bool = True,
+    ) -> None:
         self._reported: set[str] = set()
         self._reconstruct_spans = reconstruct_spans
         self._closed = False
@@ -120,8 +126,7 @@ class OtelBackend:
     def _report(self, what: str) -> None:
         if what not in self._reported:
             self._reported.add(what)
-            logger.warning("otel-rl: the verl %r backend failed in %s; later calls go on (reported once)",
-                           BACKEND, what, exc_info=True)
+            logger.warning("otel-rl: the verl %r backend failed in %s; later calls go on (reported once)", BACKEND, what, exc_info=True)
 
 
 def _finish_backend(tracking: Any) -> None:
@@ -137,8 +142,12 @@ def install() -> bool:
     try:
         from verl.utils import tracking  # noqa: F401 - imported here to report a broken verl
     except Exception as exc:  # verl's import pulls torch, ray, tensordict: any of them may fail
-        logger.warning("otel-rl: verl could not be imported (%s: %s); trainer.logger=[..., %r] is not "
-                       "available. pip install 'otel-rl[verl]'", type(exc).__name__, exc, BACKEND)
+        logger.warning(
+            "otel-rl: verl could not be imported (%s: %s); trainer.logger=[..., %r] is not available. pip install 'otel-rl[verl]'",
+            type(exc).__name__,
+            exc,
+            BACKEND,
+        )
         return False
     return VerlInstrumentor().instrument_on_import()
 
@@ -162,8 +171,9 @@ class VerlInstrumentor(Instrumentor):
         try:
             from verl.utils import tracking
         except Exception as exc:  # verl's import pulls torch, ray, tensordict: any of them may fail
-            raise ImportError(f"otel_rl.integrations.verl could not import verl ({type(exc).__name__}: {exc}): "
-                              "pip install 'otel-rl[verl]'") from exc
+            raise ImportError(
+                f"otel_rl.integrations.verl could not import verl ({type(exc).__name__}: {exc}): pip install 'otel-rl[verl]'"
+            ) from exc
         cls = tracking.Tracking
         if getattr(cls, _INSTALLED, False):
             # Wrapped by an earlier import of this module (one instrumentor per module object).
@@ -189,13 +199,15 @@ def _wrap_tracking(cls: Any, patches: Patches, reconstruct_spans: bool) -> None:
         backends = given.get("default_backend")
         names = [backends] if isinstance(backends, str) else list(backends or ())
         if BACKEND in names:
-            self.logger[BACKEND] = OtelBackend(given.get("project_name"), given.get("experiment_name"),
-                                               given.get("config"), reconstruct_spans=reconstruct_spans)
+            self.logger[BACKEND] = OtelBackend(
+                given.get("project_name"), given.get("experiment_name"), given.get("config"), reconstruct_spans=reconstruct_spans
+            )
 
     patches.replace(cls, "__init__", __init__)
 
     original_finish = cls.__dict__.get("finish")
     if original_finish is not None:
+
         @functools.wraps(original_finish)
         def finish(self: Any, *args: Any, **kwargs: Any) -> Any:
             try:

@@ -16,8 +16,20 @@ FRAMEWORK = A.RlFrameworkValues.VERL.value
 # The step-level marked_timer names of RayPPOTrainer.fit (verl/trainer/ppo/ray_trainer.py, 0.9.1), in
 # the order it runs them inside `step` (`ref` is str(Role.RefPolicy)). Other timing_s keys are parts
 # of these (generate_sequences, agent_loop/*, gen_max) or outside the step (start/stop_profile).
-STEP_TIMERS = ("gen", "reward", "old_log_prob", "ref", "values", "adv", "update_critic", "update_actor",
-               "save_checkpoint", "update_weights", "dump_rollout_generations", "testing")
+STEP_TIMERS = (
+    "gen",
+    "reward",
+    "old_log_prob",
+    "ref",
+    "values",
+    "adv",
+    "update_critic",
+    "update_actor",
+    "save_checkpoint",
+    "update_weights",
+    "dump_rollout_generations",
+    "testing",
+)
 TIMING_PREFIX = "timing_s/"
 
 

@@ -204,8 +204,7 @@ def _divergence(t: Timing) -> Rule:
         (Selector(M.RL_POLICY_KL), (label(A.RL_POLICY), label(A.RL_KL_ESTIMATOR))),
         (Selector(M.RL_LOSS, **{A.RL_LOSS_TYPE: A.RlLossTypeValues.KL.value}), (label(A.RL_MODEL_ROLE),)),
     ]
-    kl = _agg("max", "\n" + _indent(_either(_spike(s, ident, t, KL_FACTOR, KL_FLOOR, KL_QUANTILE)
-                                           for s, ident in kl_sources)) + "\n")
+    kl = _agg("max", "\n" + _indent(_either(_spike(s, ident, t, KL_FACTOR, KL_FLOOR, KL_QUANTILE) for s, ident in kl_sources)) + "\n")
     grad_sel = Selector(M.RL_GRAD_NORM, **{A.RL_MODEL_ROLE: A.RlModelRoleValues.ACTOR.value})
     grad = _spike(grad_sel, (), t, GRAD_NORM_FACTOR, GRAD_NORM_FLOOR, KL_QUANTILE)
     ent_sel = Selector(M.RL_POLICY_ENTROPY, **{A.RL_STATISTIC: A.RlStatisticValues.MEAN.value})
@@ -227,8 +226,10 @@ def _divergence(t: Timing) -> Rule:
         for_s=t.seconds(120),
         severity="critical",
         category="stability",
-        summary=("Run {{ $labels.rl_run_id }} ({{ $labels.service_name }}) is diverging: KL, grad norm and "
-                 "entropy are anomalous together (KL now {{ $value | humanize }})"),
+        summary=(
+            "Run {{ $labels.rl_run_id }} ({{ $labels.service_name }}) is diverging: KL, grad norm and "
+            "entropy are anomalous together (KL now {{ $value | humanize }})"
+        ),
         description=(
             f"Within the last {recent}, all three against the run's own baseline (the {baseline} before): "
             f"KL ({metric(M.RL_POLICY_KL)}, or {kl_sources[1][0]}) rose above {KL_FACTOR}x its p{int(KL_QUANTILE * 100)} "
@@ -236,10 +237,13 @@ def _divergence(t: Timing) -> Rule:
             f"p{int(KL_QUANTILE * 100)} and above {_number(GRAD_NORM_FLOOR)}; the mean token entropy ({ent_sel}) "
             f"fell below 1/{ENTROPY_FACTOR} of its median or rose above {ENTROPY_FACTOR}x it, by more than "
             f"{_number(ENTROPY_MIN_CHANGE)}. One of them alone is often noise; together they are the "
-            "KL spike + gradient explosion + entropy collapse that precedes a reward and format collapse."),
-        runbook=("Snapshot the run and roll back to the last good checkpoint; raise the KL coefficient (beta) or use "
-                 "an adaptive KL, set or lower max_grad_norm, lower the learning rate or lengthen its warmup. The "
-                 "stability dashboard shows the three together; the spike step's trace shows what it ran."),
+            "KL spike + gradient explosion + entropy collapse that precedes a reward and format collapse."
+        ),
+        runbook=(
+            "Snapshot the run and roll back to the last good checkpoint; raise the KL coefficient (beta) or use "
+            "an adaptive KL, set or lower max_grad_norm, lower the learning rate or lengthen its warmup. The "
+            "stability dashboard shows the three together; the spike step's trace shows what it ran."
+        ),
     )
 
 
@@ -255,13 +259,19 @@ def _kl_threshold(t: Timing) -> Rule:
         for_s=t.seconds(60),
         severity="critical",
         category="stability",
-        summary=("Run {{ $labels.rl_run_id }} ({{ $labels.service_name }}): KL to the reference model is "
-                 "{{ $value | humanize }}, above " + str(KL_THRESHOLD)),
-        description=(f"The largest KL to the reference model in the last {window} ({ref}, or the KL loss {loss} "
-                     f"that ROLL and verl log) is above {KL_THRESHOLD}. Healthy runs stay around 0.01-5; "
-                     "in the analysed GRPO run KL 6-19 came with reward and format collapse."),
-        runbook=("Snapshot the run and roll back to a checkpoint before the spike; raise the KL coefficient (beta) "
-                 "or use an adaptive KL controller; lower the learning rate."),
+        summary=(
+            "Run {{ $labels.rl_run_id }} ({{ $labels.service_name }}): KL to the reference model is "
+            "{{ $value | humanize }}, above " + str(KL_THRESHOLD)
+        ),
+        description=(
+            f"The largest KL to the reference model in the last {window} ({ref}, or the KL loss {loss} "
+            f"that ROLL and verl log) is above {KL_THRESHOLD}. Healthy runs stay around 0.01-5; "
+            "in the analysed GRPO run KL 6-19 came with reward and format collapse."
+        ),
+        runbook=(
+            "Snapshot the run and roll back to a checkpoint before the spike; raise the KL coefficient (beta) "
+            "or use an adaptive KL controller; lower the learning rate."
+        ),
     )
 
 
@@ -276,13 +286,19 @@ def _clipped_threshold(t: Timing) -> Rule:
         for_s=t.seconds(60),
         severity="critical",
         category="data_quality",
-        summary=("Run {{ $labels.rl_run_id }} ({{ $labels.service_name }}): {{ $value | humanizePercentage }} "
-                 f"of responses hit the length limit ({sel}), above {CLIPPED_RATIO_THRESHOLD:.0%}"),
-        description=(f"The share of responses truncated at the maximum completion length ({sel}) exceeded "
-                     f"{_number(CLIPPED_RATIO_THRESHOLD)} in the last {window}. Truncated responses lose their format "
-                     "and reward; a rising share usually follows a policy shift (check KL)."),
-        runbook=("Snapshot and roll back if KL rose too; otherwise lower max_completion_length or penalise truncated "
-                 "responses in the reward, and add stop words / EOS handling."),
+        summary=(
+            "Run {{ $labels.rl_run_id }} ({{ $labels.service_name }}): {{ $value | humanizePercentage }} "
+            f"of responses hit the length limit ({sel}), above {CLIPPED_RATIO_THRESHOLD:.0%}"
+        ),
+        description=(
+            f"The share of responses truncated at the maximum completion length ({sel}) exceeded "
+            f"{_number(CLIPPED_RATIO_THRESHOLD)} in the last {window}. Truncated responses lose their format "
+            "and reward; a rising share usually follows a policy shift (check KL)."
+        ),
+        runbook=(
+            "Snapshot and roll back if KL rose too; otherwise lower max_completion_length or penalise truncated "
+            "responses in the reward, and add stop words / EOS handling."
+        ),
     )
 
 
@@ -302,14 +318,20 @@ def _inference_anomaly(t: Timing) -> Rule:
         for_s=t.seconds(300),
         severity="warning",
         category="rollout",
-        summary=("Run {{ $labels.rl_run_id }} ({{ $labels.service_name }}): rollout {{ $labels.signal }} rising "
-                 "(now {{ $value | humanizePercentage }})"),
-        description=(f"Averaged over the last {recent_w}, the rollout's abort ratio ({metric(M.RL_ROLLOUT_ABORT_RATIO)}), "
-                     f"timeout ratio ({metric(M.RL_ROLLOUT_TIMEOUT_RATIO)}) or response clip ratio "
-                     f"({metric(M.RL_RESPONSE_CLIPPED_RATIO)}) - the one in the signal label - rose by more than "
-                     f"{_number(RATIO_RISE_MIN)} and to over {_number(RATIO_RISE_FACTOR)}x its average in the {base_w} before."),
-        runbook=("Aborts / timeouts: check the inference engine (KV cache, preemption, request timeouts, a failing "
-                 "server). Clip ratio: responses getting longer; check KL and the length penalty."),
+        summary=(
+            "Run {{ $labels.rl_run_id }} ({{ $labels.service_name }}): rollout {{ $labels.signal }} rising "
+            "(now {{ $value | humanizePercentage }})"
+        ),
+        description=(
+            f"Averaged over the last {recent_w}, the rollout's abort ratio ({metric(M.RL_ROLLOUT_ABORT_RATIO)}), "
+            f"timeout ratio ({metric(M.RL_ROLLOUT_TIMEOUT_RATIO)}) or response clip ratio "
+            f"({metric(M.RL_RESPONSE_CLIPPED_RATIO)}) - the one in the signal label - rose by more than "
+            f"{_number(RATIO_RISE_MIN)} and to over {_number(RATIO_RISE_FACTOR)}x its average in the {base_w} before."
+        ),
+        runbook=(
+            "Aborts / timeouts: check the inference engine (KV cache, preemption, request timeouts, a failing "
+            "server). Clip ratio: responses getting longer; check KL and the length penalty."
+        ),
     )
 
 
@@ -329,13 +351,19 @@ def _batch_runaway(t: Timing) -> Rule:
         for_s=t.seconds(300),
         severity="warning",
         category="performance",
-        summary=("Run {{ $labels.rl_run_id }} ({{ $labels.service_name }}): tokens per step ({{ $labels.signal }}) "
-                 "jumped to {{ $value | humanize }}"),
-        description=(f"The average tokens per step over the last {recent_w} ({metric(M.RL_STEP_TOKENS)}, or the busiest "
-                     f"rank's {sources[1]}) is over {TOKENS_FACTOR}x the median of the {base_w} before and "
-                     f"{TOKENS_MIN_RISE} tokens more: dynamic batching is packing far more tokens per step."),
-        runbook=("Check the dynamic-batching limits (max tokens per micro batch / per GPU) and response lengths; "
-                 "expect step time and memory to follow (memory timeline dashboard)."),
+        summary=(
+            "Run {{ $labels.rl_run_id }} ({{ $labels.service_name }}): tokens per step ({{ $labels.signal }}) "
+            "jumped to {{ $value | humanize }}"
+        ),
+        description=(
+            f"The average tokens per step over the last {recent_w} ({metric(M.RL_STEP_TOKENS)}, or the busiest "
+            f"rank's {sources[1]}) is over {TOKENS_FACTOR}x the median of the {base_w} before and "
+            f"{TOKENS_MIN_RISE} tokens more: dynamic batching is packing far more tokens per step."
+        ),
+        runbook=(
+            "Check the dynamic-batching limits (max tokens per micro batch / per GPU) and response lengths; "
+            "expect step time and memory to follow (memory timeline dashboard)."
+        ),
     )
 
 
@@ -350,15 +378,18 @@ def _memory_risk(t: Timing) -> Rule:
     def gap(offset: str) -> str:
         # avg is linear, so the average gap is the average reserved minus the average allocated
         window = base_w if offset else recent_w
-        inner = (f"{_over('avg', reserved, window, offset=offset)}\n  - ignoring ({kind})\n"
-                 f"  {_over('avg', allocated, window, offset=offset)}")
+        inner = (
+            f"{_over('avg', reserved, window, offset=offset)}\n  - ignoring ({kind})\n  {_over('avg', allocated, window, offset=offset)}"
+        )
         return _agg("max", f"\n{_indent(inner, 2)}\n", device)
 
     now, base = gap(""), gap(recent_w)
     on = f"and on ({', '.join(device)})"
-    expr = (f"{_agg('max', _over('max', near, recent_w), device)} > {_number(MEMORY_NEAR_LIMIT)}\n"
-            f"{on}\n(\n{_indent(now)}\n  > {_number(GAP_FACTOR)} *\n{_indent(base)}\n)\n"
-            f"{on}\n(\n{_indent(now)}\n  > {GAP_MIN_RISE_BYTES} +\n{_indent(base)}\n)")
+    expr = (
+        f"{_agg('max', _over('max', near, recent_w), device)} > {_number(MEMORY_NEAR_LIMIT)}\n"
+        f"{on}\n(\n{_indent(now)}\n  > {_number(GAP_FACTOR)} *\n{_indent(base)}\n)\n"
+        f"{on}\n(\n{_indent(now)}\n  > {GAP_MIN_RISE_BYTES} +\n{_indent(base)}\n)"
+    )
     return Rule(
         alert="RLGPUMemoryRisk",
         uid="otel-rl-gpu-memory-risk",
@@ -366,16 +397,22 @@ def _memory_risk(t: Timing) -> Rule:
         for_s=t.seconds(300),
         severity="warning",
         category="memory",
-        summary=("Run {{ $labels.rl_run_id }} ({{ $labels.service_name }}): GPU {{ $labels.hw_id }} of rank "
-                 "{{ $labels.rl_rank }} on {{ $labels.host_name }} reserved {{ $value | humanizePercentage }} of its "
-                 "memory in {{ $labels.rl_cluster }}/{{ $labels.rl_stage }} while the allocated/reserved gap widens"),
-        description=(f"Peak reserved memory ({near}, the fraction of the device) exceeded "
-                     f"{MEMORY_NEAR_LIMIT:.0%} in the last {recent_w}, and the gap between reserved and allocated "
-                     f"memory ({reserved} minus {allocated}) averaged over {recent_w} grew to over "
-                     f"{_number(GAP_FACTOR)}x and by more than 1 GiB over its average in the {base_w} before: "
-                     "the caching allocator is fragmenting towards an out-of-memory error."),
-        runbook=("Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, empty the cache between stages "
-                 "(offload/onload), reduce micro-batch tokens; see the memory timeline dashboard."),
+        summary=(
+            "Run {{ $labels.rl_run_id }} ({{ $labels.service_name }}): GPU {{ $labels.hw_id }} of rank "
+            "{{ $labels.rl_rank }} on {{ $labels.host_name }} reserved {{ $value | humanizePercentage }} of its "
+            "memory in {{ $labels.rl_cluster }}/{{ $labels.rl_stage }} while the allocated/reserved gap widens"
+        ),
+        description=(
+            f"Peak reserved memory ({near}, the fraction of the device) exceeded "
+            f"{MEMORY_NEAR_LIMIT:.0%} in the last {recent_w}, and the gap between reserved and allocated "
+            f"memory ({reserved} minus {allocated}) averaged over {recent_w} grew to over "
+            f"{_number(GAP_FACTOR)}x and by more than 1 GiB over its average in the {base_w} before: "
+            "the caching allocator is fragmenting towards an out-of-memory error."
+        ),
+        runbook=(
+            "Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, empty the cache between stages "
+            "(offload/onload), reduce micro-batch tokens; see the memory timeline dashboard."
+        ),
     )
 
 
@@ -388,12 +425,10 @@ def _rank_imbalance(t: Timing) -> Rule:
     per_rank = _agg("max", _over("avg", active, w), (*RUN_LABELS, label(A.RL_MEASURED_RANK)))
     slowest = _agg("max", per_rank)
     median = f"quantile {_by(RUN_LABELS)} (0.5, {per_rank})"
-    time_skew = _both(f"{slowest}\n  > {_number(ACTIVE_TIME_FACTOR)} * {median}",
-                      f"{slowest}\n  > {ACTIVE_TIME_MIN_GAP_S} + {median}")
+    time_skew = _both(f"{slowest}\n  > {_number(ACTIVE_TIME_FACTOR)} * {median}", f"{slowest}\n  > {ACTIVE_TIME_MIN_GAP_S} + {median}")
     busiest = _agg("max", _over("avg", tokens_max, w))
     mean = _agg("max", _over("avg", tokens_mean, w))
-    token_skew = _both(f"{busiest}\n  > {_number(RANK_TOKENS_FACTOR)} * {mean}",
-                       f"{busiest}\n  > {RANK_TOKENS_MIN_GAP} + {mean}")
+    token_skew = _both(f"{busiest}\n  > {_number(RANK_TOKENS_FACTOR)} * {mean}", f"{busiest}\n  > {RANK_TOKENS_MIN_GAP} + {mean}")
     return Rule(
         alert="RLRankImbalance",
         uid="otel-rl-rank-imbalance",
@@ -401,14 +436,20 @@ def _rank_imbalance(t: Timing) -> Rule:
         for_s=t.seconds(600),
         severity="warning",
         category="load_balance",
-        summary=("Run {{ $labels.rl_run_id }} ({{ $labels.service_name }}): ranks are imbalanced in "
-                 "{{ $labels.signal }} (busiest rank {{ $value | humanize }})"),
-        description=(f"Averaged over the last {w}: the slowest rank's active time ({active}, per rl_measured_rank) is "
-                     f"over {_number(ACTIVE_TIME_FACTOR)}x the median rank's and {ACTIVE_TIME_MIN_GAP_S} s more, or the "
-                     f"busiest rank's tokens ({tokens_max}) are over {_number(RANK_TOKENS_FACTOR)}x the mean rank's "
-                     f"({tokens_mean}) and {RANK_TOKENS_MIN_GAP} tokens more. Every other rank waits for the slowest."),
-        runbook=("Enable sequence / token balancing across data-parallel ranks (verl balance_batch, dynamic batch "
-                 "by tokens); look for a slow device or host (per-rank heatmap dashboard, rl_straggler_rank)."),
+        summary=(
+            "Run {{ $labels.rl_run_id }} ({{ $labels.service_name }}): ranks are imbalanced in "
+            "{{ $labels.signal }} (busiest rank {{ $value | humanize }})"
+        ),
+        description=(
+            f"Averaged over the last {w}: the slowest rank's active time ({active}, per rl_measured_rank) is "
+            f"over {_number(ACTIVE_TIME_FACTOR)}x the median rank's and {ACTIVE_TIME_MIN_GAP_S} s more, or the "
+            f"busiest rank's tokens ({tokens_max}) are over {_number(RANK_TOKENS_FACTOR)}x the mean rank's "
+            f"({tokens_mean}) and {RANK_TOKENS_MIN_GAP} tokens more. Every other rank waits for the slowest."
+        ),
+        runbook=(
+            "Enable sequence / token balancing across data-parallel ranks (verl balance_batch, dynamic batch "
+            "by tokens); look for a slow device or host (per-rank heatmap dashboard, rl_straggler_rank)."
+        ),
     )
 
 

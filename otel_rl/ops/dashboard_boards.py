@@ -29,20 +29,7 @@ from otel_rl.ops.dashboard_model import (
     Target,
     trace_links,
 )
-from otel_rl.ops.promql import (
-    by,
-    enum_value,
-    eq,
-    grown,
-    increase,
-    legend,
-    match,
-    mean_per_call,
-    ne,
-    one_of,
-    quantile,
-    rate,
-)
+from otel_rl.ops.promql import by, enum_value, eq, grown, increase, legend, match, mean_per_call, ne, one_of, quantile, rate
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import metrics as M
 from otel_rl.semconv import names as N

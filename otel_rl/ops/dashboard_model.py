@@ -32,24 +32,55 @@ HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
 
 # Metrics that only a GPU produces (NVML probes, torch.cuda allocator counters, SM activity). On a
 # CPU-only run their panels stay empty; the end-to-end test asserts exactly these are empty.
-GPU_ONLY_METRICS: frozenset[str] = frozenset({
-    M.HW_GPU_UTILIZATION, M.HW_GPU_MEMORY_USAGE, M.HW_GPU_MEMORY_LIMIT, M.HW_POWER, M.HW_TEMPERATURE,
-    M.RL_SM_ACTIVITY, M.RL_GPU_MEMORY_USAGE, M.RL_GPU_MEMORY_UTILIZATION, M.RL_GPU_MEMORY_FRAGMENTATION,
-    M.RL_GPU_MEMORY_ACTIVATION_PEAK,
-})
+GPU_ONLY_METRICS: frozenset[str] = frozenset(
+    {
+        M.HW_GPU_UTILIZATION,
+        M.HW_GPU_MEMORY_USAGE,
+        M.HW_GPU_MEMORY_LIMIT,
+        M.HW_POWER,
+        M.HW_TEMPERATURE,
+        M.RL_SM_ACTIVITY,
+        M.RL_GPU_MEMORY_USAGE,
+        M.RL_GPU_MEMORY_UTILIZATION,
+        M.RL_GPU_MEMORY_FRAGMENTATION,
+        M.RL_GPU_MEMORY_ACTIVATION_PEAK,
+    }
+)
 
 # Registry units -> Grafana unit ids. "{annotation}" counts become Grafana's "count:<unit>" custom
 # unit (1.2K tokens); a dimensionless "1" is a fraction (percentunit) only for FRACTIONS.
 _GRAFANA_UNITS = {"s": "s", "ms": "ms", "us": "µs", "ns": "ns", "By": "bytes", "W": "watt", "Cel": "celsius", "Hz": "hertz"}
-_COUNT_WORDS = {"token": "tokens", "sample": "samples", "step": "steps", "version": "versions", "value": "values",
-                "exception": "exceptions", "mismatch": "mismatches", "request": "requests"}
+_COUNT_WORDS = {
+    "token": "tokens",
+    "sample": "samples",
+    "step": "steps",
+    "version": "versions",
+    "value": "values",
+    "exception": "exceptions",
+    "mismatch": "mismatches",
+    "request": "requests",
+}
 _IDENTIFIERS = {"rank"}  # an annotation that names something (a rank number), not an amount
-FRACTIONS: frozenset[str] = frozenset({
-    M.RL_CLIP_FRACTION, M.RL_RESPONSE_CLIPPED_RATIO, M.RL_RESPONSE_MASK_RATIO, M.RL_BATCH_VALID_RATIO,
-    M.RL_ROLLOUT_ABORT_RATIO, M.RL_ROLLOUT_TIMEOUT_RATIO, M.RL_ROLLOUT_KV_CACHE_UTILIZATION, M.RL_ASYNC_STALE_SAMPLE_RATIO,
-    M.RL_PIPELINE_BUBBLE_RATIO, M.RL_MFU, M.RL_SM_ACTIVITY, M.HW_GPU_UTILIZATION, M.RL_GPU_MEMORY_UTILIZATION,
-    M.RL_GPU_MEMORY_FRAGMENTATION, M.PROCESS_CPU_UTILIZATION, M.RL_STRAGGLER_MARGIN,
-})
+FRACTIONS: frozenset[str] = frozenset(
+    {
+        M.RL_CLIP_FRACTION,
+        M.RL_RESPONSE_CLIPPED_RATIO,
+        M.RL_RESPONSE_MASK_RATIO,
+        M.RL_BATCH_VALID_RATIO,
+        M.RL_ROLLOUT_ABORT_RATIO,
+        M.RL_ROLLOUT_TIMEOUT_RATIO,
+        M.RL_ROLLOUT_KV_CACHE_UTILIZATION,
+        M.RL_ASYNC_STALE_SAMPLE_RATIO,
+        M.RL_PIPELINE_BUBBLE_RATIO,
+        M.RL_MFU,
+        M.RL_SM_ACTIVITY,
+        M.HW_GPU_UTILIZATION,
+        M.RL_GPU_MEMORY_UTILIZATION,
+        M.RL_GPU_MEMORY_FRAGMENTATION,
+        M.PROCESS_CPU_UTILIZATION,
+        M.RL_STRAGGLER_MARGIN,
+    }
+)
 
 # Template variables and the matchers built from them.
 VARIABLES = ("datasource", "service", "run", "cluster", "rank", "device")
@@ -134,7 +165,7 @@ class Metrics:
         self.by_series: dict[str, str] = {}
         for name, group in self.groups.items():
             base = prometheus_name(name, str(group.unit), str(group.instrument))
-            for series in ([base + s for s in HISTOGRAM_SUFFIXES] if group.instrument == "histogram" else [base]):
+            for series in [base + s for s in HISTOGRAM_SUFFIXES] if group.instrument == "histogram" else [base]:
                 self.by_series[series] = name
 
     def group(self, metric: str) -> Group:
@@ -210,8 +241,13 @@ def _explore_url(uid: str, kind: str, query: dict[str, Any]) -> str:
 
     Grafana's ``${...}`` placeholders stay unescaped so Grafana fills them in when the link is clicked.
     """
-    panes = {"traces": {"datasource": uid, "queries": [{"refId": "A", "datasource": {"type": kind, "uid": uid}, **query}],
-                        "range": {"from": "${__from}", "to": "${__to}"}}}
+    panes = {
+        "traces": {
+            "datasource": uid,
+            "queries": [{"refId": "A", "datasource": {"type": kind, "uid": uid}, **query}],
+            "range": {"from": "${__from}", "to": "${__to}"},
+        }
+    }
     text = json.dumps(panes, separators=(",", ":"))
     return "/explore?schemaVersion=1&orgId=1&panes=" + urllib.parse.quote(text, safe="${}:._-")
 
@@ -246,11 +282,28 @@ STAGE_SPAN_OF_SERIES = N.RL_STAGE_SPAN_TEMPLATE.replace("<stage>", "${__field.la
 # Template variables and GPU-only panels
 
 
-def template_values(*, service: str, run: str, rate_interval: str = "1m", interval: str = "15s", range_: str = "1h",
-                    cluster: str = ALL_VALUE, rank: str = ALL_VALUE, device: str = ALL_VALUE) -> dict[str, str]:
+def template_values(
+    *,
+    service: str,
+    run: str,
+    rate_interval: str = "1m",
+    interval: str = "15s",
+    range_: str = "1h",
+    cluster: str = ALL_VALUE,
+    rank: str = ALL_VALUE,
+    device: str = ALL_VALUE,
+) -> dict[str, str]:
     """Concrete values for every template variable the boards' queries use."""
-    return {"service": service, "run": run, "cluster": cluster, "rank": rank, "device": device,
-            "__rate_interval": rate_interval, "__interval": interval, "__range": range_}
+    return {
+        "service": service,
+        "run": run,
+        "cluster": cluster,
+        "rank": rank,
+        "device": device,
+        "__rate_interval": rate_interval,
+        "__interval": interval,
+        "__range": range_,
+    }
 
 
 def uses_gpu_only_metric(expr: str, m: Metrics) -> bool:

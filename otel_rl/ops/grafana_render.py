@@ -63,8 +63,9 @@ class QueryAPI:
         return self._get("/api/v1/query", {"query": expr, "time": f"{at:.3f}"})["result"]
 
     def query_range(self, expr: str, start: float, end: float, step: float) -> list[dict[str, Any]]:
-        return self._get("/api/v1/query_range", {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}",
-                                                 "step": f"{step:g}s"})["result"]
+        return self._get("/api/v1/query_range", {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}s"})[
+            "result"
+        ]
 
 
 def _shorten(text: str, limit: int = 200) -> str:
@@ -86,8 +87,13 @@ class RunWindow:
         """Template values for this run: the whole run is the range; rate windows hold >= 4 exports."""
         start, end, step = self.span()
         rate_window = max(4 * self.interval_s, step + self.interval_s)  # Grafana's $__rate_interval rule
-        return template_values(service=self.service, run=self.run, rate_interval=_duration(rate_window),
-                                 interval=_duration(step), range_=_duration(end - start))
+        return template_values(
+            service=self.service,
+            run=self.run,
+            rate_interval=_duration(rate_window),
+            interval=_duration(step),
+            range_=_duration(end - start),
+        )
 
     def span(self, points: int = 200) -> tuple[float, float, float]:
         """(start, end, step) of the range queries: the run with two export intervals either side."""
@@ -148,7 +154,7 @@ def format_value(value: float, unit: str) -> str:
     if unit == "bytes":
         size, names = abs(value), ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
         power = min(int(math.log(size, 1024)) if size >= 1 else 0, len(names) - 1)
-        return f"{value / 1024 ** power:.3g} {names[power]}"
+        return f"{value / 1024**power:.3g} {names[power]}"
     if unit == "watt":
         return f"{value:.3g} W"
     if unit == "celsius":
@@ -168,7 +174,8 @@ def format_value(value: float, unit: str) -> str:
 def unit_label(unit: str) -> str:
     """How a unit reads next to a panel title."""
     return {"percentunit": "%", "none": "", "bytes": "bytes", "s": "s", "watt": "W", "celsius": "°C"}.get(
-        unit, unit.split(":", 1)[1].strip() if ":" in unit else unit)
+        unit, unit.split(":", 1)[1].strip() if ":" in unit else unit
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -212,8 +219,7 @@ def to_series(raw: dict[str, Any], template: str) -> Series:
     return Series(legend_text(template, labels), [float(t) for t, _ in points], [float(v) for _, v in points], labels)
 
 
-def query_panel(api: QueryAPI, panel: Mapping[str, Any], values: Mapping[str, str], start: float, end: float,
-                step: float) -> PanelData:
+def query_panel(api: QueryAPI, panel: Mapping[str, Any], values: Mapping[str, str], start: float, end: float, step: float) -> PanelData:
     """Run every query of a panel with the template variables filled in."""
     out = PanelData(dict(panel), {})
     for target in panel.get("targets", []):
@@ -290,13 +296,15 @@ def _draw_timeseries(ax: Any, data: PanelData, unit: str, plt: Any) -> None:
                     width = (s.times[1] - s.times[0]) / 86400 * 0.8 if len(s.times) > 1 else 0.0005
                     target_ax.bar(times, values, width=width, bottom=bottoms, color=color, label=series_label, linewidth=0)
                 else:
-                    target_ax.fill_between(times, bottoms, [b + v for b, v in zip(bottoms, values)], color=color, alpha=0.6,
-                                           label=series_label, linewidth=0)
+                    target_ax.fill_between(
+                        times, bottoms, [b + v for b, v in zip(bottoms, values)], color=color, alpha=0.6, label=series_label, linewidth=0
+                    )
                 for t, b, v in zip(s.times, bottoms, values):
                     stack_base[t] = b + v
             else:
-                target_ax.plot(times, s.values, color=color, linewidth=1.2, label=series_label,
-                               linestyle="--" if target_ax is not ax else "-")
+                target_ax.plot(
+                    times, s.values, color=color, linewidth=1.2, label=series_label, linestyle="--" if target_ax is not ax else "-"
+                )
     for threshold in data.panel["fieldConfig"]["defaults"].get("thresholds", {}).get("steps", [])[1:]:
         ax.axhline(threshold["value"], color="#d44a3a", linewidth=1, linestyle=":")
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _p: format_value(v, unit)))
@@ -305,8 +313,17 @@ def _draw_timeseries(ax: Any, data: PanelData, unit: str, plt: Any) -> None:
         more_h, more_l = right_ax.get_legend_handles_labels()
         handles, labels = handles + more_h, labels + more_l
     if handles:
-        ax.legend(handles, labels, fontsize=5.5, loc="upper left", ncol=2 if len(labels) > 6 else 1, framealpha=0.7,
-                  handlelength=1.2, borderpad=0.3, labelspacing=0.2)
+        ax.legend(
+            handles,
+            labels,
+            fontsize=5.5,
+            loc="upper left",
+            ncol=2 if len(labels) > 6 else 1,
+            framealpha=0.7,
+            handlelength=1.2,
+            borderpad=0.3,
+            labelspacing=0.2,
+        )
     _time_axis(ax)
 
 
@@ -341,8 +358,14 @@ def _draw_heatmap(ax: Any, data: PanelData, unit: str, colour_scale: Any) -> Non
             low, high = max(0, used[0] - 1), min(len(group), used[-1] + 2)
             grid, names, group = grid[low:high], names[low:high], group[low:high]
     y_unit = panel["options"].get("yAxis", {}).get("unit", "none")
-    mesh = ax.imshow(grid, aspect="auto", origin="lower", cmap="Oranges", interpolation="nearest",
-                     extent=(_num(times[0]), _num(times[-1]) if len(times) > 1 else _num(times[0]) + 1e-4, 0, len(group)))
+    mesh = ax.imshow(
+        grid,
+        aspect="auto",
+        origin="lower",
+        cmap="Oranges",
+        interpolation="nearest",
+        extent=(_num(times[0]), _num(times[-1]) if len(times) > 1 else _num(times[0]) + 1e-4, 0, len(group)),
+    )
     labels = [format_value(_bucket_bound(n), y_unit) if histogram and n not in ("+Inf", "inf") else n for n in names]
     every = max(1, len(labels) // 8)
     ax.set_yticks([i + 0.5 for i in range(0, len(labels), every)], labels[::every], fontsize=5.5)
@@ -359,8 +382,17 @@ def _draw_stat(ax: Any, data: PanelData, unit: str) -> None:
     if not found:
         return
     text = "   ".join(f"{format_value(_last(s.values), unit)}" + (f"\n{s.name}" if len(found) > 1 else "") for s in found[:3])
-    ax.text(0.5, 0.45, text, ha="center", va="center", fontsize=15 if len(found) == 1 else 10, color="#3274d9",
-            fontweight="bold", transform=ax.transAxes)
+    ax.text(
+        0.5,
+        0.45,
+        text,
+        ha="center",
+        va="center",
+        fontsize=15 if len(found) == 1 else 10,
+        color="#3274d9",
+        fontweight="bold",
+        transform=ax.transAxes,
+    )
 
 
 def _draw_bargauge(ax: Any, data: PanelData, unit: str) -> None:
@@ -416,8 +448,7 @@ def _numeric_key(text: str) -> tuple[float, str]:
     return (float(found.group()) if found else math.inf, text)
 
 
-def draw_board(board: Mapping[str, Any], panels: Mapping[int, PanelData], out_path: Path, *, subtitle: str,
-               metrics: Metrics) -> int:
+def draw_board(board: Mapping[str, Any], panels: Mapping[int, PanelData], out_path: Path, *, subtitle: str, metrics: Metrics) -> int:
     """Draw one board's panels on its grid into a PNG; return the file's size in bytes."""
     import matplotlib
 
@@ -443,16 +474,21 @@ def draw_board(board: Mapping[str, Any], panels: Mapping[int, PanelData], out_pa
         data = panels[panel["id"]]
         unit = panel["fieldConfig"]["defaults"].get("unit", "none")
         suffix = unit_label(unit)
-        fig.text(x0 + 0.006, y_top - 0.06 / height_in, panel["title"] + (f"  [{suffix}]" if suffix else ""),
-                 fontsize=8, fontweight="bold", va="top")
+        fig.text(
+            x0 + 0.006,
+            y_top - 0.06 / height_in,
+            panel["title"] + (f"  [{suffix}]" if suffix else ""),
+            fontsize=8,
+            fontweight="bold",
+            va="top",
+        )
         kind = panel["type"]
         # Margins in inches inside the panel's grid cell: title above, tick labels left and below,
         # a right axis or a colour scale on the right.
         pad_l = {"timeseries": 0.75, "heatmap": 0.75, "bargauge": 1.6}.get(kind, 0.05)
         pad_r = 0.7 if (kind == "heatmap" or _override_units(panel)) else 0.15
         pad_t, pad_b = 0.3, 0.28 if kind != "stat" else 0.05
-        rect = (x0 + pad_l / width_in, y_top - h + pad_b / height_in,
-                w - (pad_l + pad_r) / width_in, h - (pad_t + pad_b) / height_in)
+        rect = (x0 + pad_l / width_in, y_top - h + pad_b / height_in, w - (pad_l + pad_r) / width_in, h - (pad_t + pad_b) / height_in)
         ax = fig.add_axes(rect)
         if not data.has_data:
             ax.set_axis_off()
@@ -493,8 +529,9 @@ class BoardResult:
         return [title for title, data in self.panels.items() if not data.has_data]
 
 
-def render(api: QueryAPI, window: RunWindow, out_dir: Path, *, repo_root: Path | None = None,
-           slugs: Sequence[str] | None = None) -> list[BoardResult]:
+def render(
+    api: QueryAPI, window: RunWindow, out_dir: Path, *, repo_root: Path | None = None, slugs: Sequence[str] | None = None
+) -> list[BoardResult]:
     """Render every board (or the given slugs) for one run into ``out_dir/<slug>.png``."""
     from otel_rl.codegen.registry import load_registry
 
@@ -504,8 +541,10 @@ def render(api: QueryAPI, window: RunWindow, out_dir: Path, *, repo_root: Path |
     values = window.values()
     start, end, step = window.span()
     stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(window.first))
-    subtitle = (f"service {window.service}, run {window.run}; {stamp} UTC, {window.last - window.first:.0f} s of metrics "
-                f"exported every {window.interval_s:.1f} s; queries as on the Grafana board")
+    subtitle = (
+        f"service {window.service}, run {window.run}; {stamp} UTC, {window.last - window.first:.0f} s of metrics "
+        f"exported every {window.interval_s:.1f} s; queries as on the Grafana board"
+    )
     results = []
     for rel, text in generate_boards(root).items():
         slug = rel.stem
@@ -514,6 +553,7 @@ def render(api: QueryAPI, window: RunWindow, out_dir: Path, *, repo_root: Path |
         board = json.loads(text)
         panels = {p["id"]: query_panel(api, p, values, start, end, step) for p in board["panels"] if p["type"] != "row"}
         size = draw_board(board, panels, out_dir / f"{slug}.png", subtitle=subtitle, metrics=metrics)
-        results.append(BoardResult(slug, out_dir / f"{slug}.png", size,
-                                   {p["title"]: panels[p["id"]] for p in board["panels"] if p["type"] != "row"}))
+        results.append(
+            BoardResult(slug, out_dir / f"{slug}.png", size, {p["title"]: panels[p["id"]] for p in board["panels"] if p["type"] != "row"})
+        )
     return results

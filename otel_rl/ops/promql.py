@@ -88,7 +88,8 @@ def legend(*attributes: str, prefix: str = "") -> str:
 # --------------------------------------------------------------------------------------------
 # Reading expressions (metric names, template variables)
 
-_PROMQL_TOKEN = re.compile(r"""
+_PROMQL_TOKEN = re.compile(
+    r"""
     (?P<string>"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|`[^`]*`)
   | (?P<range>\[[^\]]*\])
   | (?P<variable>\$\{[^}]*\}|\$[A-Za-z_]\w*)
@@ -97,9 +98,25 @@ _PROMQL_TOKEN = re.compile(r"""
   | (?P<open>[({])
   | (?P<close>[)}])
   | (?P<other>\S)
-""", re.VERBOSE)
-_PROMQL_KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "offset", "and", "or",
-                    "unless", "inf", "nan", "atan2"}
+""",
+    re.VERBOSE,
+)
+_PROMQL_KEYWORDS = {
+    "by",
+    "without",
+    "on",
+    "ignoring",
+    "group_left",
+    "group_right",
+    "bool",
+    "offset",
+    "and",
+    "or",
+    "unless",
+    "inf",
+    "nan",
+    "atan2",
+}
 _LABEL_LISTS = {"by", "without", "on", "ignoring", "group_left", "group_right"}
 
 
@@ -119,8 +136,11 @@ def promql_metric_names(expr: str) -> list[str]:
             if text.lower() in _LABEL_LISTS and following == ("open", "("):
                 while i < len(tokens) and tokens[i] != ("close", ")"):  # a label list: (le, rl_stage)
                     i += 1
-            elif (following == ("open", "(") or text.lower() in _PROMQL_KEYWORDS
-                  or (following[0] == "ident" and following[1].lower() in ("by", "without"))):
+            elif (
+                following == ("open", "(")
+                or text.lower() in _PROMQL_KEYWORDS
+                or (following[0] == "ident" and following[1].lower() in ("by", "without"))
+            ):
                 pass  # a function call, an aggregation (sum by (...) (...)) or an operator keyword
             elif text not in names:
                 names.append(text)
@@ -130,6 +150,7 @@ def promql_metric_names(expr: str) -> list[str]:
 
 def substitute(expr: str, values: Mapping[str, str]) -> str:
     """An expression with Grafana's template variables (``$run``, ``${run}``, ``$__rate_interval``) replaced."""
+
     def one(found: re.Match) -> str:
         name = (found.group(1) or found.group(2)).split(":")[0]
         if name not in values:

@@ -97,24 +97,46 @@ examples:
 def add_cli(subparsers: Any) -> argparse.ArgumentParser:
     """Add ``replay`` to the ``otel-rl`` command's subparsers."""
     parser = subparsers.add_parser(
-        "replay", help="send a training log (ms-swift, TRL/HF, verl, ROLL) through otel-rl telemetry, step by step",
-        description=CLI_DESCRIPTION, epilog=CLI_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+        "replay",
+        help="send a training log (ms-swift, TRL/HF, verl, ROLL) through otel-rl telemetry, step by step",
+        description=CLI_DESCRIPTION,
+        epilog=CLI_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("files", nargs="+", metavar="FILE", help="log files (or otel-rl run folders); each is its own run")
-    parser.add_argument("--format", default="auto", choices=["auto", *FORMATS],
-                        help="the log's format (default: auto, from the content)")
+    parser.add_argument("--format", default="auto", choices=["auto", *FORMATS], help="the log's format (default: auto, from the content)")
     parser.add_argument("--endpoint", metavar="URL", help="OTLP endpoint (default: OTEL_EXPORTER_OTLP_ENDPOINT; none: a run folder)")
-    parser.add_argument("--protocol", choices=["grpc", "http/protobuf"], help="OTLP protocol (default: OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf)")
-    parser.add_argument("--exporters", metavar="LIST", help="file, otlp or both, as OTEL_RL_EXPORTERS (default auto: otlp with an endpoint, else file)")
-    parser.add_argument("--service-name", metavar="NAME", help="service.name of the replayed run (default: OTEL_SERVICE_NAME, else otel-rl-replay-<format>)")
+    parser.add_argument(
+        "--protocol", choices=["grpc", "http/protobuf"], help="OTLP protocol (default: OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf)"
+    )
+    parser.add_argument(
+        "--exporters", metavar="LIST", help="file, otlp or both, as OTEL_RL_EXPORTERS (default auto: otlp with an endpoint, else file)"
+    )
+    parser.add_argument(
+        "--service-name", metavar="NAME", help="service.name of the replayed run (default: OTEL_SERVICE_NAME, else otel-rl-replay-<format>)"
+    )
     parser.add_argument("--experiment", metavar="NAME", help="rl.experiment.name of the replayed run")
     parser.add_argument("--run-id", metavar="ID", help="use this run id instead of the content-derived one (one FILE only)")
     parser.add_argument("--run-dir", metavar="DIR", help="run folder (one FILE only; default otel-rl-runs/<run id>)")
-    parser.add_argument("--start-time", default=DEFAULT_START, metavar="TIME",
-                        help=f"origin of elapsed and synthetic clocks, e.g. 2025-11-26T02:24:44+08:00 (default {DEFAULT_START})")
-    parser.add_argument("--step-seconds", type=float, default=DEFAULT_STEP_SECONDS, metavar="S",
-                        help=f"seconds per step of the synthetic clock, for logs without times (default {DEFAULT_STEP_SECONDS:g})")
-    parser.add_argument("--segment", type=int, metavar="N",
-                        help="a file that holds several runs (an SFT run, then an RL run): read run N (default: the last RL run)")
+    parser.add_argument(
+        "--start-time",
+        default=DEFAULT_START,
+        metavar="TIME",
+        help=f"origin of elapsed and synthetic clocks, e.g. 2025-11-26T02:24:44+08:00 (default {DEFAULT_START})",
+    )
+    parser.add_argument(
+        "--step-seconds",
+        type=float,
+        default=DEFAULT_STEP_SECONDS,
+        metavar="S",
+        help=f"seconds per step of the synthetic clock, for logs without times (default {DEFAULT_STEP_SECONDS:g})",
+    )
+    parser.add_argument(
+        "--segment",
+        type=int,
+        metavar="N",
+        help="a file that holds several runs (an SFT run, then an RL run): read run N (default: the last RL run)",
+    )
     parser.add_argument("--force", action="store_true", help="replay a file again even though its run folder says it was replayed")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress bar (it is shown only on a terminal anyway)")
     parser.set_defaults(func=run_cli)
@@ -124,17 +146,30 @@ def add_cli(subparsers: Any) -> argparse.ArgumentParser:
 def run_cli(args: argparse.Namespace) -> int:
     """``otel-rl replay``: replay each FILE; exit 1 when any file could not be read."""
     if len(args.files) > 1 and (args.run_id or args.run_dir):
-        print("otel-rl replay: --run-id and --run-dir name one run: give one FILE, or leave them out "
-              "so each file gets its own run", file=sys.stderr)
+        print(
+            "otel-rl replay: --run-id and --run-dir name one run: give one FILE, or leave them out so each file gets its own run",
+            file=sys.stderr,
+        )
         return 2
     failed = 0
     for path in args.files:
         try:
-            replay_file(path, format=args.format, service_name=args.service_name, experiment=args.experiment,
-                        run_id=args.run_id, run_dir=args.run_dir, endpoint=args.endpoint, protocol=args.protocol,
-                        exporters=args.exporters, start_time=args.start_time, step_seconds=args.step_seconds,
-                        force=args.force, progress=False if args.quiet else None,
-                        segment=args.segment)
+            replay_file(
+                path,
+                format=args.format,
+                service_name=args.service_name,
+                experiment=args.experiment,
+                run_id=args.run_id,
+                run_dir=args.run_dir,
+                endpoint=args.endpoint,
+                protocol=args.protocol,
+                exporters=args.exporters,
+                start_time=args.start_time,
+                step_seconds=args.step_seconds,
+                force=args.force,
+                progress=False if args.quiet else None,
+                segment=args.segment,
+            )
         except (FileNotFoundError, IsADirectoryError, PermissionError, FormatError, ValueError) as exc:
             failed += 1
             print(f"otel-rl replay: {path}: {exc}", file=sys.stderr)

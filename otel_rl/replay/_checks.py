@@ -35,16 +35,26 @@ def settle_steps(out: ParsedLog) -> None:
             kept[step] = StepRecord(step, dict(record.values), record.line, record.time_ns, record.elapsed_s, record.segment)
         previous = step
     for line, before, after in resumes[:3]:
-        out.notes.append(f"line {line}: the step went back from {before} to {after} (a resumed run, or another run "
-                         "appended to the file); a step logged twice keeps its later record")
+        out.notes.append(
+            f"line {line}: the step went back from {before} to {after} (a resumed run, or another run "
+            "appended to the file); a step logged twice keeps its later record"
+        )
     if replaced:
         out.notes.append(f"{len(replaced)} step(s) logged more than once ({_span(replaced)}): the later record of each is kept")
     out.records = [kept[s] for s in sorted(kept)]
     out.check = ParseCheck(
-        records=out.records_read, steps=len(out.records), first_step=out.records[0].step if out.records else None,
-        last_step=out.records[-1].step if out.records else None, max_records_per_step=max(per_step.values(), default=0),
-        monotonic=not resumes, steps_went_back=len(resumes), expected_steps=None, lines=out.lines,
-        lines_read=0, record_like_lines=0)
+        records=out.records_read,
+        steps=len(out.records),
+        first_step=out.records[0].step if out.records else None,
+        last_step=out.records[-1].step if out.records else None,
+        max_records_per_step=max(per_step.values(), default=0),
+        monotonic=not resumes,
+        steps_went_back=len(resumes),
+        expected_steps=None,
+        lines=out.lines,
+        lines_read=0,
+        record_like_lines=0,
+    )
 
 
 def _span(steps: list[int]) -> str:
@@ -77,8 +87,10 @@ def check_parse(out: ParsedLog) -> ParseCheck:
         if isinstance(interval, int) and interval > 0:
             check.expected_steps = planned // interval
             if out.settings.get("train_runtime") is not None and check.steps != check.expected_steps:
-                doubts.append(f"the run finished, so {check.expected_steps} records ({planned} steps / logging every "
-                              f"{interval}) were expected; {check.steps} were read")
+                doubts.append(
+                    f"the run finished, so {check.expected_steps} records ({planned} steps / logging every "
+                    f"{interval}) were expected; {check.steps} were read"
+                )
     if check.record_like_lines and lines_read / check.record_like_lines < MIN_SHARE_READ:
         doubts.append(f"only {check.lines_text()}: the rest could not be parsed (see the malformed lines)")
     check.doubtful = bool(doubts)

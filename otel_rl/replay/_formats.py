@@ -54,16 +54,7 @@ from otel_rl.runs.folder import LOGS_FILE, Problem, read_log_records
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import names as N
 
-__all__ = [
-    "FORMATS",
-    "FRAMEWORK_OF",
-    "FormatError",
-    "ParsedLog",
-    "StepRecord",
-    "detect_format",
-    "parse_file",
-    "parse_timestamp",
-]
+__all__ = ["FORMATS", "FRAMEWORK_OF", "FormatError", "ParsedLog", "StepRecord", "detect_format", "parse_file", "parse_timestamp"]
 
 #: Format name -> the framework whose key mapping its keys go through.
 FRAMEWORK_OF: dict[str, str | None] = {
@@ -117,7 +108,9 @@ def _read_swift(path: Path, text: str, out: ParsedLog) -> None:
                 max_steps.add(total)
                 progress_total = total
             except ValueError:
-                out.problems.append(Problem(name, number, f"global_step/max_steps {progress!r} is not 'N/M'; step taken from the line order"))
+                out.problems.append(
+                    Problem(name, number, f"global_step/max_steps {progress!r} is not 'N/M'; step taken from the line order")
+                )
         elif isinstance(obj.get("step"), int):
             step = obj["step"]
         if step is None:
@@ -143,7 +136,6 @@ def _read_swift(path: Path, text: str, out: ParsedLog) -> None:
         out.clock = CLOCK_ELAPSED
 
 
-
 # --------------------------------------------------------------------------------------------------
 # trainer_state.json
 
@@ -160,7 +152,7 @@ def _read_trl_state(path: Path, text: str, out: ParsedLog) -> None:
     decoder = json.JSONDecoder()
     key_at = text.find('"log_history"')
     if key_at < 0:
-        raise FormatError(f"{path}: no \"log_history\" in this JSON file; it is not a trainer_state.json")
+        raise FormatError(f'{path}: no "log_history" in this JSON file; it is not a trainer_state.json')
     # Settings: the whole document when it parses (a truncated file keeps its log entries below).
     try:
         whole = json.loads(text)
@@ -168,11 +160,16 @@ def _read_trl_state(path: Path, text: str, out: ParsedLog) -> None:
             apply_settings(out, hf_settings(whole), "trainer_state.json")
             out.settings.update({k: whole[k] for k in _STATE_SETTINGS if whole.get(k) is not None and k not in out.settings})
     except ValueError as exc:
-        out.problems.append(Problem(name, line_of(starts, exc.pos) if isinstance(exc, json.JSONDecodeError) else 1,
-                                    "the file is not complete JSON (truncated?); log entries before the break are read"))
+        out.problems.append(
+            Problem(
+                name,
+                line_of(starts, exc.pos) if isinstance(exc, json.JSONDecodeError) else 1,
+                "the file is not complete JSON (truncated?); log entries before the break are read",
+            )
+        )
     pos = text.find("[", key_at)
     if pos < 0:
-        raise FormatError(f"{path}: \"log_history\" is not a list")
+        raise FormatError(f'{path}: "log_history" is not a list')
     pos += 1
     length = len(text)
     previous: int | None = None
@@ -201,14 +198,13 @@ def _read_trl_state(path: Path, text: str, out: ParsedLog) -> None:
             continue
         step = entry.get("step")
         if not isinstance(step, int) or isinstance(step, bool):
-            out.problems.append(Problem(name, line, f"log_history entry without an integer \"step\" ({step!r})"))
+            out.problems.append(Problem(name, line, f'log_history entry without an integer "step" ({step!r})'))
             continue
         if previous is not None and step < previous:
             out.notes.append(f"line {line}: step went back from {previous} to {step}")
         previous = step
         values = {k: v for k, v in entry.items() if k != "step"}
         out.records.append(StepRecord(step, values, line))
-
 
 
 # --------------------------------------------------------------------------------------------------
@@ -273,7 +269,6 @@ def _read_run_folder(path: Path, out: ParsedLog) -> None:
     out.lines = len(records) + len(records.problems)
     if out.records and all(r.time_ns for r in out.records):
         out.clock = CLOCK_TIMESTAMP
-
 
 
 # --------------------------------------------------------------------------------------------------
@@ -418,12 +413,12 @@ def _choose_segment(out: ParsedLog, segment: int | None) -> None:
     chosen = segment if segment is not None else tags[-1]
     for tag in tags:
         mine = [r for r in out.records if r.segment == tag]
-        out.segments.append(Segment(index=tag, first_line=mine[0].line, last_line=mine[-1].line, records=len(mine),
-                                    label="rows of one run", rl=True))
+        out.segments.append(
+            Segment(index=tag, first_line=mine[0].line, last_line=mine[-1].line, records=len(mine), label="rows of one run", rl=True)
+        )
     parts = "; ".join(f"run {s.index}: lines {s.first_line}-{s.last_line}, {s.records} records" for s in out.segments)
     out.notes.append(f"this file holds {len(tags)} runs ({parts}); reading run {chosen} (--segment N reads another)")
     out.records = [r for r in out.records if r.segment == chosen]
-
 
 
 def iter_points(parsed: ParsedLog) -> Iterator[tuple[int, str, Any]]:

@@ -142,17 +142,18 @@ def _scan(path: Path, text: str, out: ParsedLog) -> list[_Run]:
                 end = dict_match.start() if dict_match else len(segment)
                 previous = 0
                 for bar in TQDM_RE.finditer(segment, 0, end):
-                    desc = segment[previous:bar.start()].strip(" \t:]")
+                    desc = segment[previous : bar.start()].strip(" \t:]")
                     previous = bar.end()
                     if desc and any(ch.isalpha() for ch in desc):
                         continue  # a named bar: checkpoint loading, Map, a tokenizer, an eval loop with a desc
                     hours, minutes, seconds = bar.group(4), bar.group(5), bar.group(6)
-                    run.bars.append((int(bar.group(2)), int(bar.group(3)),
-                                     float(int(hours or 0) * 3600 + int(minutes) * 60 + int(seconds))))
+                    run.bars.append(
+                        (int(bar.group(2)), int(bar.group(3)), float(int(hours or 0) * 3600 + int(minutes) * 60 + int(seconds)))
+                    )
             if dict_match is None:
                 start = _DICT_START_RE.search(segment) if "{" in segment else None
                 if start is not None and any(f"'{k}'" in segment for k in _TRAINER_KEYS):
-                    out.problems.append(Problem(name, number, f"a dict line cut off (no closing brace): {short(segment[start.start():])}"))
+                    out.problems.append(Problem(name, number, f"a dict line cut off (no closing brace): {short(segment[start.start() :])}"))
                 continue
             body = dict_match.group(0)
             try:
@@ -230,8 +231,7 @@ def _interval(run: _Run) -> tuple[int | None, str, list[str]]:
     if not candidates:
         return None, "", []
     chosen, why = candidates[0]
-    disagree = [f"the logging interval is {chosen} from {why}, but {other} from {how}"
-                for other, how in candidates[1:] if other != chosen]
+    disagree = [f"the logging interval is {chosen} from {why}, but {other} from {how}" for other, how in candidates[1:] if other != chosen]
     return chosen, why, disagree
 
 
@@ -247,7 +247,8 @@ def _assign_steps(run: _Run, out: ParsedLog) -> list[StepRecord]:
             interval = 1
             out.doubts.append(
                 "the records carry no step, and neither a header, an epoch field nor a finished run tells how many steps "
-                "lie between them: step N below is the N-th logged record (true steps may be a multiple of it)")
+                "lie between them: step N below is the N-th logged record (true steps may be a multiple of it)"
+            )
             out.step_source = "the record's position (logging interval unknown)"
         else:
             out.step_source = f"the record's position x {interval} (logging interval from {why})"
@@ -279,10 +280,17 @@ def read_hf_console(path: Path, text: str, out: ParsedLog, segment: int | None =
             out.notes.append(f"line {run.header_line}: the run resumed from global step {run.resumed_at} of a checkpoint")
         else:
             groups.append([run])
-    out.segments = [Segment(index=i, first_line=g[0].first_line, last_line=g[-1].last_line,
-                            records=sum(len(r.train) for r in g),
-                            label="RL (reward / KL keys)" if g[0].rl else "no RL keys (SFT or pre-training)", rl=g[0].rl)
-                    for i, g in enumerate(groups, start=1)]
+    out.segments = [
+        Segment(
+            index=i,
+            first_line=g[0].first_line,
+            last_line=g[-1].last_line,
+            records=sum(len(r.train) for r in g),
+            label="RL (reward / KL keys)" if g[0].rl else "no RL keys (SFT or pre-training)",
+            rl=g[0].rl,
+        )
+        for i, g in enumerate(groups, start=1)
+    ]
     for seg, group in zip(out.segments, groups):
         for run in group:
             run.index = seg.index
@@ -297,8 +305,7 @@ def read_hf_console(path: Path, text: str, out: ParsedLog, segment: int | None =
     if len(groups) > 1:
         parts = "; ".join(f"run {s.index}: lines {s.first_line}-{s.last_line}, {s.records} records, {s.label}" for s in out.segments[:5])
         parts += f"; and {len(out.segments) - 5} more" if len(out.segments) > 5 else ""
-        out.notes.append(f"this file holds {len(groups)} training runs ({parts}); reading run {chosen.index} "
-                         "(--segment N reads another)")
+        out.notes.append(f"this file holds {len(groups)} training runs ({parts}); reading run {chosen.index} (--segment N reads another)")
     header = {k: v for k, v in chosen.header.items()}
     planned_steps = chosen.total()
     if planned_steps and "max_steps" not in header:

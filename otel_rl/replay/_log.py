@@ -140,9 +140,7 @@ def short(text: str, limit: int = 60) -> str:
     return repr(text if len(text) <= limit else text[: limit - 1] + "…")
 
 
-_TIMESTAMP_RE = re.compile(
-    r"(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,9}))?(Z|[+-]\d{2}:?\d{2})?"
-)
+_TIMESTAMP_RE = re.compile(r"(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,9}))?(Z|[+-]\d{2}:?\d{2})?")
 
 
 def parse_timestamp(text: str) -> int | None:
@@ -176,7 +174,6 @@ def number_text(value: str) -> Any:
         return value
 
 
-
 def json_lines(name: str, text: str, out: ParsedLog) -> Iterator[tuple[int, str, Any]]:
     """(line number, line, parsed JSON) of each non-blank line; a line that is not JSON is
     reported with its number and skipped."""
@@ -190,7 +187,6 @@ def json_lines(name: str, text: str, out: ParsedLog) -> Iterator[tuple[int, str,
             out.problems.append(Problem(name, number, f"not JSON ({cast(json.JSONDecodeError, exc).msg}): {short(line)}"))
             continue
         yield number, line, obj
-
 
 
 def timestamp_clock(out: ParsedLog) -> bool:

@@ -174,29 +174,46 @@ def replay_file(
     framework = parsed.framework if parsed.framework else FRAMEWORK_OF.get(parsed.format)
     service = service_name or os.environ.get("OTEL_SERVICE_NAME") or f"otel-rl-replay-{parsed.format}"
     content_hash = _content_hash(p)
-    rid = run_id or run_id_for(content_hash, format=parsed.format, framework=framework, service_name=service,
-                               experiment=experiment)
+    rid = run_id or run_id_for(content_hash, format=parsed.format, framework=framework, service_name=service, experiment=experiment)
     # metrics_at_log_time: every step's values land at the step's own time in the metrics store
     options: dict[str, Any] = {"service_name": service, "run_id": rid, "console": False, "metrics_at_log_time": True}
-    for name, value in (("experiment", experiment), ("framework", framework), ("run_dir", run_dir),
-                        ("endpoint", endpoint), ("protocol", protocol), ("exporters", exporters)):
+    for name, value in (
+        ("experiment", experiment),
+        ("framework", framework),
+        ("run_dir", run_dir),
+        ("endpoint", endpoint),
+        ("protocol", protocol),
+        ("exporters", exporters),
+    ):
         if value is not None:
             options[name] = str(value) if isinstance(value, os.PathLike) else value
     config = resolve_config(options)
     folder = Path(str(config.run_dir))
-    result = ReplayResult(path=p, format=parsed.format, framework=framework, run_id=rid, run_dir=folder,
-                          clock=parsed.clock, clock_text=_clock_text(parsed, start_ns, step_seconds),
-                          parse_seconds=parse_seconds, parsed=parsed)
+    result = ReplayResult(
+        path=p,
+        format=parsed.format,
+        framework=framework,
+        run_id=rid,
+        run_dir=folder,
+        clock=parsed.clock,
+        clock_text=_clock_text(parsed, start_ns, step_seconds),
+        parse_seconds=parse_seconds,
+        parsed=parsed,
+    )
 
     source_dir = p if p.is_dir() else p.parent
     if parsed.format == "otel-rl" and folder.resolve() == source_dir.resolve():
-        raise ValueError(f"{p} is the run folder being written: replaying it into itself would replace it; "
-                         "pass another --run-dir (or an OTLP --endpoint)")
+        raise ValueError(
+            f"{p} is the run folder being written: replaying it into itself would replace it; "
+            "pass another --run-dir (or an OTLP --endpoint)"
+        )
     marker = _read_marker(folder)
     if marker is not None and marker.get("sha256") == content_hash and marker.get("completed") and not force:
         result.skipped = True
-        out.write(f"otel-rl replay: {p}: already replayed into {folder} ({MARKER_FILE}, {marker.get('records')} records, "
-                  f"{marker.get('replayed_at')}); nothing sent. --force replays it again, replacing that folder's files.\n")
+        out.write(
+            f"otel-rl replay: {p}: already replayed into {folder} ({MARKER_FILE}, {marker.get('records')} records, "
+            f"{marker.get('replayed_at')}); nothing sent. --force replays it again, replacing that folder's files.\n"
+        )
         return result
     if marker is not None or force:
         removed = _clear_run_folder(folder) if folder.is_dir() else []
@@ -265,11 +282,18 @@ def _instance_id(run_id: str) -> Iterator[None]:
 def _write_marker(folder: Path, path: Path, parsed: ParsedLog, content_hash: str, run_id: str, *, completed: bool) -> None:
     steps = [r.step for r in parsed.records]
     marker = {
-        "source": str(path.resolve()), "sha256": content_hash, "format": parsed.format, "run_id": run_id,
-        "records": len(parsed.records), "points": parsed.points, "completed": completed,
+        "source": str(path.resolve()),
+        "sha256": content_hash,
+        "format": parsed.format,
+        "run_id": run_id,
+        "records": len(parsed.records),
+        "points": parsed.points,
+        "completed": completed,
         "steps": {"first": steps[0], "last": steps[-1], "count": len(steps)} if steps else None,
-        "segment": next((r.segment for r in parsed.records), None), "segments": len(parsed.segments) or 1,
-        "step_source": parsed.step_source or None, "doubts": parsed.doubts,
+        "segment": next((r.segment for r in parsed.records), None),
+        "segments": len(parsed.segments) or 1,
+        "step_source": parsed.step_source or None,
+        "doubts": parsed.doubts,
         "replayed_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     (folder / MARKER_FILE).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
@@ -284,13 +308,15 @@ def parse_summary(parsed: ParsedLog) -> list[str]:
     lines = [f"WARNING: {doubt}" for doubt in parsed.doubts]
     check = parsed.check
     if check is not None and check.steps:
-        per_step = "one record per step" if check.max_records_per_step <= 1 else \
-            f"up to {check.max_records_per_step} records per step (merged)"
+        per_step = (
+            "one record per step" if check.max_records_per_step <= 1 else f"up to {check.max_records_per_step} records per step (merged)"
+        )
         order = "steps in order" if check.monotonic else f"the step went back {check.steps_went_back} time(s)"
         planned = parsed.settings.get("max_steps")
         against = f"; the log plans {planned} steps" if isinstance(planned, int) else ""
-        lines.append(f"read: steps {check.first_step}-{check.last_step} ({check.steps:,} steps, {per_step}, {order}{against}); "
-                     f"{check.lines_text()}")
+        lines.append(
+            f"read: steps {check.first_step}-{check.last_step} ({check.steps:,} steps, {per_step}, {order}{against}); {check.lines_text()}"
+        )
     if parsed.step_source:
         lines.append(f"steps from {parsed.step_source}")
     return lines
@@ -302,8 +328,10 @@ def _summary(result: ReplayResult, out: IO[str]) -> None:
     bad = len(parsed.problems)
     check = parsed.check
     span = f" ({check.first_step}-{check.last_step})" if check is not None and check.steps else ""
-    out.write(f"otel-rl replay: {result.path} ({result.format}, keys mapped as {result.framework or 'any framework'}): "
-              f"{result.records:,} steps{span}, {result.points:,} values, {bad} malformed line{'s' if bad != 1 else ''} skipped\n")
+    out.write(
+        f"otel-rl replay: {result.path} ({result.format}, keys mapped as {result.framework or 'any framework'}): "
+        f"{result.records:,} steps{span}, {result.points:,} values, {bad} malformed line{'s' if bad != 1 else ''} skipped\n"
+    )
     for line in parse_summary(parsed):
         out.write(f"  {line}\n")
     if parsed.problems:
@@ -327,4 +355,3 @@ def replay_files(paths: Sequence[str | os.PathLike[str]], **options: Any) -> lis
     if options.get("run_dir") and len(paths) > 1:
         raise ValueError("--run-dir names one run folder: give one FILE, or leave --run-dir out")
     return [replay_file(path, **options) for path in paths]
-

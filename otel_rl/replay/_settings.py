@@ -84,12 +84,18 @@ _HF_NAMES: dict[str, tuple[str, ...]] = {
 _HEADER_RE = re.compile(
     r"(Num examples|Num Epochs|Num update steps per epoch|Total optimization steps|Total steps|"
     r"Total (?:train )?batch size[^=|\n]*|Gradient Accumulation steps|Instantaneous batch size per device|"
-    r"Batch size per device|Logging steps)\s*=\s*([\d,]+(?:\.\d+)?)")
+    r"Batch size per device|Logging steps)\s*=\s*([\d,]+(?:\.\d+)?)"
+)
 HEADER_NAMES: dict[str, str] = {
-    "Num examples": "num_examples", "Num Epochs": "num_epochs", "Num update steps per epoch": "steps_per_epoch",
-    "Total optimization steps": "max_steps", "Total steps": "max_steps", "Total train batch size": "train_batch_size",
+    "Num examples": "num_examples",
+    "Num Epochs": "num_epochs",
+    "Num update steps per epoch": "steps_per_epoch",
+    "Total optimization steps": "max_steps",
+    "Total steps": "max_steps",
+    "Total train batch size": "train_batch_size",
     "Gradient Accumulation steps": "gradient_accumulation_steps",
-    "Instantaneous batch size per device": "per_device_batch_size", "Batch size per device": "per_device_batch_size",
+    "Instantaneous batch size per device": "per_device_batch_size",
+    "Batch size per device": "per_device_batch_size",
     "Logging steps": "logging_steps",
 }
 
@@ -181,7 +187,7 @@ def config_dump(lines: Iterable[str], first: int = 1, limit: int = 20_000) -> tu
             if m is None or m.start() > 0 and not line[: m.start()].isspace():
                 continue
             start = number
-            line = line[m.start():]
+            line = line[m.start() :]
         parts.append(line)
         depth += _depth(line)
         if depth <= 0:

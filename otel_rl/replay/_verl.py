@@ -33,7 +33,7 @@ def read_verl_jsonl(path: Path, text: str, out: ParsedLog) -> None:
     previous: int | None = None
     for number, _, obj in json_lines(name, text, out):
         if not isinstance(obj, dict) or not isinstance(obj.get("data"), dict):
-            out.problems.append(Problem(name, number, "not a verl file-logger line ({\"step\": N, \"data\": {...}})"))
+            out.problems.append(Problem(name, number, 'not a verl file-logger line ({"step": N, "data": {...}})'))
             continue
         step = obj.get("step")
         if not isinstance(step, int) or isinstance(step, bool):
@@ -124,7 +124,8 @@ def read_verl_console(path: Path, text: str, out: ParsedLog) -> None:
         out.notes.append(
             f"{len(out.truncated_steps)} line(s) cut at {WANDB_LINE_LIMIT} characters (W&B's output.log limit), at steps "
             f"{_steps_text(out.truncated_steps)}: their last key was dropped, and the keys after the cut are missing there "
-            "(missing, not zero)")
+            "(missing, not zero)"
+        )
     if not timestamp_clock(out):
         clock_from_step_durations(out)
 

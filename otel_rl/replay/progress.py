@@ -14,8 +14,17 @@ class Progress:
     TTY". Nothing is written when disabled, so piping the command's output stays clean.
     """
 
-    def __init__(self, total: int | None, label: str, *, unit: str = "records", enabled: bool | None = None,
-                 stream: IO[str] | None = None, interval_s: float = 0.1, width: int = 24) -> None:
+    def __init__(
+        self,
+        total: int | None,
+        label: str,
+        *,
+        unit: str = "records",
+        enabled: bool | None = None,
+        stream: IO[str] | None = None,
+        interval_s: float = 0.1,
+        width: int = 24,
+    ) -> None:
         self.stream: Any = stream if stream is not None else sys.stderr
         if enabled is None:
             isatty = getattr(self.stream, "isatty", None)

@@ -89,10 +89,7 @@ def _iter_lines(path: str) -> Iterator[tuple[int, bytes]]:
 
 
 def _read(
-    run_dir: str | os.PathLike[str],
-    file_name: str,
-    top_key: str,
-    decode_request: Callable[[Mapping[str, Any]], list[T]],
+    run_dir: str | os.PathLike[str], file_name: str, top_key: str, decode_request: Callable[[Mapping[str, Any]], list[T]]
 ) -> ReadResult[T]:
     result: ReadResult[T] = ReadResult()
     for path in _resolve(run_dir, file_name):
@@ -100,8 +97,7 @@ def _read(
     return result
 
 
-def _read_file(path: str, top_key: str, decode_request: Callable[[Mapping[str, Any]], list[T]],
-               result: ReadResult[T]) -> None:
+def _read_file(path: str, top_key: str, decode_request: Callable[[Mapping[str, Any]], list[T]], result: ReadResult[T]) -> None:
     base = os.path.basename(path)
     for number, raw in _iter_lines(path):
         if not raw.strip():

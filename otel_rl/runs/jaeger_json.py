@@ -63,22 +63,21 @@ def to_jaeger_trace(spans: Sequence[SpanRecord]) -> dict[str, Any]:
         references = []
         if span.parent_span_id:
             references.append({"refType": "CHILD_OF", "traceID": span.trace_id, "spanID": span.parent_span_id})
-        out_spans.append({
-            "traceID": span.trace_id,
-            "spanID": span.span_id,
-            "operationName": span.name,
-            "references": references,
-            "startTime": span.start_ns // 1000,
-            "duration": max((span.end_ns - span.start_ns) // 1000, 0),
-            "tags": tags,
-            "logs": [
-                {"timestamp": e.time_ns // 1000, "fields": [_tag("event", e.name), *_tags(e.attributes)]}
-                for e in span.events
-            ],
-            "processID": pid,
-            "warnings": None,
-            "flags": 1,
-        })
+        out_spans.append(
+            {
+                "traceID": span.trace_id,
+                "spanID": span.span_id,
+                "operationName": span.name,
+                "references": references,
+                "startTime": span.start_ns // 1000,
+                "duration": max((span.end_ns - span.start_ns) // 1000, 0),
+                "tags": tags,
+                "logs": [{"timestamp": e.time_ns // 1000, "fields": [_tag("event", e.name), *_tags(e.attributes)]} for e in span.events],
+                "processID": pid,
+                "warnings": None,
+                "flags": 1,
+            }
+        )
     return {"data": [{"traceID": next(iter(trace_ids)), "spans": out_spans, "processes": process_json, "warnings": None}]}
 
 

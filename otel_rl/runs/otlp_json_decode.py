@@ -13,13 +13,7 @@ from typing import Any
 
 from otel_rl.runs.records import MetricPoint, SpanEvent, SpanRecord
 
-__all__ = [
-    "decode_any_value",
-    "decode_attributes",
-    "decode_logs_request",
-    "decode_metrics_request",
-    "decode_trace_request",
-]
+__all__ = ["decode_any_value", "decode_attributes", "decode_logs_request", "decode_metrics_request", "decode_trace_request"]
 
 
 def _int(value: Any, default: int = 0) -> int:
@@ -163,9 +157,7 @@ def decode_trace_request(obj: Mapping[str, Any]) -> list[SpanRecord]:
                         attributes=decode_attributes(span.get("attributes")),
                         events=[
                             SpanEvent(
-                                str(event.get("name", "")),
-                                _int(event.get("timeUnixNano")),
-                                decode_attributes(event.get("attributes")),
+                                str(event.get("name", "")), _int(event.get("timeUnixNano")), decode_attributes(event.get("attributes"))
                             )
                             for event in _list(span, "events")
                         ],
@@ -177,7 +169,6 @@ def decode_trace_request(obj: Mapping[str, Any]) -> list[SpanRecord]:
                     )
                 )
     return spans
-
 
 
 # ---- logs
@@ -207,7 +198,6 @@ def decode_logs_request(obj: Mapping[str, Any]) -> list[dict[str, Any]]:
                     }
                 )
     return records
-
 
 
 # ---- metrics

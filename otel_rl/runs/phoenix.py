@@ -43,8 +43,9 @@ def span_from_phoenix(raw: dict[str, Any], project: str) -> SpanRecord:
         start_ns=_iso_ns(raw.get("start_time")),
         end_ns=_iso_ns(raw.get("end_time")),
         attributes=dict(raw.get("attributes") or {}),
-        events=[SpanEvent(str(e.get("name", "")), _iso_ns(e.get("timestamp")), dict(e.get("attributes") or {}))
-                for e in raw.get("events") or []],
+        events=[
+            SpanEvent(str(e.get("name", "")), _iso_ns(e.get("timestamp")), dict(e.get("attributes") or {})) for e in raw.get("events") or []
+        ],
         resource={"openinference.project.name": project},
         status=_STATUS.get(str(raw.get("status_code", "")).upper(), "unset"),
         status_message=str(raw.get("status_message") or ""),
@@ -70,8 +71,9 @@ class PhoenixClient:
             detail = exc.read().decode("utf-8", "replace")[:200]
             raise PhoenixError(f"Phoenix answered {exc.code} for {url}: {detail}") from None
         except (urllib.error.URLError, OSError) as exc:
-            raise PhoenixError(f"cannot reach Phoenix at {self.base_url} ({getattr(exc, 'reason', exc)}); "
-                               "is it running (`otel-rl stack status`)?") from None
+            raise PhoenixError(
+                f"cannot reach Phoenix at {self.base_url} ({getattr(exc, 'reason', exc)}); is it running (`otel-rl stack status`)?"
+            ) from None
         except json.JSONDecodeError:
             raise PhoenixError(f"Phoenix at {self.base_url} did not answer JSON for {url}") from None
 

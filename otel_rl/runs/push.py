@@ -57,8 +57,15 @@ def find_spools(path: str | Path) -> list[Path]:
     return found
 
 
-def push(path: str | Path, *, endpoint: str | None = None, protocol: str | None = None, timeout_s: float = 60.0,
-         give_up_after_s: float = 15.0, say: Callable[[str], None] = print) -> list[PushReport]:
+def push(
+    path: str | Path,
+    *,
+    endpoint: str | None = None,
+    protocol: str | None = None,
+    timeout_s: float = 60.0,
+    give_up_after_s: float = 15.0,
+    say: Callable[[str], None] = print,
+) -> list[PushReport]:
     """Deliver every spool under ``path``; one report per spool folder (none: nothing was left).
 
     Raises FileNotFoundError when ``path`` is not a folder and ValueError when no collector is
@@ -96,8 +103,11 @@ def push(path: str | Path, *, endpoint: str | None = None, protocol: str | None 
             say(f"{folder}: nothing left to deliver")
             continue
         target = redact_endpoint(config.endpoint)
-        say(f"{folder}: delivering {format_bytes(spool.pending_bytes)} ("
-            + ", ".join(f"{n} {_word(s)}" for s, n in before.items() if n) + f") to {target} over {config.protocol}")
+        say(
+            f"{folder}: delivering {format_bytes(spool.pending_bytes)} ("
+            + ", ".join(f"{n} {_word(s)}" for s, n in before.items() if n)
+            + f") to {target} over {config.protocol}"
+        )
         exporters = otlp_exporters(config)
         for exporter, signal in zip(exporters, SIGNALS):
             if before[signal]:
@@ -111,10 +121,15 @@ def push(path: str | Path, *, endpoint: str | None = None, protocol: str | None 
         report.dropped = {s: st.dropped_total for s, st in stats.items()}
         report.left = left
         line = ", ".join(f"{report.delivered[s]} {_word(s)}" for s in SIGNALS if report.delivered[s]) or "nothing"
-        say(f"{folder}: delivered {line}"
+        say(
+            f"{folder}: delivered {line}"
             + (f"; dropped {sum(report.dropped.values())} the collector refused" if any(report.dropped.values()) else "")
-            + (f"; {sum(left.values())} items left (the collector at {target} did not take them: run push again)"
-               if any(left.values()) else "; spool empty"))
+            + (
+                f"; {sum(left.values())} items left (the collector at {target} did not take them: run push again)"
+                if any(left.values())
+                else "; spool empty"
+            )
+        )
     return reports
 
 
@@ -125,8 +140,9 @@ def _word(signal: str) -> str:
 def _cmd_push(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     try:
-        reports = push(args.run_dir, endpoint=args.endpoint, protocol=args.protocol, timeout_s=args.timeout,
-                       give_up_after_s=args.give_up_after)
+        reports = push(
+            args.run_dir, endpoint=args.endpoint, protocol=args.protocol, timeout_s=args.timeout, give_up_after_s=args.give_up_after
+        )
     except (FileNotFoundError, ValueError) as exc:
         print(f"otel-rl push: {exc}", file=sys.stderr)
         return 1
@@ -135,15 +151,24 @@ def _cmd_push(args: argparse.Namespace) -> int:
 
 def add_cli(subparsers: Any) -> argparse.ArgumentParser:
     """Add ``otel-rl push`` to the ``otel-rl`` command's subparsers."""
-    parser = subparsers.add_parser("push", help="deliver what a run left in its disk spool to a collector",
-                                   description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = subparsers.add_parser(
+        "push",
+        help="deliver what a run left in its disk spool to a collector",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("run_dir", metavar="RUN_DIR", help="a run folder (its spool/ inside), a spool root or one spool folder")
     parser.add_argument("--endpoint", metavar="URL", help="the collector (default: OTEL_EXPORTER_OTLP_ENDPOINT)")
-    parser.add_argument("--protocol", choices=["grpc", "http/protobuf"],
-                        help="OTLP protocol (default: OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf)")
-    parser.add_argument("--timeout", type=float, default=60.0, metavar="S",
-                        help="stop after S seconds even if data is left (default 60)")
-    parser.add_argument("--give-up-after", type=float, default=15.0, metavar="S",
-                        help="stop once the collector has been unreachable for S seconds (default 15)")
+    parser.add_argument(
+        "--protocol", choices=["grpc", "http/protobuf"], help="OTLP protocol (default: OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf)"
+    )
+    parser.add_argument("--timeout", type=float, default=60.0, metavar="S", help="stop after S seconds even if data is left (default 60)")
+    parser.add_argument(
+        "--give-up-after",
+        type=float,
+        default=15.0,
+        metavar="S",
+        help="stop once the collector has been unreachable for S seconds (default 15)",
+    )
     parser.set_defaults(func=_cmd_push)
     return parser

@@ -7,14 +7,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, NamedTuple, TypeVar
 
-__all__ = [
-    "MetricPoint",
-    "Problem",
-    "ReadResult",
-    "SpanEvent",
-    "SpanRecord",
-    "format_problems",
-]
+__all__ = ["MetricPoint", "Problem", "ReadResult", "SpanEvent", "SpanRecord", "format_problems"]
 
 T = TypeVar("T")
 

@@ -10,11 +10,7 @@ from otel_rl.runs.records import SpanRecord
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import names as N
 
-__all__ = [
-    "find_step_trace",
-    "format_duration",
-    "render_waterfall",
-]
+__all__ = ["find_step_trace", "format_duration", "render_waterfall"]
 
 STEP_SPAN_NAME = N.RL_STEP_SPAN
 STEP_ATTRIBUTE = A.RL_STEP
@@ -64,21 +60,14 @@ def find_step_trace(spans: Sequence[SpanRecord], step: int) -> list[SpanRecord]:
     Raises ``LookupError`` naming the steps that are available.
     """
     step_roots = [
-        (span.start_ns, index, span)
-        for index, span in enumerate(spans)
-        if span.name == STEP_SPAN_NAME and span.parent_span_id is None
+        (span.start_ns, index, span) for index, span in enumerate(spans) if span.name == STEP_SPAN_NAME and span.parent_span_id is None
     ]
     matches = [entry for entry in step_roots if _step_of(entry[2]) == int(step)]
     if not matches:
         available = [s for s in (_step_of(entry[2]) for entry in step_roots) if s is not None]
         if available:
-            raise LookupError(
-                f"no {STEP_SPAN_NAME!r} trace for step {step}; steps available: {_ranges(available)}"
-            )
-        raise LookupError(
-            f"no {STEP_SPAN_NAME!r} trace for step {step}: no {STEP_SPAN_NAME!r} root spans among "
-            f"{len(spans)} spans"
-        )
+            raise LookupError(f"no {STEP_SPAN_NAME!r} trace for step {step}; steps available: {_ranges(available)}")
+        raise LookupError(f"no {STEP_SPAN_NAME!r} trace for step {step}: no {STEP_SPAN_NAME!r} root spans among {len(spans)} spans")
     root = max(matches, key=lambda entry: (entry[0], entry[1]))[2]
     trace = [span for span in spans if span.trace_id == root.trace_id]
     trace.sort(key=lambda span: (span is not root, span.start_ns, span.end_ns))
@@ -224,9 +213,7 @@ def render_waterfall(spans: Sequence[SpanRecord], width: int = 60, max_columns: 
 
     def line(prefix: str, span: SpanRecord, t0: int, total: int) -> str:
         label = _truncate(labels[id(span)], label_width).ljust(label_width)
-        offset = "+" + format_duration(span.start_ns - t0) if span.start_ns >= t0 else "-" + format_duration(
-            t0 - span.start_ns
-        )
+        offset = "+" + format_duration(span.start_ns - t0) if span.start_ns >= t0 else "-" + format_duration(t0 - span.start_ns)
         text = f"{label} {offset:>8} {format_duration(span.duration_ns):>8}  {_bar(span, t0, total, bar_width)}"
         return text.rstrip()
 

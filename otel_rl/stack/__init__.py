@@ -45,15 +45,7 @@ import otel_rl.environment_variables as ENV
 import otel_rl.stack._components as _components
 import otel_rl.stack.process as _process
 from otel_rl.reporting import LOGGER_NAME, ReportOnce
-from otel_rl.stack._components import (
-    ALL_COMPONENT_NAMES,
-    COMPONENT_NAMES,
-    COMPONENTS,
-    START_ORDER,
-    Context,
-    component_ports,
-    user_urls,
-)
+from otel_rl.stack._components import ALL_COMPONENT_NAMES, COMPONENT_NAMES, COMPONENTS, START_ORDER, Context, component_ports, user_urls
 from otel_rl.stack._errors import HealthCheckError, InstallError, MissingBinaryError, PortInUseError, StackError
 from otel_rl.stack._install import PACKAGES, PHOENIX_VERSION, ROTEL_VERSION, Installer, default_cache_dir, format_seconds
 
@@ -138,8 +130,10 @@ def default_port_offset() -> int:
 def _check_offset(offset: int) -> int:
     ports = [p for c in COMPONENTS.values() for p in c.ports.values()] + [_components.LOGS_BRIDGE_PORT]
     if min(ports) + offset < 1 or max(ports) + offset > 65535:
-        raise ValueError(f"port offset {offset} puts ports outside 1..65535 (the default ports span "
-                         f"{min(ports)}..{max(ports)}, so the offset must be within {1 - min(ports)}..{65535 - max(ports)})")
+        raise ValueError(
+            f"port offset {offset} puts ports outside 1..65535 (the default ports span "
+            f"{min(ports)}..{max(ports)}, so the offset must be within {1 - min(ports)}..{65535 - max(ports)})"
+        )
     return offset
 
 
@@ -149,8 +143,9 @@ def _parse_only(only: str | Iterable[str] | None, default: tuple[str, ...] = COM
     names = [n.strip() for n in (only.split(",") if isinstance(only, str) else only) if n.strip()]
     unknown = [n for n in names if n not in COMPONENTS]
     if unknown or not names:
-        raise ValueError(f"unknown stack component {', '.join(map(repr, unknown)) or '(none given)'}; "
-                         f"choose from {', '.join(ALL_COMPONENT_NAMES)}")
+        raise ValueError(
+            f"unknown stack component {', '.join(map(repr, unknown)) or '(none given)'}; choose from {', '.join(ALL_COMPONENT_NAMES)}"
+        )
     return tuple(n for n in ALL_COMPONENT_NAMES if n in names)
 
 
@@ -174,10 +169,18 @@ class Stack:
             logs (the ``rl.log`` step events) there; without it rotel drops them.
     """
 
-    def __init__(self, data_dir: str | os.PathLike | None = None, *, port_offset: int | None = None,
-                 only: str | Iterable[str] | None = None, cache_dir: str | os.PathLike | None = None,
-                 out: TextIO | None | object = _STDOUT, rotel_config: str | os.PathLike | None = None,
-                 rules_dir: str | os.PathLike | None = None, bridge_config: str | os.PathLike | None = None):
+    def __init__(
+        self,
+        data_dir: str | os.PathLike | None = None,
+        *,
+        port_offset: int | None = None,
+        only: str | Iterable[str] | None = None,
+        cache_dir: str | os.PathLike | None = None,
+        out: TextIO | None | object = _STDOUT,
+        rotel_config: str | os.PathLike | None = None,
+        rules_dir: str | os.PathLike | None = None,
+        bridge_config: str | os.PathLike | None = None,
+    ):
         self.data_dir = Path(data_dir).expanduser().resolve() if data_dir is not None else default_data_dir()
         self.port_offset = default_port_offset() if port_offset is None else _check_offset(int(port_offset))
         self._offset_given = port_offset is not None or bool(os.environ.get(ENV.OTEL_RL_STACK_PORT_OFFSET, "").strip())
@@ -202,13 +205,18 @@ class Stack:
     @property
     def endpoints(self) -> dict[str, str]:
         """Base URLs: otlp_grpc, otlp_http (rotel), victoria_metrics, vmagent, prometheus, phoenix, vmalert."""
+
         def http(name: str, role: str = "http") -> str:
             return f"http://{_process.LOOPBACK}:{self.ports(name)[role]}"
 
         return {
-            "otlp_grpc": http("rotel", "otlp_grpc"), "otlp_http": http("rotel", "otlp_http"),
-            "victoria_metrics": http("victoria-metrics"), "vmagent": http("vmagent"),
-            "prometheus": http("prometheus"), "phoenix": http("phoenix"), "vmalert": http("vmalert"),
+            "otlp_grpc": http("rotel", "otlp_grpc"),
+            "otlp_http": http("rotel", "otlp_http"),
+            "victoria_metrics": http("victoria-metrics"),
+            "vmagent": http("vmagent"),
+            "prometheus": http("prometheus"),
+            "phoenix": http("phoenix"),
+            "vmalert": http("vmalert"),
         }
 
     @property
@@ -318,8 +326,10 @@ class Stack:
         if running is None or running == self.port_offset:
             return
         if self._offset_given:
-            raise StackError(f"the stack in {self.data_dir} runs with port offset {running}, not {self.port_offset}; "
-                             f"stop it first (`otel-rl stack down --dir {self.data_dir}`) or use --port-offset {running}")
+            raise StackError(
+                f"the stack in {self.data_dir} runs with port offset {running}, not {self.port_offset}; "
+                f"stop it first (`otel-rl stack down --dir {self.data_dir}`) or use --port-offset {running}"
+            )
         self.port_offset = running
 
     def _binary(self, package: str, name: str) -> Path:
@@ -329,9 +339,15 @@ class Stack:
         self._adopt_running_offset()
         records = {name: _process.read_pid_file(self._pid_path(name)) for name in ALL_COMPONENT_NAMES}
         alive = {name for name, rec in records.items() if rec is not None and _process.is_alive(rec)}
-        ctx = Context(data_dir=self.data_dir, offset=self.port_offset, running=frozenset(alive | set(self.components)),
-                      binary=self._binary, rotel_config=self.rotel_config, rules_dir=self.rules_dir,
-                      bridge_config=self.bridge_config)
+        ctx = Context(
+            data_dir=self.data_dir,
+            offset=self.port_offset,
+            running=frozenset(alive | set(self.components)),
+            binary=self._binary,
+            rotel_config=self.rotel_config,
+            rules_dir=self.rules_dir,
+            bridge_config=self.bridge_config,
+        )
         order = [n for n in START_ORDER if n in self.components]
         launches = self._plan(ctx, order)
 
@@ -370,9 +386,15 @@ class Stack:
                 for folder in launch.folders:
                     folder.mkdir(parents=True, exist_ok=True)
                 rec = _process.start_process(
-                    name, launch.command, env=_components.child_environment(launch), extra_env=launch.env,
-                    ports=launch.ports, log_path=self._log_path(name), pid_path=self._pid_path(name),
-                    cwd=launch.cwd or self.data_dir)
+                    name,
+                    launch.command,
+                    env=_components.child_environment(launch),
+                    extra_env=launch.env,
+                    ports=launch.ports,
+                    log_path=self._log_path(name),
+                    pid_path=self._pid_path(name),
+                    cwd=launch.cwd or self.data_dir,
+                )
                 started.append(rec)
                 self._say(f"{name}: started (pid {rec.pid}, {_ports_text(name, rec.ports)})")
             waiting = {rec.name: rec for rec in started}
@@ -408,7 +430,9 @@ class Stack:
                 raise MissingBinaryError(
                     f"{name}: {binary} is not installed (looked for {path}); run `otel-rl stack install{only} "
                     f"--dir {self.data_dir}` (or `otel-rl stack up`, which installs what is missing)",
-                    component=name, path=str(path))
+                    component=name,
+                    path=str(path),
+                )
 
     def _check_ports(self, name: str, ports: dict[str, int]) -> None:
         for role, port in ports.items():
@@ -422,10 +446,12 @@ class Stack:
                 f"{' by ' + holder if holder else ''}. If it is a stack of yours, stop it with `otel-rl stack down` "
                 f"(with its --dir); or move this stack's ports with --port-offset N (OTEL_RL_STACK_PORT_OFFSET; "
                 f"now {self.port_offset})",
-                port=port, component=name, holder=holder)
+                port=port,
+                component=name,
+                holder=holder,
+            )
 
-    def _wait_healthy(self, waiting: dict[str, _process.PidRecord], timeout_s: float | None,
-                      started_here: set[str]) -> None:
+    def _wait_healthy(self, waiting: dict[str, _process.PidRecord], timeout_s: float | None, started_here: set[str]) -> None:
         begin = time.monotonic()
         deadlines = {n: begin + (timeout_s if timeout_s is not None else COMPONENTS[n].deadline_s) for n in waiting}
         while waiting:
@@ -438,16 +464,18 @@ class Stack:
                     del waiting[name]
                 elif time.monotonic() > deadlines[name]:
                     hint = "" if name in started_here else " (it was started earlier; `otel-rl stack down` stops it)"
-                    self._fail(name, rec, f"not healthy after {format_seconds(deadlines[name] - begin)} "
-                                          f"({COMPONENTS[name].health} failed){hint}")
+                    self._fail(
+                        name, rec, f"not healthy after {format_seconds(deadlines[name] - begin)} ({COMPONENTS[name].health} failed){hint}"
+                    )
             if waiting:
                 time.sleep(0.2)
 
     def _fail(self, name: str, rec: _process.PidRecord, what: str) -> None:
         log = self._log_path(name)
         tail = _process.log_tail(log, 25, start=rec.log_offset)
-        raise HealthCheckError(f"{name} {what}. Last lines of {log}:\n{tail or '(empty)'}\n"
-                               f"Command: {' '.join(rec.command)}", component=name, log=tail)
+        raise HealthCheckError(
+            f"{name} {what}. Last lines of {log}:\n{tail or '(empty)'}\nCommand: {' '.join(rec.command)}", component=name, log=tail
+        )
 
     def _down(self, names: tuple[str, ...], timeout_s: float) -> list[str]:
         stopped, problems = [], []
@@ -481,8 +509,11 @@ class Stack:
     def _wait_ports_free(self, name: str, ports: dict[str, int], deadline_s: float) -> list[int]:
         end = time.monotonic() + deadline_s
         while True:
-            busy = [port for role, port in ports.items()
-                    if not _process.port_free(port, "::" if role in COMPONENTS[name].all_interfaces else _process.LOOPBACK)]
+            busy = [
+                port
+                for role, port in ports.items()
+                if not _process.port_free(port, "::" if role in COMPONENTS[name].all_interfaces else _process.LOOPBACK)
+            ]
             if not busy or time.monotonic() > end:
                 return busy
             time.sleep(0.1)
@@ -500,8 +531,15 @@ class Stack:
             return ComponentStatus(name, "stopped", None, ports, user_urls(name, ports), "; ".join(busy), log)
         ports = rec.ports or self.ports(name)
         if not _process.is_alive(rec):
-            return ComponentStatus(name, "stale pid file", rec.pid if rec.pid > 0 else None, ports,
-                                   user_urls(name, ports), f"pid {rec.pid} is not running; `otel-rl stack down` removes the file", log)
+            return ComponentStatus(
+                name,
+                "stale pid file",
+                rec.pid if rec.pid > 0 else None,
+                ports,
+                user_urls(name, ports),
+                f"pid {rec.pid} is not running; `otel-rl stack down` removes the file",
+                log,
+            )
         state = "healthy" if _components.check_health(name, ports) else "unhealthy"
         note = "" if state == "healthy" else f"{COMPONENTS[name].health} failed; see {log}"
         return ComponentStatus(name, state, rec.pid, ports, user_urls(name, ports), note, log)

@@ -47,23 +47,63 @@ class Component:
     description: str = ""
 
 
-COMPONENTS: dict[str, Component] = {c.name: c for c in (
-    Component("rotel", "rotel", {"otlp_grpc": 4317, "otlp_http": 4318}, 30.0,
-              "POST an empty OTLP request to /v1/metrics, connect to the gRPC port",
-              description="OTel collector (OTLP in; traces to Phoenix, metrics to vmagent)"),
-    Component("victoria-metrics", "victoria-metrics", {"http": 8428}, 30.0, "GET /health",
-              description="metrics store (OTLP in, PromQL/MetricsQL out)"),
-    Component("vmagent", "victoria-metrics", {"http": 8429}, 30.0, "GET /health",
-              description="OTLP in, remote write to VictoriaMetrics and Prometheus"),
-    Component("vmalert", "victoria-metrics", {"http": 8880}, 30.0, "GET /health",
-              description="evaluates grafana/alerts rules against VictoriaMetrics"),
-    Component("prometheus", "prometheus", {"http": 9090}, 30.0, "GET /-/ready",
-              description="Prometheus with the remote-write receiver"),
-    Component("phoenix", "phoenix", {"http": 6006, "grpc": 4327}, 90.0, "GET /healthz",
-              all_interfaces=("grpc",), description="trace store with a web UI (Arize Phoenix)"),
-    Component("bridge", "", {"otlp_http": LOGS_BRIDGE_PORT}, 30.0, "GET /healthz",
-              description="otel-rl tracker bridge (OTLP/HTTP logs in, experiment trackers out)"),
-)}
+COMPONENTS: dict[str, Component] = {
+    c.name: c
+    for c in (
+        Component(
+            "rotel",
+            "rotel",
+            {"otlp_grpc": 4317, "otlp_http": 4318},
+            30.0,
+            "POST an empty OTLP request to /v1/metrics, connect to the gRPC port",
+            description="OTel collector (OTLP in; traces to Phoenix, metrics to vmagent)",
+        ),
+        Component(
+            "victoria-metrics",
+            "victoria-metrics",
+            {"http": 8428},
+            30.0,
+            "GET /health",
+            description="metrics store (OTLP in, PromQL/MetricsQL out)",
+        ),
+        Component(
+            "vmagent",
+            "victoria-metrics",
+            {"http": 8429},
+            30.0,
+            "GET /health",
+            description="OTLP in, remote write to VictoriaMetrics and Prometheus",
+        ),
+        Component(
+            "vmalert",
+            "victoria-metrics",
+            {"http": 8880},
+            30.0,
+            "GET /health",
+            description="evaluates grafana/alerts rules against VictoriaMetrics",
+        ),
+        Component(
+            "prometheus", "prometheus", {"http": 9090}, 30.0, "GET /-/ready", description="Prometheus with the remote-write receiver"
+        ),
+        Component(
+            "phoenix",
+            "phoenix",
+            {"http": 6006, "grpc": 4327},
+            90.0,
+            "GET /healthz",
+            all_interfaces=("grpc",),
+            description="trace store with a web UI (Arize Phoenix)",
+        ),
+        Component(
+            "bridge",
+            "",
+            {"otlp_http": LOGS_BRIDGE_PORT},
+            30.0,
+            "GET /healthz",
+            description="otel-rl tracker bridge (OTLP/HTTP logs in, experiment trackers out)",
+        ),
+    )
+}
 
 
 def component_ports(name: str, offset: int) -> dict[str, int]:
@@ -177,8 +217,9 @@ def parse_rotel_env(text: str, values: Mapping[str, str], source: str = "rotel.e
         def fill(match: re.Match) -> str:
             name = match.group(1)
             if name not in values:
-                raise ValueError(f"{source}:{lineno}: unknown placeholder ${{{name}}}; "
-                                 f"known: {', '.join('${' + k + '}' for k in sorted(values))}")
+                raise ValueError(
+                    f"{source}:{lineno}: unknown placeholder ${{{name}}}; known: {', '.join('${' + k + '}' for k in sorted(values))}"
+                )
             return str(values[name])
 
         env[key] = _PLACEHOLDER.sub(fill, value)
@@ -210,12 +251,14 @@ def plan_launch(name: str, ctx: Context) -> Launch:
     if name == "rotel":
         uses_vmagent = "vmagent" in ctx.running
         values = {
-            "OTLP_GRPC_PORT": ports["otlp_grpc"], "OTLP_HTTP_PORT": ports["otlp_http"],
+            "OTLP_GRPC_PORT": ports["otlp_grpc"],
+            "OTLP_HTTP_PORT": ports["otlp_http"],
             "PHOENIX_PORT": component_ports("phoenix", ctx.offset)["http"],
             "VICTORIA_METRICS_PORT": component_ports("victoria-metrics", ctx.offset)["http"],
             "VMAGENT_PORT": component_ports("vmagent", ctx.offset)["http"],
             "METRICS_PORT": component_ports("vmagent" if uses_vmagent else "victoria-metrics", ctx.offset)["http"],
-            "LOGS_BRIDGE_PORT": LOGS_BRIDGE_PORT + ctx.offset, "DATA_DIR": str(ctx.data_dir),
+            "LOGS_BRIDGE_PORT": LOGS_BRIDGE_PORT + ctx.offset,
+            "DATA_DIR": str(ctx.data_dir),
             # rl.log events to the tracker bridge when it is part of the stack, else dropped.
             "LOGS_EXPORTER": "otlp" if "bridge" in ctx.running else "blackhole",
         }
@@ -223,16 +266,25 @@ def plan_launch(name: str, ctx: Context) -> Launch:
         env = parse_rotel_env(text, {k: str(v) for k, v in values.items()}, source)
         env["NO_COLOR"] = "1"  # plain log lines in logs/rotel.log
         # --pid-file/--log-file only matter with --daemon; keep them out of /tmp all the same.
-        command = [str(ctx.binary("rotel", "rotel-agent")), "start",
-                   "--pid-file", str(ctx.data_dir / "run" / "rotel-agent.pid"),
-                   "--log-file", str(ctx.data_dir / "logs" / "rotel-agent.log")]
+        command = [
+            str(ctx.binary("rotel", "rotel-agent")),
+            "start",
+            "--pid-file",
+            str(ctx.data_dir / "run" / "rotel-agent.pid"),
+            "--log-file",
+            str(ctx.data_dir / "logs" / "rotel-agent.log"),
+        ]
         return Launch(name, command, env, ports, drop_env_prefixes=("ROTEL_",))
 
     if name == "victoria-metrics":
         folder = data / "victoria-metrics"
-        command = [str(ctx.binary("victoria-metrics", "victoria-metrics")), f"-storageDataPath={folder}",
-                   f"-httpListenAddr={LOOPBACK}:{ports['http']}", "-search.latencyOffset=0s",
-                   "-opentelemetry.usePrometheusNaming"]
+        command = [
+            str(ctx.binary("victoria-metrics", "victoria-metrics")),
+            f"-storageDataPath={folder}",
+            f"-httpListenAddr={LOOPBACK}:{ports['http']}",
+            "-search.latencyOffset=0s",
+            "-opentelemetry.usePrometheusNaming",
+        ]
         return Launch(name, command, {}, ports, [folder])
 
     if name == "vmagent":
@@ -241,9 +293,14 @@ def plan_launch(name: str, ctx: Context) -> Launch:
         targets = [url for store, url in (("victoria-metrics", vm_url), ("prometheus", prom_url)) if store in ctx.running]
         targets = targets or [vm_url, prom_url]
         writes = [f"-remoteWrite.url={url}/api/v1/write" for url in targets]
-        command = [str(ctx.binary("victoria-metrics", "vmagent")), f"-httpListenAddr={LOOPBACK}:{ports['http']}",
-                   *writes, f"-remoteWrite.tmpDataPath={folder}", "-remoteWrite.maxDiskUsagePerURL=1GB",
-                   "-opentelemetry.usePrometheusNaming"]
+        command = [
+            str(ctx.binary("victoria-metrics", "vmagent")),
+            f"-httpListenAddr={LOOPBACK}:{ports['http']}",
+            *writes,
+            f"-remoteWrite.tmpDataPath={folder}",
+            "-remoteWrite.maxDiskUsagePerURL=1GB",
+            "-opentelemetry.usePrometheusNaming",
+        ]
         return Launch(name, command, {}, ports, [folder])
 
     if name == "vmalert":
@@ -254,9 +311,15 @@ def plan_launch(name: str, ctx: Context) -> Launch:
             if not empty.exists():
                 empty.write_text("# No rule files in grafana/alerts: vmalert runs with no rules.\ngroups: []\n")
             rules = [empty]
-        command = [str(ctx.binary("victoria-metrics", "vmalert")), f"-datasource.url={vm_url}",
-                   f"-remoteWrite.url={vm_url}", f"-httpListenAddr={LOOPBACK}:{ports['http']}", "-notifier.blackhole",
-                   "-evaluationInterval=15s", *(f"-rule={r}" for r in rules)]
+        command = [
+            str(ctx.binary("victoria-metrics", "vmalert")),
+            f"-datasource.url={vm_url}",
+            f"-remoteWrite.url={vm_url}",
+            f"-httpListenAddr={LOOPBACK}:{ports['http']}",
+            "-notifier.blackhole",
+            "-evaluationInterval=15s",
+            *(f"-rule={r}" for r in rules),
+        ]
         return Launch(name, command, {}, ports)
 
     if name == "prometheus":
@@ -268,23 +331,31 @@ def plan_launch(name: str, ctx: Context) -> Launch:
             "# it scrapes nothing.\nglobal:\n  scrape_interval: 15s\n  evaluation_interval: 15s\nscrape_configs: []\n"
             "# vmagent sends blocks over parallel queues, so a series' samples can arrive out of order;\n"
             "# without this window Prometheus rejects such a block whole (every series in it).\n"
-            "storage:\n  tsdb:\n    out_of_order_time_window: 30m\n")
-        command = [str(ctx.binary("prometheus", "prometheus")), f"--config.file={config}",
-                   f"--storage.tsdb.path={folder}", f"--web.listen-address={LOOPBACK}:{ports['http']}",
-                   "--web.enable-remote-write-receiver"]
+            "storage:\n  tsdb:\n    out_of_order_time_window: 30m\n"
+        )
+        command = [
+            str(ctx.binary("prometheus", "prometheus")),
+            f"--config.file={config}",
+            f"--storage.tsdb.path={folder}",
+            f"--web.listen-address={LOOPBACK}:{ports['http']}",
+            "--web.enable-remote-write-receiver",
+        ]
         return Launch(name, command, {}, ports, [folder])
 
     if name == "phoenix":
         folder = data / "phoenix"
-        env = {"PHOENIX_HOST": LOOPBACK, "PHOENIX_PORT": str(ports["http"]), "PHOENIX_GRPC_PORT": str(ports["grpc"]),
-               "PHOENIX_WORKING_DIR": str(folder), "PHOENIX_TELEMETRY_ENABLED": "false"}
-        return Launch(name, [str(ctx.binary("phoenix", "phoenix")), "serve"], env, ports, [folder],
-                      drop_env_prefixes=("PHOENIX_",))
+        env = {
+            "PHOENIX_HOST": LOOPBACK,
+            "PHOENIX_PORT": str(ports["http"]),
+            "PHOENIX_GRPC_PORT": str(ports["grpc"]),
+            "PHOENIX_WORKING_DIR": str(folder),
+            "PHOENIX_TELEMETRY_ENABLED": "false",
+        }
+        return Launch(name, [str(ctx.binary("phoenix", "phoenix")), "serve"], env, ports, [folder], drop_env_prefixes=("PHOENIX_",))
 
     if name == "bridge":
         if ctx.bridge_config is None:
-            raise ValueError("the tracker bridge needs its config file: otel-rl stack up --bridge-config FILE "
-                             "(see otel-rl bridge --help)")
+            raise ValueError("the tracker bridge needs its config file: otel-rl stack up --bridge-config FILE (see otel-rl bridge --help)")
         config = ctx.bridge_config
         from otel_rl.bridge import TrackerBridge, load_bridge_config
 
@@ -298,8 +369,7 @@ def plan_launch(name: str, ctx: Context) -> Launch:
         # The interpreter otel-rl runs in has otel-rl and the tracker libraries; relative paths in
         # the file are relative to the file's folder. The digest restarts the bridge when the file
         # changes (it is recorded in the PID file; the file's secrets are not).
-        command = [sys.executable, "-m", "otel_rl.cli", "bridge", "--config", str(config),
-                   "--listen", f"{LOOPBACK}:{ports['otlp_http']}"]
+        command = [sys.executable, "-m", "otel_rl.cli", "bridge", "--config", str(config), "--listen", f"{LOOPBACK}:{ports['otlp_http']}"]
         env = {"PYTHONUNBUFFERED": "1", "OTEL_RL_BRIDGE_CONFIG_SHA256": digest}
         return Launch(name, command, env, ports, cwd=config.parent)
 
@@ -311,9 +381,12 @@ def check_health(name: str, ports: Mapping[str, int], timeout_s: float = 2.0) ->
     base = f"http://{LOOPBACK}:{ports.get('http', 0)}"
     if name == "rotel":
         # rotel has no health endpoint: an empty OTLP export request is a valid no-op that it answers 200.
-        return (http_ok(f"http://{LOOPBACK}:{ports['otlp_http']}/v1/metrics", data=b"", timeout_s=timeout_s,
-                        headers={"Content-Type": "application/x-protobuf"})
-                and tcp_open(ports["otlp_grpc"], timeout_s=timeout_s))
+        return http_ok(
+            f"http://{LOOPBACK}:{ports['otlp_http']}/v1/metrics",
+            data=b"",
+            timeout_s=timeout_s,
+            headers={"Content-Type": "application/x-protobuf"},
+        ) and tcp_open(ports["otlp_grpc"], timeout_s=timeout_s)
     if name == "bridge":
         return http_ok(f"http://{LOOPBACK}:{ports['otlp_http']}/healthz", timeout_s=timeout_s)
     path = {"prometheus": "/-/ready", "phoenix": "/healthz"}.get(name, "/health")

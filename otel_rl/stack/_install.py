@@ -39,9 +39,16 @@ SCRATCH_SUITES = ("trixie", "bookworm")
 # Settings of the system's apt worth keeping in the scratch set-up (proxies, date checks of a
 # snapshot mirror); its hooks (APT::Update::Post-Invoke and the like) are deliberately not read.
 _FORWARDED_APT_OPTIONS = (
-    "Acquire::http::Proxy", "Acquire::https::Proxy", "Acquire::ftp::Proxy", "Acquire::Check-Valid-Until",
-    "Acquire::Check-Date", "Acquire::Retries", "Acquire::ForceIPv4", "Acquire::ForceIPv6",
-    "Acquire::http::Timeout", "Acquire::https::Timeout",
+    "Acquire::http::Proxy",
+    "Acquire::https::Proxy",
+    "Acquire::ftp::Proxy",
+    "Acquire::Check-Valid-Until",
+    "Acquire::Check-Date",
+    "Acquire::Retries",
+    "Acquire::ForceIPv4",
+    "Acquire::ForceIPv6",
+    "Acquire::http::Timeout",
+    "Acquire::https::Timeout",
 )
 
 
@@ -62,8 +69,9 @@ class Package:
 
 PACKAGES: dict[str, Package] = {
     "rotel": Package("rotel", "pypi", f"rotel=={ROTEL_VERSION}", binaries=("rotel-agent",)),
-    "victoria-metrics": Package("victoria-metrics", "debian", "victoria-metrics", "trixie",
-                                binaries=("victoria-metrics", "vmagent", "vmalert")),
+    "victoria-metrics": Package(
+        "victoria-metrics", "debian", "victoria-metrics", "trixie", binaries=("victoria-metrics", "vmagent", "vmalert")
+    ),
     "prometheus": Package("prometheus", "debian", "prometheus", "bookworm", binaries=("prometheus", "promtool")),
     "phoenix": Package("phoenix", "pypi", f"arize-phoenix=={PHOENIX_VERSION}", binaries=("phoenix",)),
 }
@@ -100,8 +108,10 @@ def _deb822_stanzas(text: str) -> Iterable[dict[str, str]]:
             stanza[key] = value.strip()
 
 
-_DEBIAN_SUITE = re.compile(r"^(oldoldstable|oldstable|stable|testing|unstable|sid|experimental|"
-                           r"buster|bullseye|bookworm|trixie|forky|duke)(-updates|-backports|-proposed-updates)?$")
+_DEBIAN_SUITE = re.compile(
+    r"^(oldoldstable|oldstable|stable|testing|unstable|sid|experimental|"
+    r"buster|bullseye|bookworm|trixie|forky|duke)(-updates|-backports|-proposed-updates)?$"
+)
 
 
 def system_debian_mirror(etc_apt: Path = Path("/etc/apt")) -> str:
@@ -152,8 +162,9 @@ def _system_apt_options() -> list[str]:
     return keep
 
 
-def write_scratch_apt(root: Path, *, mirror: str, suites: Iterable[str] = SCRATCH_SUITES,
-                      keyring: Path = DEBIAN_KEYRING, forward: Iterable[str] = ()) -> Path:
+def write_scratch_apt(
+    root: Path, *, mirror: str, suites: Iterable[str] = SCRATCH_SUITES, keyring: Path = DEBIAN_KEYRING, forward: Iterable[str] = ()
+) -> Path:
     """Write a self-contained apt configuration under ``root``; return the file to pass as APT_CONFIG.
 
     apt reads APT_CONFIG before anything else, and this file points every Dir::Etc, Dir::State and
@@ -250,8 +261,10 @@ class Installer:
         missing = [b for b in pkg.binaries if not os.access(self.binary(pkg.name, b), os.X_OK)]
         if missing:
             self._say("failed")
-            raise InstallError(f"installing {pkg.name}: {', '.join(missing)} not found after install "
-                               f"(looked at {self.binary(pkg.name, missing[0])}); remove {self.data_dir} and try again")
+            raise InstallError(
+                f"installing {pkg.name}: {', '.join(missing)} not found after install "
+                f"(looked at {self.binary(pkg.name, missing[0])}); remove {self.data_dir} and try again"
+            )
         seconds = time.monotonic() - started
         entry.update(installed_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), install_seconds=round(seconds, 1))
         manifest = self.manifest()
@@ -267,29 +280,32 @@ class Installer:
             out.write(text + end)
             out.flush()
 
-    def _run(self, step: str, command: list[str], *, log: Path, env: dict[str, str] | None = None,
-             cwd: Path | None = None, hint: str = "") -> None:
+    def _run(
+        self, step: str, command: list[str], *, log: Path, env: dict[str, str] | None = None, cwd: Path | None = None, hint: str = ""
+    ) -> None:
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "ab") as fh:
             fh.write(f"\n$ {' '.join(command)}\n".encode())
             fh.flush()
             try:
-                rc = subprocess.run(command, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    env=env, cwd=str(cwd) if cwd else None).returncode
+                rc = subprocess.run(
+                    command, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=str(cwd) if cwd else None
+                ).returncode
             except FileNotFoundError:
                 raise InstallError(f"{step}: `{command[0]}` is not on this system. {hint}".rstrip()) from None
         if rc != 0:
             tail = log_tail(log, 20)
-            raise InstallError(f"{step} failed (`{' '.join(command)}` exited {rc}); last lines of {log}:\n{tail}\n"
-                               f"{hint}".rstrip())
+            raise InstallError(f"{step} failed (`{' '.join(command)}` exited {rc}); last lines of {log}:\n{tail}\n{hint}".rstrip())
 
     # Debian: scratch apt -> cached .deb -> dpkg-deb -x
 
     def _install_debian(self, pkg: Package) -> dict:
         for tool in ("apt-get", "dpkg-deb"):
             if shutil.which(tool) is None:
-                raise InstallError(f"installing {pkg.name}: `{tool}` is not on this system; the stack takes "
-                                   f"{pkg.name} from Debian's archive. Install {pkg.name} yourself on other systems")
+                raise InstallError(
+                    f"installing {pkg.name}: `{tool}` is not on this system; the stack takes "
+                    f"{pkg.name} from Debian's archive. Install {pkg.name} yourself on other systems"
+                )
         log = self.data_dir / "logs" / f"install-{pkg.name}.log"
         deb = self._cached_deb(pkg)
         if deb is None:
@@ -298,11 +314,14 @@ class Installer:
         if dest.exists():
             shutil.rmtree(dest)
         dest.mkdir(parents=True)
-        self._run(f"unpacking {deb.name}", ["dpkg-deb", "-x", str(deb), str(dest)], log=log,
-                  hint=f"the cached file may be damaged: delete {deb} and try again")
+        self._run(
+            f"unpacking {deb.name}",
+            ["dpkg-deb", "-x", str(deb), str(dest)],
+            log=log,
+            hint=f"the cached file may be damaged: delete {deb} and try again",
+        )
         version = subprocess.run(["dpkg-deb", "-f", str(deb), "Version"], capture_output=True, text=True).stdout.strip()
-        return {"source": "debian", "suite": pkg.suite, "package": pkg.spec, "version": version, "deb": str(deb),
-                "path": str(dest)}
+        return {"source": "debian", "suite": pkg.suite, "package": pkg.spec, "version": version, "deb": str(deb), "path": str(dest)}
 
     def _cached_deb(self, pkg: Package) -> Path | None:
         folder = self.cache_dir / "debs" / pkg.suite
@@ -315,21 +334,36 @@ class Installer:
 
     def _download_deb(self, pkg: Package, log: Path) -> Path:
         if not DEBIAN_KEYRING.is_file():
-            raise InstallError(f"installing {pkg.name}: Debian's archive keyring {DEBIAN_KEYRING} is missing, so "
-                               "signatures cannot be checked; it comes with the debian-archive-keyring package")
+            raise InstallError(
+                f"installing {pkg.name}: Debian's archive keyring {DEBIAN_KEYRING} is missing, so "
+                "signatures cannot be checked; it comes with the debian-archive-keyring package"
+            )
         mirror = system_debian_mirror()
         conf = write_scratch_apt(self.data_dir / "apt", mirror=mirror, forward=_system_apt_options())
         env = {k: v for k, v in os.environ.items() if not k.startswith("APT_")}
         env.update(APT_CONFIG=str(conf), LC_ALL="C", DEBIAN_FRONTEND="noninteractive")
-        hint = (f"check that {mirror} is reachable (the mirror in /etc/apt/sources.list.d) and that its "
-                f"{pkg.suite} suite has {pkg.spec}; the scratch apt set-up is in {conf.parent}")
-        self._run(f"apt-get update (scratch sources: {', '.join(SCRATCH_SUITES)} of {mirror})",
-                  ["apt-get", "-q", "update"], log=log, env=env, hint=hint)
+        hint = (
+            f"check that {mirror} is reachable (the mirror in /etc/apt/sources.list.d) and that its "
+            f"{pkg.suite} suite has {pkg.spec}; the scratch apt set-up is in {conf.parent}"
+        )
+        self._run(
+            f"apt-get update (scratch sources: {', '.join(SCRATCH_SUITES)} of {mirror})",
+            ["apt-get", "-q", "update"],
+            log=log,
+            env=env,
+            hint=hint,
+        )
         folder = self.cache_dir / "debs" / pkg.suite
         folder.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=folder, prefix=".download-") as tmp:
-            self._run(f"apt-get download {pkg.spec}/{pkg.suite}", ["apt-get", "-q", "download", f"{pkg.spec}/{pkg.suite}"],
-                      log=log, env=env, cwd=Path(tmp), hint=hint)
+            self._run(
+                f"apt-get download {pkg.spec}/{pkg.suite}",
+                ["apt-get", "-q", "download", f"{pkg.spec}/{pkg.suite}"],
+                log=log,
+                env=env,
+                cwd=Path(tmp),
+                hint=hint,
+            )
             got = sorted(Path(tmp).glob(f"{pkg.spec}_*.deb"))
             if not got:
                 raise InstallError(f"apt-get download {pkg.spec}/{pkg.suite} left no .deb in {tmp}; see {log}")
@@ -345,16 +379,29 @@ class Installer:
         if venv.exists():
             shutil.rmtree(venv)
         venv.parent.mkdir(parents=True, exist_ok=True)
-        self._run(f"creating the virtual environment {venv}", [sys.executable, "-m", "venv", str(venv)], log=log,
-                  hint="the venv module needs ensurepip (on Debian: the python3-venv package)")
+        self._run(
+            f"creating the virtual environment {venv}",
+            [sys.executable, "-m", "venv", str(venv)],
+            log=log,
+            hint="the venv module needs ensurepip (on Debian: the python3-venv package)",
+        )
         python = venv / "bin" / "python"
         env = dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INPUT="1", PIP_PROGRESS_BAR="off")
-        self._run(f"pip install {pkg.spec}", [str(python), "-m", "pip", "install", pkg.spec], log=log, env=env,
-                  hint=f"check that PyPI is reachable and has {pkg.spec} for Python "
-                       f"{sys.version_info.major}.{sys.version_info.minor}; the full output is in {log}")
+        self._run(
+            f"pip install {pkg.spec}",
+            [str(python), "-m", "pip", "install", pkg.spec],
+            log=log,
+            env=env,
+            hint=f"check that PyPI is reachable and has {pkg.spec} for Python "
+            f"{sys.version_info.major}.{sys.version_info.minor}; the full output is in {log}",
+        )
         dist = pkg.spec.split("==", 1)[0]
-        version = subprocess.run([str(python), "-c", f"import importlib.metadata as m; print(m.version({dist!r}))"],
-                                 capture_output=True, text=True).stdout.strip() or pkg.spec.split("==")[-1]
+        version = (
+            subprocess.run(
+                [str(python), "-c", f"import importlib.metadata as m; print(m.version({dist!r}))"], capture_output=True, text=True
+            ).stdout.strip()
+            or pkg.spec.split("==")[-1]
+        )
         return {"source": "pypi", "requirement": pkg.spec, "version": version, "path": str(venv)}
 
 

@@ -47,36 +47,56 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--dir", metavar="DIR", help="data folder (env OTEL_RL_STACK_DIR; default .stack/ in the working directory)")
-    common.add_argument("--port-offset", type=int, metavar="N",
-                        help="add N to every port (env OTEL_RL_STACK_PORT_OFFSET; default 0)")
-    common.add_argument("--only", metavar="NAME[,NAME]",
-                        help="only these components: rotel, victoria-metrics, vmagent, vmalert, prometheus, phoenix, "
-                             "bridge (which needs --bridge-config)")
+    common.add_argument("--port-offset", type=int, metavar="N", help="add N to every port (env OTEL_RL_STACK_PORT_OFFSET; default 0)")
+    common.add_argument(
+        "--only",
+        metavar="NAME[,NAME]",
+        help="only these components: rotel, victoria-metrics, vmagent, vmalert, prometheus, phoenix, bridge (which needs --bridge-config)",
+    )
     sub = parser.add_subparsers(dest="stack_command", metavar="SUBCOMMAND")
-    install = sub.add_parser("install", parents=[common], help="install the servers into the data folder (idempotent)",
-                             description="Install what is missing, from PyPI (venvs) and Debian's archive (a scratch "
-                                         "apt set-up; dpkg-deb -x), into the data folder. A no-op when all is there.")
+    install = sub.add_parser(
+        "install",
+        parents=[common],
+        help="install the servers into the data folder (idempotent)",
+        description="Install what is missing, from PyPI (venvs) and Debian's archive (a scratch "
+        "apt set-up; dpkg-deb -x), into the data folder. A no-op when all is there.",
+    )
     install.set_defaults(stack_func=_install)
-    up = sub.add_parser("up", parents=[common], help="install what is missing, start, and wait until healthy",
-                        description="Start the components (installing what is missing first) and wait until each "
-                                    "answers its health check. Already running and healthy: left alone. On a failure "
-                                    "what this call started is stopped and the failing server's log tail is shown.")
-    up.add_argument("--timeout", type=float, metavar="S",
-                    help="seconds to wait for each component to become healthy (default 30; Phoenix 90)")
+    up = sub.add_parser(
+        "up",
+        parents=[common],
+        help="install what is missing, start, and wait until healthy",
+        description="Start the components (installing what is missing first) and wait until each "
+        "answers its health check. Already running and healthy: left alone. On a failure "
+        "what this call started is stopped and the failing server's log tail is shown.",
+    )
+    up.add_argument(
+        "--timeout", type=float, metavar="S", help="seconds to wait for each component to become healthy (default 30; Phoenix 90)"
+    )
     up.add_argument("--no-install", action="store_true", help="fail instead of installing what is missing")
-    up.add_argument("--bridge-config", metavar="FILE",
-                    help="also run the tracker bridge with this YAML file (otel-rl bridge --help) on 4319, in the "
-                         "file's folder, and route rotel's logs to it (without it they are dropped)")
+    up.add_argument(
+        "--bridge-config",
+        metavar="FILE",
+        help="also run the tracker bridge with this YAML file (otel-rl bridge --help) on 4319, in the "
+        "file's folder, and route rotel's logs to it (without it they are dropped)",
+    )
     up.set_defaults(stack_func=_up)
-    down = sub.add_parser("down", parents=[common], help="stop the servers by their PID files and check their ports are free",
-                          description="SIGTERM each server's process group (by the PID in <dir>/run/<name>.json), "
-                                      "SIGKILL what is left after --timeout, check the ports are free, remove the PID files.")
-    down.add_argument("--timeout", type=float, default=15.0, metavar="S",
-                      help="seconds to wait after SIGTERM before SIGKILL (default 15)")
+    down = sub.add_parser(
+        "down",
+        parents=[common],
+        help="stop the servers by their PID files and check their ports are free",
+        description="SIGTERM each server's process group (by the PID in <dir>/run/<name>.json), "
+        "SIGKILL what is left after --timeout, check the ports are free, remove the PID files.",
+    )
+    down.add_argument("--timeout", type=float, default=15.0, metavar="S", help="seconds to wait after SIGTERM before SIGKILL (default 15)")
     down.set_defaults(stack_func=_down)
-    status = sub.add_parser("status", parents=[common], help="component, PID, ports, health and URLs (exit 1 unless all healthy)",
-                            description="A table of each component's state (healthy, unhealthy, stopped, stale pid file), "
-                                        "PID, ports and the URLs to open. Exit status 0 when all listed are healthy, else 1.")
+    status = sub.add_parser(
+        "status",
+        parents=[common],
+        help="component, PID, ports, health and URLs (exit 1 unless all healthy)",
+        description="A table of each component's state (healthy, unhealthy, stopped, stale pid file), "
+        "PID, ports and the URLs to open. Exit status 0 when all listed are healthy, else 1.",
+    )
     status.add_argument("--json", action="store_true", help="print the statuses as JSON")
     status.set_defaults(stack_func=_status)
 
@@ -91,8 +111,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None)
 
     command = f"otel-rl stack {args.stack_command}"
     try:
-        stack = Stack(args.dir, port_offset=args.port_offset, only=args.only,
-                      bridge_config=getattr(args, "bridge_config", None))
+        stack = Stack(args.dir, port_offset=args.port_offset, only=args.only, bridge_config=getattr(args, "bridge_config", None))
         return int(func(stack, args) or 0)
     except ValueError as exc:
         print(f"{command}: {exc}", file=sys.stderr)
@@ -122,8 +141,10 @@ def _up(stack, args: argparse.Namespace) -> int:
     print()
     _print_table(statuses)
     if "rotel" in stack.components:
-        print(f"\nsend telemetry: OTEL_EXPORTER_OTLP_ENDPOINT={stack.endpoints['otlp_http']} (http/protobuf) "
-              f"or {stack.endpoints['otlp_grpc']} with OTEL_EXPORTER_OTLP_PROTOCOL=grpc")
+        print(
+            f"\nsend telemetry: OTEL_EXPORTER_OTLP_ENDPOINT={stack.endpoints['otlp_http']} (http/protobuf) "
+            f"or {stack.endpoints['otlp_grpc']} with OTEL_EXPORTER_OTLP_PROTOCOL=grpc"
+        )
     if any(s.name == "bridge" and s.healthy for s in statuses):
         print(f"step events: rotel -> tracker bridge {stack.bridge_endpoint} (its log: {stack.data_dir}/logs/bridge.log)")
     print(f"stop with: otel-rl stack down{_dir_flag(stack, args)}")

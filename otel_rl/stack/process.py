@@ -63,10 +63,15 @@ def read_pid_file(path: Path) -> PidRecord | None:
     try:
         raw = json.loads(path.read_text())
         return PidRecord(
-            name=str(raw.get("name", path.stem)), pid=int(raw["pid"]), create_time=float(raw.get("create_time", 0.0)),
+            name=str(raw.get("name", path.stem)),
+            pid=int(raw["pid"]),
+            create_time=float(raw.get("create_time", 0.0)),
             ports={str(k): int(v) for k, v in dict(raw.get("ports", {})).items()},
-            command=[str(a) for a in raw.get("command", [])], env={str(k): str(v) for k, v in dict(raw.get("env", {})).items()},
-            log=str(raw.get("log", "")), log_offset=int(raw.get("log_offset", 0)), started_at=str(raw.get("started_at", "")),
+            command=[str(a) for a in raw.get("command", [])],
+            env={str(k): str(v) for k, v in dict(raw.get("env", {})).items()},
+            log=str(raw.get("log", "")),
+            log_offset=int(raw.get("log_offset", 0)),
+            started_at=str(raw.get("started_at", "")),
         )
     except FileNotFoundError:
         return None
@@ -150,23 +155,49 @@ def port_holder(port: int) -> str | None:
     return None
 
 
-def start_process(name: str, command: Sequence[str], *, env: Mapping[str, str], extra_env: Mapping[str, str],
-                  ports: Mapping[str, int], log_path: Path, pid_path: Path, cwd: Path) -> PidRecord:
+def start_process(
+    name: str,
+    command: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    extra_env: Mapping[str, str],
+    ports: Mapping[str, int],
+    log_path: Path,
+    pid_path: Path,
+    cwd: Path,
+) -> PidRecord:
     """Start ``command`` in a new session, output appended to ``log_path``; write and return its PID record."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
         log.write(f"\n==== {time.strftime('%Y-%m-%dT%H:%M:%S%z')} otel-rl stack: starting {name}: {' '.join(command)}\n".encode())
         log.flush()
         log_offset = log.tell()
-        child = subprocess.Popen(list(command), cwd=str(cwd), env=dict(env), stdin=subprocess.DEVNULL, stdout=log,
-                                 stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
+        child = subprocess.Popen(
+            list(command),
+            cwd=str(cwd),
+            env=dict(env),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+        )
     _CHILDREN[child.pid] = child
     try:
         create_time = psutil.Process(child.pid).create_time()
     except psutil.NoSuchProcess:
         create_time = 0.0
-    record = PidRecord(name=name, pid=child.pid, create_time=create_time, ports=dict(ports), command=list(command),
-                       env=dict(extra_env), log=str(log_path), log_offset=log_offset, started_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+    record = PidRecord(
+        name=name,
+        pid=child.pid,
+        create_time=create_time,
+        ports=dict(ports),
+        command=list(command),
+        env=dict(extra_env),
+        log=str(log_path),
+        log_offset=log_offset,
+        started_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    )
     write_pid_file(pid_path, record)
     return record
 

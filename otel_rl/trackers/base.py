@@ -48,15 +48,7 @@ from typing import Any, ClassVar, TypeVar
 
 from otel_rl.reporting import LOGGER_NAME, ReportOnce
 
-__all__ = [
-    "REDACTED",
-    "Tracker",
-    "TrackerError",
-    "create_trackers",
-    "known_trackers",
-    "redact",
-    "register_tracker",
-]
+__all__ = ["REDACTED", "Tracker", "TrackerError", "create_trackers", "known_trackers", "redact", "register_tracker"]
 
 _logger = logging.getLogger(LOGGER_NAME)
 T = TypeVar("T")
@@ -90,8 +82,12 @@ def _takes_step_first(log: Callable[..., Any]) -> bool:
 
 
 def _values_first(log: Callable[..., Any], class_name: str) -> Callable[..., Any]:
-    warnings.warn(f"otel-rl: tracker {class_name}.log(self, step, values) is the old argument order; "
-                  "write log(self, values, step=None) (it is adapted for now)", DeprecationWarning, stacklevel=3)
+    warnings.warn(
+        f"otel-rl: tracker {class_name}.log(self, step, values) is the old argument order; "
+        "write log(self, values, step=None) (it is adapted for now)",
+        DeprecationWarning,
+        stacklevel=3,
+    )
 
     @functools.wraps(log)
     def adapted(self: Any, values: Mapping[str, Any], step: int | None = None) -> None:
@@ -127,10 +123,7 @@ class Tracker(abc.ABC):
                     f" accepted keys: {', '.join(sorted(self.options))}"
                 )
         if not self.library_available():
-            raise ImportError(
-                f"the {self.name!r} tracker needs the {self.extra} library:"
-                f" pip install 'otel-rl[{self.extra}]'"
-            )
+            raise ImportError(f"the {self.name!r} tracker needs the {self.extra} library: pip install 'otel-rl[{self.extra}]'")
         self.run_name = run_name
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.kwargs: dict[str, Any] = dict(tracker_kwargs)
@@ -374,11 +367,7 @@ def _resolve(name: str) -> type[Tracker]:
 
 
 def create_trackers(
-    track_with: str | Sequence[str] | None,
-    tracker_kwargs: Mapping[str, Any] | None,
-    *,
-    run_name: str,
-    run_dir: Path | None,
+    track_with: str | Sequence[str] | None, tracker_kwargs: Mapping[str, Any] | None, *, run_name: str, run_dir: Path | None
 ) -> list[Tracker]:
     """The trackers that ``track_with`` names, configured but not started.
 

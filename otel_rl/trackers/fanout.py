@@ -40,8 +40,12 @@ class TrackerFanout:
         except Exception as exc:  # a tracker's failure must not reach training or the other trackers
             if (tracker.name, what) not in self._failed:
                 self._failed.add((tracker.name, what))
-                logger.warning("otel-rl: tracker %r failed in %s (%s); it keeps receiving later steps (reported once)",
-                               tracker.name, what, tracker.scrub(f"{type(exc).__name__}: {exc}"))
+                logger.warning(
+                    "otel-rl: tracker %r failed in %s (%s); it keeps receiving later steps (reported once)",
+                    tracker.name,
+                    what,
+                    tracker.scrub(f"{type(exc).__name__}: {exc}"),
+                )
 
     def start(self, hparams: Mapping[str, Any] | None = None) -> None:
         for tracker in self.trackers:
@@ -132,8 +136,7 @@ def redact_tracker_kwargs(track_with: str | Sequence[str] | None, tracker_kwargs
     try:
         if isinstance(track_with, str):
             return redact(tracker_kwargs, _resolve(track_with).secret_keys)
-        return {name: redact(kw, _resolve(name).secret_keys) if isinstance(kw, Mapping) else "***"
-                for name, kw in tracker_kwargs.items()}
+        return {name: redact(kw, _resolve(name).secret_keys) if isinstance(kw, Mapping) else "***" for name, kw in tracker_kwargs.items()}
     except Exception:  # unknown tracker: we cannot tell its secrets apart, so mask everything
         return {name: "***" for name in tracker_kwargs}
 

@@ -24,16 +24,19 @@ class RuleTools:
     netns: tuple[str, ...] | None  # prefix that runs a command in a private network namespace
 
     def run(self, command: Sequence[str | Path], *, cwd: Path = REPO, timeout_s: float = 120) -> subprocess.CompletedProcess:
-        return subprocess.run([str(c) for c in command], cwd=cwd, capture_output=True, text=True, timeout=timeout_s,
-                              stdin=subprocess.DEVNULL)
+        return subprocess.run(
+            [str(c) for c in command], cwd=cwd, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL
+        )
 
     def vmalert_tool_unittest(self, *files: Path, cwd: Path = REPO) -> subprocess.CompletedProcess:
         # vmalert-tool 1.112 starts its built-in VictoriaMetrics on 0.0.0.0:8880 (hard-coded): in a
         # private network namespace it listens on nothing anyone else can reach and cannot collide
         # with a stack's vmalert on 8880.
         if self.netns is None:
-            pytest.skip("vmalert-tool listens on 0.0.0.0:8880; running it needs a private network namespace "
-                        "(unshare --net), which this system does not allow")
+            pytest.skip(
+                "vmalert-tool listens on 0.0.0.0:8880; running it needs a private network namespace "
+                "(unshare --net), which this system does not allow"
+            )
         args = ["unittest", "--disableAlertgroupLabel", *(f"--files={f}" for f in files)]
         return self.run([*self.netns, self.vmalert_tool, *args], cwd=cwd)
 

@@ -81,8 +81,10 @@ def registry_labels() -> dict[str, str]:
 
 
 def test_the_tokenizer_finds_metrics_and_labels():
-    metrics, labels = expr_names('max by (a_b) (max_over_time(rl_x_ratio{c="d.e", f=~"g"}[5m] offset 1h)) > 2 * rl_y '
-                                 'and on (h) label_replace(rl_z, "i", "j", "", "")')
+    metrics, labels = expr_names(
+        'max by (a_b) (max_over_time(rl_x_ratio{c="d.e", f=~"g"}[5m] offset 1h)) > 2 * rl_y '
+        'and on (h) label_replace(rl_z, "i", "j", "", "")'
+    )
     assert metrics == {"rl_x_ratio", "rl_y", "rl_z"}
     assert labels == {"a_b", "c", "f", "h"}
 
@@ -149,9 +151,19 @@ def test_every_metric_and_label_in_every_rule_is_in_the_registry():
                     if lab in known_labels and known_labels[lab] in ENUM_MEMBERS:
                         assert value in ENUM_MEMBERS[known_labels[lab]], (rule["alert"], lab, value)
     # the metrics seeds 002 and 003 name, by their registry names
-    assert {"rl_policy_kl_ratio", "rl_grad_norm_ratio", "rl_policy_entropy_ratio", "rl_response_clipped_ratio",
-            "rl_rollout_abort_ratio", "rl_rollout_timeout_ratio", "rl_step_tokens", "rl_rank_tokens",
-            "rl_rank_active_time_seconds", "rl_gpu_memory_usage_bytes", "rl_gpu_memory_utilization_ratio"} <= seen
+    assert {
+        "rl_policy_kl_ratio",
+        "rl_grad_norm_ratio",
+        "rl_policy_entropy_ratio",
+        "rl_response_clipped_ratio",
+        "rl_rollout_abort_ratio",
+        "rl_rollout_timeout_ratio",
+        "rl_step_tokens",
+        "rl_rank_tokens",
+        "rl_rank_active_time_seconds",
+        "rl_gpu_memory_usage_bytes",
+        "rl_gpu_memory_utilization_ratio",
+    } <= seen
 
 
 def test_a_name_outside_the_registry_would_be_caught():
@@ -161,8 +173,15 @@ def test_a_name_outside_the_registry_would_be_caught():
 
 def test_every_rule_has_for_severity_and_annotations_naming_the_run_and_metrics():
     rules = prometheus_rules()
-    assert set(rules) == {"RLTrainingDivergence", "RLKLAboveThreshold", "RLResponseClippedRatioAboveThreshold",
-                          "RLInferenceAnomaly", "RLDynamicBatchRunaway", "RLGPUMemoryRisk", "RLRankImbalance"}
+    assert set(rules) == {
+        "RLTrainingDivergence",
+        "RLKLAboveThreshold",
+        "RLResponseClippedRatioAboveThreshold",
+        "RLInferenceAnomaly",
+        "RLDynamicBatchRunaway",
+        "RLGPUMemoryRisk",
+        "RLRankImbalance",
+    }
     for name, rule in rules.items():
         assert _alerts.parse_duration(rule["for"]) > 0, name
         assert rule["labels"]["severity"] in _alerts.SEVERITIES, name
@@ -186,8 +205,11 @@ def test_the_short_window_variant_differs_only_in_durations():
     standard, fast = _alerts.build_groups(), _alerts.build_groups(_alerts.FAST_TIME_SCALE)
 
     def scaled(expr: str) -> str:
-        return re.sub(r"(\[|offset )(\w+)", lambda m: m.group(1) + _alerts.duration(
-            _alerts.parse_duration(m.group(2)) // _alerts.FAST_TIME_SCALE), expr)
+        return re.sub(
+            r"(\[|offset )(\w+)",
+            lambda m: m.group(1) + _alerts.duration(_alerts.parse_duration(m.group(2)) // _alerts.FAST_TIME_SCALE),
+            expr,
+        )
 
     for g_std, g_fast in zip(standard, fast, strict=True):
         assert g_fast.interval_s * _alerts.FAST_TIME_SCALE == g_std.interval_s
@@ -266,8 +288,7 @@ def test_the_short_window_variant_is_accepted(rule_tools: RuleTools, tmp_path: P
 
 
 BROKEN = {
-    "unbalanced-parenthesis": ("max_over_time(rl_response_clipped_ratio[2m])) > 0.3",
-                               "max_over_time(rl_response_clipped_ratio[2m]) > 0.3"),
+    "unbalanced-parenthesis": ("max_over_time(rl_response_clipped_ratio[2m])) > 0.3", "max_over_time(rl_response_clipped_ratio[2m]) > 0.3"),
     "unknown-function": ("max_over_time(rl_response_clipped_ratio[2m])", "maximum_over_time(rl_response_clipped_ratio[2m])"),
     "bad-duration": ("for: 1m", "for: one minute"),
     "bad-template": ("{{ $value | humanizePercentage }} of responses", "{{ $value | humanizePercentage of responses"),
@@ -310,8 +331,17 @@ def test_divergence_tests_cover_every_partial_combination():
     """All three anomalous fire; each one alone and each pair stay silent (seed 002: composite first)."""
     path = REPO / "tests" / "alerts" / "divergence.test.yml"
     runs = {re.search(r'rl_run_id="([^"]+)"', s["series"]).group(1) for t in load(path)["tests"] for s in t["input_series"]}
-    assert {"diverging", "kl-only", "grad-norm-only", "entropy-only", "kl-and-grad-norm", "kl-and-entropy",
-            "grad-norm-and-entropy", "below-floors", "no-baseline"} <= runs
+    assert {
+        "diverging",
+        "kl-only",
+        "grad-norm-only",
+        "entropy-only",
+        "kl-and-grad-norm",
+        "kl-and-entropy",
+        "grad-norm-and-entropy",
+        "below-floors",
+        "no-baseline",
+    } <= runs
     fired = {a["exp_labels"]["rl_run_id"] for c in alert_tests(path) for a in c["exp_alerts"]}
     assert fired == {"diverging", "entropy-jump"}
 
@@ -349,9 +379,13 @@ def _weakened_copy(tmp_path: Path, test_file: str, alert: str, old: str, new: st
 
 WEAKENED = {
     # divergence without its grad-norm condition: KL + entropy alone would fire
-    "divergence-without-grad-norm": ("divergence.test.yml", "RLTrainingDivergence", "and on (rl_run_id, service_name)\n(\n  max by (rl_run_id, service_name) (max_over_time(rl_grad_norm_ratio",
-                                     "or on (rl_run_id, service_name)\n(\n  max by (rl_run_id, service_name) (max_over_time(rl_grad_norm_ratio",
-                                     "kl-and-grad-norm"),
+    "divergence-without-grad-norm": (
+        "divergence.test.yml",
+        "RLTrainingDivergence",
+        "and on (rl_run_id, service_name)\n(\n  max by (rl_run_id, service_name) (max_over_time(rl_grad_norm_ratio",
+        "or on (rl_run_id, service_name)\n(\n  max by (rl_run_id, service_name) (max_over_time(rl_grad_norm_ratio",
+        "kl-and-grad-norm",
+    ),
     "kl-threshold-moved": ("thresholds.test.yml", "RLKLAboveThreshold", "> 10", "> 20", "kl-spike"),
 }
 

@@ -29,22 +29,34 @@ def seed003_like(path: Path, *, incident: int = 400, every: int = 5, steps: int 
     for step in range(every, steps + 1, every):
         lr = 5e-5 * min(1.0, step / 50)
         row = {
-            "loss": rng.gauss(1e-3, 3e-4), "grad_norm": rng.gauss(3e4, 4e3), "learning_rate": lr,
-            "reward": rng.gauss(2.0, 0.1), "rewards/Format/mean": min(1.0, rng.gauss(0.95, 0.015)),
-            "completions/mean_length": rng.gauss(220, 12), "completions/max_length": 512.0,
-            "completions/clipped_ratio": max(0.0, rng.gauss(0.02, 0.01)), "kl": abs(rng.gauss(0.03, 0.006)),
+            "loss": rng.gauss(1e-3, 3e-4),
+            "grad_norm": rng.gauss(3e4, 4e3),
+            "learning_rate": lr,
+            "reward": rng.gauss(2.0, 0.1),
+            "rewards/Format/mean": min(1.0, rng.gauss(0.95, 0.015)),
+            "completions/mean_length": rng.gauss(220, 12),
+            "completions/max_length": 512.0,
+            "completions/clipped_ratio": max(0.0, rng.gauss(0.02, 0.01)),
+            "kl": abs(rng.gauss(0.03, 0.006)),
             "entropy/mean": rng.gauss(0.8, 0.02),
         }
         if step == incident:
             row.update({"kl": 16.4, "completions/clipped_ratio": 0.875, "completions/mean_length": 481.0})
         if step == incident + every:
-            row.update({"completions/mean_length": 470.0, "completions/clipped_ratio": 0.8,
-                        "rewards/Format/mean": 0.05, "reward": 0.6})
+            row.update({"completions/mean_length": 470.0, "completions/clipped_ratio": 0.8, "rewards/Format/mean": 0.05, "reward": 0.6})
         if step == incident + 2 * every:
             row.update({"rewards/Format/mean": 0.1, "grad_norm": 1.0e7, "reward": 0.7})
-        row.update({"epoch": step / steps, "global_step/max_steps": f"{step}/{steps}", "percentage": f"{100 * step / steps:.2f}%",
-                    "elapsed_time": f"{step * 20 // 60}m {step * 20 % 60}s", "remaining_time": "1h 0m 0s",
-                    "memory(GiB)": 61.2, "train_speed(iter/s)": 0.05})
+        row.update(
+            {
+                "epoch": step / steps,
+                "global_step/max_steps": f"{step}/{steps}",
+                "percentage": f"{100 * step / steps:.2f}%",
+                "elapsed_time": f"{step * 20 // 60}m {step * 20 % 60}s",
+                "remaining_time": "1h 0m 0s",
+                "memory(GiB)": 61.2,
+                "train_speed(iter/s)": 0.05,
+            }
+        )
         rows.append(json.dumps(row))
     path.write_text("\n".join(rows) + "\n")
     return path

@@ -49,13 +49,13 @@ def injected_series(seed: int, count: int = 80) -> tuple[list[np.ndarray], list[
             sign = float(rng.choice([-1.0, 1.0]))
             if kind == "spike":
                 width = int(rng.integers(1, 3))
-                x[p:p + width] += sign * float(rng.uniform(12, 20)) * sigma
+                x[p : p + width] += sign * float(rng.uniform(12, 20)) * sigma
             elif kind == "explosion":
                 width = int(rng.integers(1, 3))
-                x[p:p + width] *= float(rng.uniform(20, 1000))
+                x[p : p + width] *= float(rng.uniform(20, 1000))
             elif kind == "collapse":
                 width = int(rng.integers(5, 30))
-                x[p:p + width] *= float(rng.uniform(0.05, 0.3))
+                x[p : p + width] *= float(rng.uniform(0.05, 0.3))
             else:
                 x[p:] += sign * float(rng.uniform(15, 22)) * sigma
             truth.append(Injected(k, p, kind))
@@ -95,8 +95,10 @@ def score(seed: int) -> dict[str, float]:
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_precision_and_recall_on_injected_events(seed):
     result = score(seed)
-    print(f"\nseed {seed}: precision {result['precision']:.3f}, recall {result['recall']:.3f}, "
-          f"kind accuracy {result['kind_accuracy']:.3f} ({result['events']:.0f} injected events, {result['findings']:.0f} findings)")
+    print(
+        f"\nseed {seed}: precision {result['precision']:.3f}, recall {result['recall']:.3f}, "
+        f"kind accuracy {result['kind_accuracy']:.3f} ({result['events']:.0f} injected events, {result['findings']:.0f} findings)"
+    )
     assert result["precision"] >= PRECISION_FLOOR
     assert result["recall"] >= RECALL_FLOOR
     assert result["kind_accuracy"] >= KIND_ACCURACY_FLOOR
@@ -147,7 +149,7 @@ def test_online_and_offline_baselines_are_the_same_numbers():
     cfg = DetectorConfig()
     med, scale = rolling_baseline(x, cfg)
     for i in range(cfg.min_baseline, 200):
-        m, s = baseline(x[max(0, i - cfg.window):i].tolist(), cfg)
+        m, s = baseline(x[max(0, i - cfg.window) : i].tolist(), cfg)
         assert med[i] == pytest.approx(m, rel=1e-12) and scale[i] == pytest.approx(s, rel=1e-12)
     assert np.isnan(med[: cfg.min_baseline]).all()
 
@@ -156,8 +158,7 @@ def test_pinned_at_limit_and_zero_gradient():
     steps = np.arange(1, 101)
     rng = np.random.default_rng(0)
     max_len = np.minimum(rng.integers(300, 700, 100), 512).astype(float)  # generation limit 512
-    found = detect_series(steps, max_len, series="completions/max_length", metric=M.RL_RESPONSE_LENGTH,
-                          attributes={"rl.statistic": "max"})
+    found = detect_series(steps, max_len, series="completions/max_length", metric=M.RL_RESPONSE_LENGTH, attributes={"rl.statistic": "max"})
     pinned = [f for f in found if f.kind == "pinned-at-limit"]
     assert len(pinned) == 1 and pinned[0].limit == 512 and pinned[0].count == int((max_len == 512).sum())
     grad = rng.uniform(0.5, 1.5, 100)

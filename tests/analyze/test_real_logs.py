@@ -120,11 +120,19 @@ def test_two_runs_in_one_file_are_split_and_the_rl_run_is_read():
     assert parsed.settings["max_steps"] == 1404 and sft.settings["max_steps"] == 200
 
 
-@pytest.mark.parametrize("name, learned", [
-    (LLAMA, "yes"), (HEALTHY, "yes"), (BLOWUP, "yes"),
-    (REWARD_COLLAPSE, "worse"), (COLLAPSE, "worse"), (LENGTH_COLLAPSE, "worse"),
-    (DEAD_REWARD, "no clear change"), (QWEN3, "no clear change"),
-])
+@pytest.mark.parametrize(
+    "name, learned",
+    [
+        (LLAMA, "yes"),
+        (HEALTHY, "yes"),
+        (BLOWUP, "yes"),
+        (REWARD_COLLAPSE, "worse"),
+        (COLLAPSE, "worse"),
+        (LENGTH_COLLAPSE, "worse"),
+        (DEAD_REWARD, "no clear change"),
+        (QWEN3, "no clear change"),
+    ],
+)
 def test_the_verdict_says_whether_the_run_learned(name, learned):
     v = run_of(name).verdict
     assert v.learned == learned, v.learned_text
@@ -195,8 +203,9 @@ def test_dead_reward_run_kl_and_grad_norm_spike_at_15():
 
 def test_verl_collapse_length_entropy_kl_and_grad_norm():
     run = run_of(COLLAPSE)
-    assert any(f.kind in ("collapse", "level shift", "threshold") and 6 <= f.first_step <= 12
-               for f in findings(run, "response_length/mean"))
+    assert any(
+        f.kind in ("collapse", "level shift", "threshold") and 6 <= f.first_step <= 12 for f in findings(run, "response_length/mean")
+    )
     assert any(10 <= f.first_step <= 13 for f in findings(run, "actor/entropy"))
     assert any(f.first_step <= 9 for f in findings(run, "actor/reward_kl_penalty"))
     assert found_near(run, "actor/grad_norm", 10) and found_near(run, "actor/grad_norm", 15)

@@ -139,9 +139,16 @@ def test_ppo_clip_fractions_and_ratio_by_hand():
     old = torch.full((2, 4), -2.0)
     logp = old + ratios.log()
     total, m = alg.ppo_policy_loss(
-        log_probs=logp, old_log_probs=old, ref_log_probs=logp, advantages=adv,
-        response_mask=mask, final_response_mask=mask, sample_weights=torch.tensor([1.5, 0.5]),
-        clip=0.2, dual_clip=3.0, kl_coef=0.1,
+        log_probs=logp,
+        old_log_probs=old,
+        ref_log_probs=logp,
+        advantages=adv,
+        response_mask=mask,
+        final_response_mask=mask,
+        sample_weights=torch.tensor([1.5, 0.5]),
+        clip=0.2,
+        dual_clip=3.0,
+        kl_coef=0.1,
     )
     assert m["actor/ppo_ratio_high_clipfrac"] == pytest.approx(2 / 6)  # 1.5 and 5.0
     assert m["actor/ppo_ratio_low_clipfrac"] == pytest.approx(1 / 6)  # 0.5
@@ -172,8 +179,14 @@ def test_ppo_loss_drops_masked_samples_and_adds_kl():
     mask = torch.ones(2, 2)
     final = torch.tensor([[1.0, 1.0], [0.0, 0.0]])  # sample 1 truncated and masked out
     total, m = alg.ppo_policy_loss(
-        log_probs=logp, old_log_probs=logp, ref_log_probs=ref, advantages=torch.zeros(2, 2),
-        response_mask=mask, final_response_mask=final, sample_weights=torch.ones(2), kl_coef=0.5,
+        log_probs=logp,
+        old_log_probs=logp,
+        ref_log_probs=ref,
+        advantages=torch.zeros(2, 2),
+        response_mask=mask,
+        final_response_mask=final,
+        sample_weights=torch.ones(2),
+        kl_coef=0.5,
     )
     # k3 on sample 0: [0, e - 2] -> mean (e - 2) / 2; sample 1 contributes 0; mean over 2 samples
     kl = (math.e - 2.0) / 2 / 2
@@ -184,8 +197,7 @@ def test_ppo_loss_drops_masked_samples_and_adds_kl():
 
 def test_value_loss_clipping_by_hand():
     loss, m = alg.value_loss(
-        values=torch.tensor([[1.0, 0.2]]), old_values=torch.zeros(1, 2),
-        returns=torch.tensor([[1.0, 0.0]]), mask=torch.ones(1, 2), clip=0.5,
+        values=torch.tensor([[1.0, 0.2]]), old_values=torch.zeros(1, 2), returns=torch.tensor([[1.0, 0.0]]), mask=torch.ones(1, 2), clip=0.5
     )
     # token 0: unclipped error 0, clipped prediction 0.5 -> error 0.25 (clip binds)
     # token 1: 0.04 both ways
@@ -204,14 +216,34 @@ def test_sample_weights_favour_short_responses():
 
 
 def test_minibatch_reduction():
-    out = alg.reduce_minibatch_metrics([
-        {"actor/ratio_max": 1.2, "actor/ratio_min": 0.9, "actor/pg_loss": 1.0,
-         "actor/valid_samples": 3.0, "actor/total_samples": 4.0, "actor/valid_sample_ratio": 0.75},
-        {"actor/ratio_max": 1.5, "actor/ratio_min": 0.7, "actor/pg_loss": 3.0,
-         "actor/valid_samples": 4.0, "actor/total_samples": 4.0, "actor/valid_sample_ratio": 1.0},
-    ])
-    assert out == {"actor/ratio_max": 1.5, "actor/ratio_min": 0.7, "actor/pg_loss": 2.0,
-                   "actor/valid_samples": 7.0, "actor/total_samples": 8.0, "actor/valid_sample_ratio": 0.875}
+    out = alg.reduce_minibatch_metrics(
+        [
+            {
+                "actor/ratio_max": 1.2,
+                "actor/ratio_min": 0.9,
+                "actor/pg_loss": 1.0,
+                "actor/valid_samples": 3.0,
+                "actor/total_samples": 4.0,
+                "actor/valid_sample_ratio": 0.75,
+            },
+            {
+                "actor/ratio_max": 1.5,
+                "actor/ratio_min": 0.7,
+                "actor/pg_loss": 3.0,
+                "actor/valid_samples": 4.0,
+                "actor/total_samples": 4.0,
+                "actor/valid_sample_ratio": 1.0,
+            },
+        ]
+    )
+    assert out == {
+        "actor/ratio_max": 1.5,
+        "actor/ratio_min": 0.7,
+        "actor/pg_loss": 2.0,
+        "actor/valid_samples": 7.0,
+        "actor/total_samples": 8.0,
+        "actor/valid_sample_ratio": 0.875,
+    }
 
 
 def _toks(digits):
@@ -268,8 +300,7 @@ def test_fresh_policy_ends_most_answers_within_the_budget():
         torch.manual_seed(0)
         model = TinyCausalLM(eos_logit=eos_logit)
         assert model.head.bias[EOS] == eos_logit
-        rollout = generate(model, ids, mask, max_new_tokens=task.max_new_tokens,
-                           generator=torch.Generator().manual_seed(2))
+        rollout = generate(model, ids, mask, max_new_tokens=task.max_new_tokens, generator=torch.Generator().manual_seed(2))
         return rollout.truncated.float().mean().item()
 
     with_prior = truncated_share(DemoConfig().eos_prior_logit)
@@ -281,34 +312,79 @@ def test_fresh_policy_ends_most_answers_within_the_budget():
 # A real training run
 # --------------------------------------------------------------------------------------
 ROLL_KEYS = [
-    "actor/pg_loss", "actor/weighted_pg_loss", "actor/kl_loss", "actor/total_loss", "actor/approxkl",
-    "actor/policykl", "actor/clipfrac", "actor/ppo_ratio_high_clipfrac", "actor/ppo_ratio_low_clipfrac",
-    "actor/ppo_ratio_clipfrac", "actor/ratio_mean", "actor/ratio_max", "actor/ratio_min", "actor/lr",
-    "actor/grad_norm", "actor/valid_samples", "actor/total_samples", "actor/valid_sample_ratio",
-    "actor/sample_weights_mean", "actor/sample_weights_min", "actor/sample_weights_max",
-    "critic/score/mean", "critic/score/max", "critic/score/min",
-    "critic/rewards/mean", "critic/rewards/max", "critic/rewards/min",
-    "critic/advantages/mean", "critic/advantages/max", "critic/advantages/min",
-    "critic/returns/mean", "critic/returns/max", "critic/returns/min",
-    "critic/ref_log_prob/mean", "critic/old_log_prob/mean", "critic/entropy/mean", "critic/reward_clip_frac",
-    "tokens/response_length/mean", "tokens/response_length/max", "tokens/response_length/min",
-    "tokens/prompt_length/mean", "tokens/prompt_length/max", "tokens/prompt_length/min",
-    "system/tps", "system/samples",
+    "actor/pg_loss",
+    "actor/weighted_pg_loss",
+    "actor/kl_loss",
+    "actor/total_loss",
+    "actor/approxkl",
+    "actor/policykl",
+    "actor/clipfrac",
+    "actor/ppo_ratio_high_clipfrac",
+    "actor/ppo_ratio_low_clipfrac",
+    "actor/ppo_ratio_clipfrac",
+    "actor/ratio_mean",
+    "actor/ratio_max",
+    "actor/ratio_min",
+    "actor/lr",
+    "actor/grad_norm",
+    "actor/valid_samples",
+    "actor/total_samples",
+    "actor/valid_sample_ratio",
+    "actor/sample_weights_mean",
+    "actor/sample_weights_min",
+    "actor/sample_weights_max",
+    "critic/score/mean",
+    "critic/score/max",
+    "critic/score/min",
+    "critic/rewards/mean",
+    "critic/rewards/max",
+    "critic/rewards/min",
+    "critic/advantages/mean",
+    "critic/advantages/max",
+    "critic/advantages/min",
+    "critic/returns/mean",
+    "critic/returns/max",
+    "critic/returns/min",
+    "critic/ref_log_prob/mean",
+    "critic/old_log_prob/mean",
+    "critic/entropy/mean",
+    "critic/reward_clip_frac",
+    "tokens/response_length/mean",
+    "tokens/response_length/max",
+    "tokens/response_length/min",
+    "tokens/prompt_length/mean",
+    "tokens/prompt_length/max",
+    "tokens/prompt_length/min",
+    "system/tps",
+    "system/samples",
 ]
 PPO_KEYS = [
-    "critic/lr", "critic/loss", "critic/value", "critic/vpred", "critic/clipfrac", "critic/error",
-    "critic/values/mean", "critic/values/max", "critic/values/min",
+    "critic/lr",
+    "critic/loss",
+    "critic/value",
+    "critic/vpred",
+    "critic/clipfrac",
+    "critic/error",
+    "critic/values/mean",
+    "critic/values/max",
+    "critic/values/min",
 ]
 STAGES = {
     "grpo": [
-        ("generate", "actor_infer", False), ("compute_rewards", "reward", False),
-        ("compute_log_probs", "actor_train", True), ("compute_ref_log_probs", "reference", True),
-        ("advantage", None, False), ("train_step", "actor_train", True), ("model_update", "actor_infer", False),
-    ],
+        ("generate", "actor_infer", False),
+        ("compute_rewards", "reward", False),
+        ("compute_log_probs", "actor_train", True),
+        ("compute_ref_log_probs", "reference", True),
+        ("advantage", None, False),
+        ("train_step", "actor_train", True),
+        ("model_update", "actor_infer", False),
+    ]
 }
-STAGES["ppo"] = STAGES["grpo"][:4] + [
-    ("compute_values", "critic", True), ("advantage", None, False), ("train_step", "critic", True),
-] + STAGES["grpo"][5:]
+STAGES["ppo"] = (
+    STAGES["grpo"][:4]
+    + [("compute_values", "critic", True), ("advantage", None, False), ("train_step", "critic", True)]
+    + STAGES["grpo"][5:]
+)
 SAMPLE_METRICS = {M.RL_SAMPLE_RESPONSE_LENGTH, M.RL_SAMPLE_PROMPT_LENGTH, M.RL_SAMPLE_REWARD, M.RL_SAMPLE_ADVANTAGE}
 
 

@@ -14,8 +14,7 @@ from otel_rl.semconv import attributes as A  # noqa: E402
 from otel_rl.semconv import metrics as M  # noqa: E402
 from otel_rl.semconv import names as N  # noqa: E402
 
-GRPO_STAGES = ["generate", "compute_rewards", "compute_log_probs", "compute_ref_log_probs", "advantage",
-               "train_step", "model_update"]
+GRPO_STAGES = ["generate", "compute_rewards", "compute_log_probs", "compute_ref_log_probs", "advantage", "train_step", "model_update"]
 OFFLOADED = {"compute_log_probs", "compute_ref_log_probs", "train_step", "compute_values", "do_checkpoint"}
 
 
@@ -52,12 +51,28 @@ def test_demo_run_folder_holds_every_stage_with_correct_parents(tmp_path, capsys
 
     events = [r for r in read_log_records(tmp_path) if r["event_name"] == N.RL_LOG_EVENT]
     assert [r["attributes"][A.RL_STEP] for r in events] == list(range(1, steps + 1))
-    assert {"actor/pg_loss", "critic/score/mean", "tokens/response_length/mean", "system/tps",
-            "time/actor_train/train_step/total", "memory/cpu/actor_train/train_step/end/rss"} <= set(events[-1]["body"])
+    assert {
+        "actor/pg_loss",
+        "critic/score/mean",
+        "tokens/response_length/mean",
+        "system/tps",
+        "time/actor_train/train_step/total",
+        "memory/cpu/actor_train/train_step/end/rss",
+    } <= set(events[-1]["body"])
 
     names = Counter(p.name for p in read_metrics(tmp_path))
-    for metric in (M.RL_LOSS, M.RL_SCORE, M.RL_POLICY_KL, M.RL_STAGE_DURATION, M.RL_STEP_DURATION, M.RL_SAMPLE_REWARD,
-                   M.RL_RESPONSE_LENGTH, M.RL_THROUGHPUT_TOKENS, M.PROCESS_MEMORY_USAGE, M.RL_VALIDATION_SCORE):
+    for metric in (
+        M.RL_LOSS,
+        M.RL_SCORE,
+        M.RL_POLICY_KL,
+        M.RL_STAGE_DURATION,
+        M.RL_STEP_DURATION,
+        M.RL_SAMPLE_REWARD,
+        M.RL_RESPONSE_LENGTH,
+        M.RL_THROUGHPUT_TOKENS,
+        M.PROCESS_MEMORY_USAGE,
+        M.RL_VALIDATION_SCORE,
+    ):
         assert names[metric], metric
     assert not names[M.RL_UNMAPPED] and not names[M.RL_TELEMETRY_REJECTED]  # every demo key maps, none is bad
 

@@ -33,6 +33,7 @@ def count_host_reads():
             if threading.get_ident() == main:
                 calls[name] += 1
             return fn(self, *args, **kwargs)
+
         return counted
 
     for name, fn in originals.items():

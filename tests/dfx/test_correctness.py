@@ -50,27 +50,33 @@ def test_response_mask_ratio_per_stage(stats, tel):
 MASK = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0], [1, 0, 0, 0]])  # row sums 3, 2, 1
 
 
-@pytest.mark.parametrize(("kwargs", "misaligned"), [
-    ({"logprobs": torch.zeros(3, 4), "response_lengths": [3, 2, 1]}, 0),
-    ({"response_lengths": torch.tensor([3, 3, 1])}, 1),  # engine says 3 tokens, mask keeps 2
-    ({"logprobs": [np.zeros(3), np.zeros(2), np.zeros(2)]}, 1),  # per-sample log-probs: the third has 2
-    ({"logprobs": [np.zeros(3), np.zeros(1), np.zeros(2)], "response_lengths": [3, 2, 2]}, 2),  # rows 1 and 2
-    ({"logprobs": torch.zeros(3, 5)}, 3),  # padded to another width: every sample misaligned
-    ({"response_lengths": [3, 2]}, 3),  # a sample missing: the whole batch
-])
+@pytest.mark.parametrize(
+    ("kwargs", "misaligned"),
+    [
+        ({"logprobs": torch.zeros(3, 4), "response_lengths": [3, 2, 1]}, 0),
+        ({"response_lengths": torch.tensor([3, 3, 1])}, 1),  # engine says 3 tokens, mask keeps 2
+        ({"logprobs": [np.zeros(3), np.zeros(2), np.zeros(2)]}, 1),  # per-sample log-probs: the third has 2
+        ({"logprobs": [np.zeros(3), np.zeros(1), np.zeros(2)], "response_lengths": [3, 2, 2]}, 2),  # rows 1 and 2
+        ({"logprobs": torch.zeros(3, 5)}, 3),  # padded to another width: every sample misaligned
+        ({"response_lengths": [3, 2]}, 3),  # a sample missing: the whole batch
+    ],
+)
 def test_token_alignment(stats, tel, kwargs, misaligned):
     dfx.token_alignment(stats, "train_step", MASK, **kwargs)
     stats.flush()
     assert latest(tel, M.RL_BATCH_TOKEN_MISALIGNED, {A.RL_STAGE: "train_step"}) == misaligned
 
 
-@pytest.mark.parametrize(("ids", "expected", "misaligned"), [
-    (torch.tensor([0, 1, 2, 3]), torch.tensor([0, 1, 2, 3]), 0),
-    (torch.tensor([0, 2, 1, 3]), torch.tensor([0, 1, 2, 3]), 2),  # two samples swapped
-    (np.array([0, 0, 1, 1]), np.array([0, 0, 1, 2]), 1),  # GRPO group ids
-    (["a", "b", "c"], ["a", "b", "c", "d"], 1),  # uuids; one sample dropped
-    (["a", "x", "c"], ["a", "b", "c"], 1),
-])
+@pytest.mark.parametrize(
+    ("ids", "expected", "misaligned"),
+    [
+        (torch.tensor([0, 1, 2, 3]), torch.tensor([0, 1, 2, 3]), 0),
+        (torch.tensor([0, 2, 1, 3]), torch.tensor([0, 1, 2, 3]), 2),  # two samples swapped
+        (np.array([0, 0, 1, 1]), np.array([0, 0, 1, 2]), 1),  # GRPO group ids
+        (["a", "b", "c"], ["a", "b", "c", "d"], 1),  # uuids; one sample dropped
+        (["a", "x", "c"], ["a", "b", "c"], 1),
+    ],
+)
 def test_id_alignment(stats, tel, ids, expected, misaligned):
     dfx.id_alignment(stats, "train_step", ids, expected)
     stats.flush()

@@ -89,28 +89,41 @@ def values(run, metric, **attrs):
 
 def test_the_demos_dfx_values_are_those_of_a_healthy_synchronous_run(demo_run):
     run = demo_run
-    for metric in (M.RL_TENSOR_NONFINITE, M.RL_SHAPE_LEDGER_MISMATCHES, M.RL_BATCH_TOKEN_MISALIGNED,
-                   M.RL_BATCH_ID_MISALIGNED, M.RL_REWARD_EXCEPTIONS, M.RL_ROLLOUT_ABORT_RATIO,
-                   M.RL_ROLLOUT_TIMEOUT_RATIO, M.RL_ASYNC_STALE_SAMPLE_RATIO, M.RL_GPU_MEMORY_KV_CACHE_PEAK,
-                   M.RL_ROLLOUT_KV_CACHE_UTILIZATION, M.RL_STRAGGLER_MARGIN):
+    for metric in (
+        M.RL_TENSOR_NONFINITE,
+        M.RL_SHAPE_LEDGER_MISMATCHES,
+        M.RL_BATCH_TOKEN_MISALIGNED,
+        M.RL_BATCH_ID_MISALIGNED,
+        M.RL_REWARD_EXCEPTIONS,
+        M.RL_ROLLOUT_ABORT_RATIO,
+        M.RL_ROLLOUT_TIMEOUT_RATIO,
+        M.RL_ASYNC_STALE_SAMPLE_RATIO,
+        M.RL_GPU_MEMORY_KV_CACHE_PEAK,
+        M.RL_ROLLOUT_KV_CACHE_UTILIZATION,
+        M.RL_STRAGGLER_MARGIN,
+    ):
         assert set(values(run, metric)) == {0}, metric
     assert values(run, M.RL_ASYNC_POLICY_LAG, **{A.RL_STATISTIC: "max"}) == [0]  # on-policy
     stages = {p.attributes[A.RL_STAGE] for p in run[M.RL_SHAPE_LEDGER_MISMATCHES]}
     assert stages == {"generate", "compute_log_probs", "compute_ref_log_probs", "advantage", "train_step"}
     # the same tensor checksums the same at every stage that sees it
-    old = {p.attributes[A.RL_STAGE]: p.value for p in run[M.RL_TENSOR_CHECKSUM]
-           if p.attributes[A.RL_TENSOR_NAME] == "old_log_probs"}
+    old = {p.attributes[A.RL_STAGE]: p.value for p in run[M.RL_TENSOR_CHECKSUM] if p.attributes[A.RL_TENSOR_NAME] == "old_log_probs"}
     assert set(old) == {"compute_log_probs", "train_step"} and len(set(old.values())) == 1
     assert all(0 <= v <= 1 for v in values(run, M.RL_PIPELINE_BUBBLE_RATIO))
-    assert {p.attributes[A.RL_CLUSTER] for p in run[M.RL_PIPELINE_BUBBLE_RATIO]} == {
-        "actor_infer", "reward", "actor_train", "reference"}
+    assert {p.attributes[A.RL_CLUSTER] for p in run[M.RL_PIPELINE_BUBBLE_RATIO]} == {"actor_infer", "reward", "actor_train", "reference"}
     assert 0 < values(run, M.RL_MFU, **{A.RL_MODEL_ROLE: "actor"})[0] <= 1
     assert values(run, M.RL_LOGPROB_SHAPE, **{A.RL_STAGE: "compute_log_probs", A.RL_TENSOR_DIM: 0}) == [512]
     assert values(run, M.RL_QUEUE_DEPTH, **{A.RL_QUEUE_NAME: "rollout"}) == [512]
     assert values(run, M.RL_STRAGGLER_RANK) == [0]
     ops = {(p.attributes[A.RL_STAGE], p.attributes[A.RL_COMPUTE_OP]) for p in run[M.RL_COMPUTE_DURATION]}
-    assert ops == {("compute_log_probs", "forward"), ("compute_ref_log_probs", "forward"), ("train_step", "forward"),
-                   ("train_step", "backward"), ("train_step", "optimizer_step"), ("model_update", "communication")}
+    assert ops == {
+        ("compute_log_probs", "forward"),
+        ("compute_ref_log_probs", "forward"),
+        ("train_step", "forward"),
+        ("train_step", "backward"),
+        ("train_step", "optimizer_step"),
+        ("model_update", "communication"),
+    }
     (duration,) = run[M.GEN_AI_SERVER_REQUEST_DURATION]
     (ttft,) = run[M.GEN_AI_SERVER_TIME_TO_FIRST_TOKEN]
     assert duration.count == 2 * 512 and ttft.count == 2 * 512 and 0 < ttft.sum <= duration.sum

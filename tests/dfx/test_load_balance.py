@@ -16,8 +16,7 @@ from otel_rl.semconv import metrics as M  # noqa: E402
 def test_straggler_of_known_per_rank_times(stats, tel):
     # 4 ranks; rank 2 is slowest: 12 s against a median of (10 + 10.5) / 2 = 10.25 s
     active = [10.0, 9.0, 12.0, 10.5]
-    dfx.rank_balance(stats, tokens=[4000, 4100, 6000, 3900], active_time=active, communication_time=[1, 1, 0.5, 1],
-                     step_time=13.0)
+    dfx.rank_balance(stats, tokens=[4000, 4100, 6000, 3900], active_time=active, communication_time=[1, 1, 0.5, 1], step_time=13.0)
     stats.flush()
     assert latest(tel, M.RL_STRAGGLER_RANK) == 2.0
     assert latest(tel, M.RL_STRAGGLER_MARGIN) == pytest.approx(12.0 / 10.25 - 1)
@@ -33,8 +32,7 @@ def test_straggler_of_known_per_rank_times(stats, tel):
 def test_explicit_ranks_idle_time_and_gathered_device_scalars(stats, tel):
     # what all_gather gives: one device scalar per rank (here ranks 8..10 of a larger job)
     tokens = [torch.tensor(100), torch.tensor(300), torch.tensor(200)]
-    dfx.rank_balance(stats, tokens=tokens, active_time=torch.tensor([2.0, 2.0, 2.0]), idle_time=[0.5, 0.0, 0.25],
-                     ranks=[8, 9, 10])
+    dfx.rank_balance(stats, tokens=tokens, active_time=torch.tensor([2.0, 2.0, 2.0]), idle_time=[0.5, 0.0, 0.25], ranks=[8, 9, 10])
     stats.flush()
     assert latest(tel, M.RL_RANK_TOKENS, {A.RL_MEASURED_RANK: 9}) == 300.0
     assert latest(tel, M.RL_RANK_IDLE_TIME, {A.RL_MEASURED_RANK: 10}) == 0.25

@@ -43,11 +43,17 @@ class SnapshotStage:
 
 
 def test_activation_peak_from_the_stages_gpu_snapshots(stats, tel):
-    st = SnapshotStage({
-        "start/offload/allocated/0": 1.0, "start/onload/allocated/0": 15.0, "end/onload/max_allocated/0": 21.5,
-        "end/offload/max_allocated/0": 21.5, "start/onload/allocated/1": 15.0, "end/onload/max_allocated/1": 19.0,
-        "end/onload/max_allocated_frac/0": 0.27,
-    })
+    st = SnapshotStage(
+        {
+            "start/offload/allocated/0": 1.0,
+            "start/onload/allocated/0": 15.0,
+            "end/onload/max_allocated/0": 21.5,
+            "end/offload/max_allocated/0": 21.5,
+            "start/onload/allocated/1": 15.0,
+            "end/onload/max_allocated/1": 19.0,
+            "end/onload/max_allocated_frac/0": 0.27,
+        }
+    )
     # peak during the work = max_allocated at end/onload - allocated at start/onload (weights loaded)
     assert dfx.activation_peak_from_stage(stats, st) == {"0": 6.5 * GIB, "1": 4.0 * GIB}
     assert latest(tel, M.RL_GPU_MEMORY_ACTIVATION_PEAK, {A.RL_STAGE: "compute_log_probs", A.HW_ID: "0"}) == 6.5 * GIB
@@ -57,15 +63,13 @@ def test_kv_cache_from_vllm_and_sglang_stats(stats, tel):
     per_token = dfx.kv_cache_bytes_per_token(num_layers=32, num_kv_heads=8, head_dim=128)  # bf16
     assert per_token == 2 * 32 * 8 * 128 * 2  # 131072 bytes: K and V of every layer
     # vLLM: SchedulerStats.kv_cache_usage sampled during the rollout; 1000 blocks of 16 tokens
-    samples = [{"kv_cache_usage": u, "num_gpu_blocks": 1000, "block_size": 16, "kv_bytes_per_token": per_token}
-               for u in (0.2, 0.8, 0.5)]
+    samples = [{"kv_cache_usage": u, "num_gpu_blocks": 1000, "block_size": 16, "kv_bytes_per_token": per_token} for u in (0.2, 0.8, 0.5)]
     out = dfx.kv_cache(stats, samples, device=0)
     assert out == pytest.approx({"utilization": 0.5, "peak_bytes": 0.8 * 1000 * 16 * per_token})
     assert latest(tel, M.RL_ROLLOUT_KV_CACHE_UTILIZATION) == pytest.approx(0.5)
     assert latest(tel, M.RL_GPU_MEMORY_KV_CACHE_PEAK, {A.HW_ID: "0"}) == pytest.approx(0.8 * 16000 * per_token)
     # SGLang: token_usage of a pool of max_total_num_tokens
-    sglang = dfx.kv_cache(stats, {"token_usage": 0.25, "max_total_num_tokens": 400_000, "kv_bytes_per_token": 1000},
-                          device=1)
+    sglang = dfx.kv_cache(stats, {"token_usage": 0.25, "max_total_num_tokens": 400_000, "kv_bytes_per_token": 1000}, device=1)
     assert sglang["peak_bytes"] == pytest.approx(0.25 * 400_000 * 1000)
     # an engine with no KV cache reports 0 honestly
     assert dfx.kv_cache(stats, {"kv_cache_usage": 0.0, "kv_cache_bytes": 0}) == {"utilization": 0.0, "peak_bytes": 0.0}

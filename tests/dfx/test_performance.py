@@ -54,21 +54,24 @@ def test_mfu_without_a_known_peak_records_nothing(stats, tel, monkeypatch):
     assert latest(tel, M.RL_MFU, {A.RL_MODEL_ROLE: "actor"}) == pytest.approx((6 * 1000 * 4 + 12 * 8 * 16) / 1e6)
 
 
-@pytest.mark.parametrize(("name", "peak"), [
-    ("NVIDIA A100-SXM4-80GB", 312e12),
-    ("NVIDIA A800-SXM4-80GB", 312e12),
-    ("NVIDIA H100 80GB HBM3", 989.4e12),
-    ("NVIDIA H100 PCIe", 756e12),
-    ("NVIDIA H800", 989.4e12),
-    ("NVIDIA H200", 989.4e12),
-    ("NVIDIA H20", 148e12),  # not H200
-    ("NVIDIA L40S", 362.05e12),
-    ("NVIDIA L40", 181.05e12),  # not L40S
-    ("NVIDIA GeForce RTX 4090", 165.2e12),
-    ("Ascend910B2", 354e12),
-    ("Tesla T4", None),
-    (None, None),
-])
+@pytest.mark.parametrize(
+    ("name", "peak"),
+    [
+        ("NVIDIA A100-SXM4-80GB", 312e12),
+        ("NVIDIA A800-SXM4-80GB", 312e12),
+        ("NVIDIA H100 80GB HBM3", 989.4e12),
+        ("NVIDIA H100 PCIe", 756e12),
+        ("NVIDIA H800", 989.4e12),
+        ("NVIDIA H200", 989.4e12),
+        ("NVIDIA H20", 148e12),  # not H200
+        ("NVIDIA L40S", 362.05e12),
+        ("NVIDIA L40", 181.05e12),  # not L40S
+        ("NVIDIA GeForce RTX 4090", 165.2e12),
+        ("Ascend910B2", 354e12),
+        ("Tesla T4", None),
+        (None, None),
+    ],
+)
 def test_peak_table_lookup(name, peak):
     assert dfx.peak_flops_for(name) == peak
 
@@ -81,6 +84,7 @@ def test_measured_peak_is_positive_and_leaves_the_global_rng_alone():
 
 # --------------------------------------------------------------------------------------------
 # SM activity
+
 
 class FakeGpmNvml:
     """Stand-in for pynvml's GPM API (nvmlGpmQueryDeviceSupport, nvmlGpmSampleAlloc / Get / Free,
@@ -102,14 +106,20 @@ class FakeGpmNvml:
         self.util = sm_util_percent
         self.freed = 0
 
-    def nvmlInit(self): pass  # noqa: E704
-    def nvmlDeviceGetCount(self): return 2  # noqa: E704
-    def nvmlDeviceGetHandleByIndex(self, i): return i  # noqa: E704
+    def nvmlInit(self):
+        pass  # noqa: E704
+
+    def nvmlDeviceGetCount(self):
+        return 2  # noqa: E704
+
+    def nvmlDeviceGetHandleByIndex(self, i):
+        return i  # noqa: E704
 
     def nvmlGpmQueryDeviceSupport(self, handle):
         return type("Support", (), {"isSupportedDevice": int(handle == 0)})()
 
-    def nvmlGpmSampleAlloc(self): return {}  # noqa: E704
+    def nvmlGpmSampleAlloc(self):
+        return {}  # noqa: E704
 
     def nvmlGpmSampleGet(self, handle, sample):
         sample["device"] = handle
@@ -151,13 +161,20 @@ def test_sm_activity_is_absent_without_nvml(stats, tel):
 # --------------------------------------------------------------------------------------------
 # Pipeline bubble
 
+
 def test_bubble_of_a_hand_drawn_timeline(stats, tel):
     # step [0, 10): rollout on actor_infer 0-4 and 8-9; actor_train 4-8 with an overlapping pair
     # 5-7 / 6-8 (union 4-8); reward 4-5. Busy: infer 5 s, train 4 s, reward 1 s of 10.
     tl = dfx.StepTimeline()
     tl.begin(at=0.0)
-    for cluster, start, end in [("actor_infer", 0, 4), ("actor_train", 4, 7), ("reward", 4, 5),
-                                ("actor_train", 5, 7), ("actor_train", 6, 8), ("actor_infer", 8, 9)]:
+    for cluster, start, end in [
+        ("actor_infer", 0, 4),
+        ("actor_train", 4, 7),
+        ("reward", 4, 5),
+        ("actor_train", 5, 7),
+        ("actor_train", 6, 8),
+        ("actor_infer", 8, 9),
+    ]:
         tl.add(cluster, start, end)
     assert tl.busy_seconds("actor_train") == 4.0
     assert tl.busy_seconds() == 9.0  # any cluster busy: 0-9

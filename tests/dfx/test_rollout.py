@@ -77,18 +77,54 @@ class RequestOutput:
 
 def vllm_outputs() -> list[RequestOutput]:
     a = RequestOutput(  # V0, n=2: arrival 100.0, first token 100.5, last 102.5, finished 102.6
-        "a", "p", [1] * 7, None,
+        "a",
+        "p",
+        [1] * 7,
+        None,
         [CompletionOutput(0, "x", [5] * 5, finish_reason="stop"), CompletionOutput(1, "y", [6] * 3, finish_reason="length")],
-        True, RequestMetrics(arrival_time=100.0, last_token_time=102.5, first_scheduled_time=100.1,
-                             first_token_time=100.5, time_in_queue=0.1, finished_time=102.6))
+        True,
+        RequestMetrics(
+            arrival_time=100.0,
+            last_token_time=102.5,
+            first_scheduled_time=100.1,
+            first_token_time=100.5,
+            time_in_queue=0.1,
+            finished_time=102.6,
+        ),
+    )
     b = RequestOutput(  # V0, aborted after one token
-        "b", "q", [1] * 4, None, [CompletionOutput(0, "z", [7], finish_reason="abort")],
-        True, RequestMetrics(arrival_time=100.0, last_token_time=101.0, first_scheduled_time=100.2,
-                             first_token_time=101.0, time_in_queue=0.2, finished_time=101.0))
+        "b",
+        "q",
+        [1] * 4,
+        None,
+        [CompletionOutput(0, "z", [7], finish_reason="abort")],
+        True,
+        RequestMetrics(
+            arrival_time=100.0,
+            last_token_time=101.0,
+            first_scheduled_time=100.2,
+            first_token_time=101.0,
+            time_in_queue=0.2,
+            finished_time=101.0,
+        ),
+    )
     c = RequestOutput(  # V1: TTFT 0.25 s, 11 tokens decoded over 1.0 s
-        "c", "r", [1] * 3, None, [CompletionOutput(0, "w", [8] * 11, finish_reason="stop")],
-        True, RequestStateStats(num_generation_tokens=11, arrival_time=1.7e9, queued_ts=49.7, scheduled_ts=49.75,
-                                first_token_ts=50.0, last_token_ts=51.0, first_token_latency=0.25))
+        "c",
+        "r",
+        [1] * 3,
+        None,
+        [CompletionOutput(0, "w", [8] * 11, finish_reason="stop")],
+        True,
+        RequestStateStats(
+            num_generation_tokens=11,
+            arrival_time=1.7e9,
+            queued_ts=49.7,
+            scheduled_ts=49.75,
+            first_token_ts=50.0,
+            last_token_ts=51.0,
+            first_token_latency=0.25,
+        ),
+    )
     return [a, b, c]
 
 
@@ -121,16 +157,42 @@ def test_requests_slower_than_the_timeout_count_as_timed_out(stats, tel):
 def sglang_results() -> list[dict]:
     """Stand-ins for SGLang /generate results: {"text", "output_ids", "meta_info"} as tokenizer_manager builds them."""
     return [
-        {"text": "...", "output_ids": [3] * 16, "meta_info": {  # with --enable-metrics timestamps
-            "id": "r1", "finish_reason": {"type": "length", "length": 16}, "prompt_tokens": 12,
-            "completion_tokens": 16, "cached_tokens": 4, "e2e_latency": 1.9,
-            "request_received_ts": 1000.0, "prefill_finished_ts": 1000.4, "decode_finished_ts": 1001.9}},
-        {"text": "", "output_ids": [], "meta_info": {  # _handle_abort_req: id, finish_reason, completion_tokens
-            "id": "r2", "finish_reason": {"type": "abort", "message": "Abort in waiting queue"},
-            "completion_tokens": 0}},
-        {"text": "ok", "output_ids": [9], "meta_info": {
-            "id": "r3", "finish_reason": {"type": "stop", "matched": 2}, "prompt_tokens": 5,
-            "completion_tokens": 1, "cached_tokens": 0, "e2e_latency": 0.3}},
+        {
+            "text": "...",
+            "output_ids": [3] * 16,
+            "meta_info": {  # with --enable-metrics timestamps
+                "id": "r1",
+                "finish_reason": {"type": "length", "length": 16},
+                "prompt_tokens": 12,
+                "completion_tokens": 16,
+                "cached_tokens": 4,
+                "e2e_latency": 1.9,
+                "request_received_ts": 1000.0,
+                "prefill_finished_ts": 1000.4,
+                "decode_finished_ts": 1001.9,
+            },
+        },
+        {
+            "text": "",
+            "output_ids": [],
+            "meta_info": {  # _handle_abort_req: id, finish_reason, completion_tokens
+                "id": "r2",
+                "finish_reason": {"type": "abort", "message": "Abort in waiting queue"},
+                "completion_tokens": 0,
+            },
+        },
+        {
+            "text": "ok",
+            "output_ids": [9],
+            "meta_info": {
+                "id": "r3",
+                "finish_reason": {"type": "stop", "matched": 2},
+                "prompt_tokens": 5,
+                "completion_tokens": 1,
+                "cached_tokens": 0,
+                "e2e_latency": 0.3,
+            },
+        },
     ]
 
 

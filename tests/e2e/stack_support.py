@@ -70,8 +70,16 @@ def run_demo_into(stack: Any, protocol: str, root: Path, steps: int = 4) -> Demo
     # Phoenix files spans by this resource attribute: one project per run keeps the runs apart.
     os.environ["OTEL_RESOURCE_ATTRIBUTES"] = f"openinference.project.name={project}"
     try:
-        tel = otel_rl.init(service_name=f"otel-rl-e2e-{tag}", run_id=run_id, endpoint=endpoint, protocol=protocol,
-                           exporters="otlp,file", run_dir=str(root / tag), metric_export_interval_s=1.0, console=False)
+        tel = otel_rl.init(
+            service_name=f"otel-rl-e2e-{tag}",
+            run_id=run_id,
+            endpoint=endpoint,
+            protocol=protocol,
+            exporters="otlp,file",
+            run_dir=str(root / tag),
+            metric_export_interval_s=1.0,
+            console=False,
+        )
     finally:
         if previous is None:
             os.environ.pop("OTEL_RESOURCE_ATTRIBUTES", None)

@@ -54,8 +54,7 @@ def demo_config() -> Any:
     """A smaller batch than the demo's default, so a step stays well under a second on 2 cores."""
     from otel_rl.demo import DemoConfig
 
-    return DemoConfig(prompts_per_step=16, group_size=4, ppo_epochs=2, mini_batches=2,
-                      val_every=10_000, checkpoint_every=10_000)
+    return DemoConfig(prompts_per_step=16, group_size=4, ppo_epochs=2, mini_batches=2, val_every=10_000, checkpoint_every=10_000)
 
 
 class PacedTelemetry:
@@ -141,11 +140,17 @@ def fast_vmalert(stack: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     binary = Installer(stack.data_dir, stack.cache_dir, lambda: None).binary("victoria-metrics", "vmalert")
     port = free_port()
     log_path = folder / "vmalert.log"
-    command = [str(binary), f"-datasource.url={stack.endpoints['victoria_metrics']}", f"-httpListenAddr=127.0.0.1:{port}",
-               "-notifier.blackhole", f"-evaluationInterval={EVAL_S}s", f"-rule.evalDelay={EVAL_DELAY_S}s", f"-rule={rules}"]
+    command = [
+        str(binary),
+        f"-datasource.url={stack.endpoints['victoria_metrics']}",
+        f"-httpListenAddr=127.0.0.1:{port}",
+        "-notifier.blackhole",
+        f"-evaluationInterval={EVAL_S}s",
+        f"-rule.evalDelay={EVAL_DELAY_S}s",
+        f"-rule={rules}",
+    ]
     with open(log_path, "wb") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   start_new_session=True)
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
 
     def answer() -> Any:
@@ -177,12 +182,20 @@ class Runs:
 def run_paced(stack: Any, run_id: str, root: Path, steps: int, spike_at: int | None) -> PacedTelemetry:
     from otel_rl.demo import run_demo
 
-    telemetry = otel_rl.init(service_name="otel-rl-e2e-alerts", run_id=run_id, endpoint=stack.endpoints["otlp_http"],
-                             protocol="http/protobuf", exporters="otlp", metric_export_interval_s=EXPORT_S, console=False)
+    telemetry = otel_rl.init(
+        service_name="otel-rl-e2e-alerts",
+        run_id=run_id,
+        endpoint=stack.endpoints["otlp_http"],
+        protocol="http/protobuf",
+        exporters="otlp",
+        metric_export_interval_s=EXPORT_S,
+        console=False,
+    )
     paced = PacedTelemetry(telemetry, STEP_PERIOD_S)
     try:
-        run_demo(steps=steps, algo="grpo", telemetry=paced, out=root / run_id, inject_spike_at=spike_at,
-                 progress=False, config=demo_config())
+        run_demo(
+            steps=steps, algo="grpo", telemetry=paced, out=root / run_id, inject_spike_at=spike_at, progress=False, config=demo_config()
+        )
     finally:
         telemetry.shutdown()
     return paced
@@ -199,8 +212,13 @@ def runs(stack: Any, fast_vmalert: str, tmp_path_factory: pytest.TempPathFactory
     try:
         healthy = run_paced(stack, f"e2e-alerts-healthy-{stamp}", root, HEALTHY_STEPS, None)
         spiked = run_paced(stack, f"e2e-alerts-spike-{stamp}", root, SPIKE_STEPS, SPIKE_AT)
-        runs = Runs(f"e2e-alerts-healthy-{stamp}", f"e2e-alerts-spike-{stamp}",
-                    (min(healthy.logged_at.values()), max(healthy.logged_at.values())), spiked.logged_at, watcher)
+        runs = Runs(
+            f"e2e-alerts-healthy-{stamp}",
+            f"e2e-alerts-spike-{stamp}",
+            (min(healthy.logged_at.values()), max(healthy.logged_at.values())),
+            spiked.logged_at,
+            watcher,
+        )
         # wait (bounded) for the divergence alert, which can only fire within the recent window
         # after the spike; the tests judge what was seen
         deadline = time.monotonic() + EVAL_DELAY_S + RECENT_S + 20
@@ -218,8 +236,10 @@ def runs(stack: Any, fast_vmalert: str, tmp_path_factory: pytest.TempPathFactory
 
 
 def vm_range(stack: Any, expr: str, start: float, end: float) -> list[tuple[float, float]]:
-    answer = http_json(f"{stack.endpoints['victoria_metrics']}/api/v1/query_range",
-                       {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": "0.5s"})
+    answer = http_json(
+        f"{stack.endpoints['victoria_metrics']}/api/v1/query_range",
+        {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": "0.5s"},
+    )
     assert answer["status"] == "success", answer
     result = answer["data"]["result"]
     return [(float(t), float(v)) for t, v in result[0]["values"]] if result else []
@@ -280,6 +300,5 @@ def test_a_healthy_run_fires_nothing(stack: Any, runs: Runs):
     # the healthy run's data was there to evaluate, past the first recent window
     first, last = runs.healthy_span
     assert last - first > RECENT_S
-    entropy = vm_range(stack, f'max({_alerts.metric(M.RL_POLICY_ENTROPY)}{{{RUN_ID_LABEL}="{runs.healthy_id}"}})',
-                       first, last)
+    entropy = vm_range(stack, f'max({_alerts.metric(M.RL_POLICY_ENTROPY)}{{{RUN_ID_LABEL}="{runs.healthy_id}"}})', first, last)
     assert len(entropy) > 10

@@ -80,9 +80,17 @@ def run_demo_through_rotel(stack: Any, protocol: str, run_id: str, root: Path) -
 
     endpoint = stack.endpoints["otlp_grpc" if protocol == "grpc" else "otlp_http"]
     run_dir = root / run_id
-    tel = otel_rl.init(service_name="otel-rl-bridge-e2e", run_id=run_id, endpoint=endpoint, protocol=protocol,
-                       exporters="otlp,file", run_dir=str(run_dir), framework="roll", console=False,
-                       metric_export_interval_s=1.0)
+    tel = otel_rl.init(
+        service_name="otel-rl-bridge-e2e",
+        run_id=run_id,
+        endpoint=endpoint,
+        protocol=protocol,
+        exporters="otlp,file",
+        run_dir=str(run_dir),
+        framework="roll",
+        console=False,
+        metric_export_interval_s=1.0,
+    )
     try:
         run_demo(steps=STEPS, algo="ppo", telemetry=tel, out=run_dir / "out", progress=False)
     finally:
@@ -111,8 +119,9 @@ def read_tensorboard(folder: Path) -> tuple[dict[str, list[tuple[int, float]]], 
     events.Reload()
     tags = events.Tags()
     scalars = {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in tags["scalars"]}
-    texts = {tag: [(e.step, tensor_util.make_ndarray(e.tensor_proto).item().decode()) for e in events.Tensors(tag)]
-             for tag in tags["tensors"]}
+    texts = {
+        tag: [(e.step, tensor_util.make_ndarray(e.tensor_proto).item().decode()) for e in events.Tensors(tag)] for tag in tags["tensors"]
+    }
     return scalars, texts
 
 
@@ -143,15 +152,20 @@ def test_demo_through_rotel_and_the_bridge_into_tensorboard(bridge_stack: Any, t
 
     demo_root = tmp_path / "demo"
     stamp = int(time.time())
-    runs = {f"bridge-grpc-{stamp}": run_demo_through_rotel(stack, "grpc", f"bridge-grpc-{stamp}", demo_root),
-            f"bridge-http-{stamp}": run_demo_through_rotel(stack, "http/protobuf", f"bridge-http-{stamp}", demo_root)}
+    runs = {
+        f"bridge-grpc-{stamp}": run_demo_through_rotel(stack, "grpc", f"bridge-grpc-{stamp}", demo_root),
+        f"bridge-http-{stamp}": run_demo_through_rotel(stack, "http/protobuf", f"bridge-http-{stamp}", demo_root),
+    }
     logged = {run_id: logged_steps(run_dir) for run_id, run_dir in runs.items()}
     for run_id, steps in logged.items():
         assert sorted(steps) == list(range(1, STEPS + 1)), run_id
         assert len(steps[1]) >= 50, f"the demo logs the ROLL keys ({len(steps[1])} in step 1)"
 
-    wait_for("every step event at the bridge",
-             lambda: bridge_stats(stack)["events_delivered"] == 2 * STEPS and bridge_stats(stack)["queued_requests"] == 0, 60)
+    wait_for(
+        "every step event at the bridge",
+        lambda: bridge_stats(stack)["events_delivered"] == 2 * STEPS and bridge_stats(stack)["queued_requests"] == 0,
+        60,
+    )
     stats = bridge_stats(stack)
     assert stats["bad_requests"] == 0 and stats["worker_errors"] == 0 and stats["runs"] == 2
     # The rotel -> bridge -> tracker path up to here; down() then stops rotel, then the bridge (SIGTERM:

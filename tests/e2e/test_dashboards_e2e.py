@@ -69,7 +69,7 @@ def remote_write_drops(vmagent_url: str) -> dict[str, float]:
     with urllib.request.urlopen(f"{vmagent_url}/metrics", timeout=10) as response:  # noqa: S310 - loopback test server
         lines = response.read().decode("utf-8").splitlines()
     name = "vmagent_remotewrite_packets_dropped_total{"
-    return {line[len(name):].rsplit("}", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith(name)}
+    return {line[len(name) :].rsplit("}", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith(name)}
 
 
 _SETTLED: dict[str, tuple[R.RunWindow, set[str]]] = {}
@@ -100,8 +100,9 @@ def test_every_panel_query_returns_data_from_victoria_metrics(stack, demo_run: D
     expected_empty = gpu_only(targets)
     assert 8 <= len(expected_empty) < len(targets) // 4
     _, empty = settled(stack, demo_run)
-    assert empty == expected_empty, (f"queries without data: {sorted(empty - expected_empty)}; "
-                                     f"GPU-only queries with data on a CPU run: {sorted(expected_empty - empty)}")
+    assert empty == expected_empty, (
+        f"queries without data: {sorted(empty - expected_empty)}; GPU-only queries with data on a CPU run: {sorted(expected_empty - empty)}"
+    )
 
 
 def test_prometheus_parses_and_answers_every_panel_query(stack, demo_run: DemoRun) -> None:
@@ -109,8 +110,12 @@ def test_prometheus_parses_and_answers_every_panel_query(stack, demo_run: DemoRu
     prometheus = R.QueryAPI(stack.endpoints["prometheus"])
     window, _ = settled(stack, demo_run)
     targets = board_targets()
-    empty = poll(lambda: targets_without_data(prometheus, window, targets), lambda e: e <= gpu_only(targets), 60,
-                 "data for every non-GPU panel query in Prometheus")
+    empty = poll(
+        lambda: targets_without_data(prometheus, window, targets),
+        lambda e: e <= gpu_only(targets),
+        60,
+        "data for every non-GPU panel query in Prometheus",
+    )
     assert empty == gpu_only(targets)
     # vmagent delivered every block to both stores: Prometheus rejects a block with any sample out
     # of order (vmagent's queues run in parallel) unless the stack gives it an out-of-order window.
@@ -125,8 +130,9 @@ def test_prometheus_parses_and_answers_every_panel_query(stack, demo_run: DemoRu
             continue
         selector, label = variable["query"].removeprefix("label_values(").removesuffix(")").rsplit(",", 1)
         selector = D.substitute(selector, D.template_values(service=window.service, run=window.run))
-        url = (f"{stack.endpoints['prometheus']}/api/v1/label/{label.strip()}/values?"
-               + urllib.parse.urlencode({"match[]": selector, "start": f"{window.first - 60:.0f}"}))
+        url = f"{stack.endpoints['prometheus']}/api/v1/label/{label.strip()}/values?" + urllib.parse.urlencode(
+            {"match[]": selector, "start": f"{window.first - 60:.0f}"}
+        )
         with urllib.request.urlopen(url, timeout=10) as response:  # noqa: S310 - loopback test server
             answer = json.loads(response.read())
         assert answer["status"] == "success", (variable["name"], answer)
@@ -149,7 +155,10 @@ def test_the_boards_render_from_the_run(stack, demo_run: DemoRun, tmp_path: Path
         assert result.path.is_file() and result.size == result.path.stat().st_size < R.PNG_LIMIT_BYTES, result.path
         with Image.open(result.path) as image:
             assert image.format == "PNG" and image.width >= 1000 and image.height >= 600
-        gpu_panels = {p["title"] for p in boards[result.slug]["panels"]
-                      if p["type"] != "row" and any(D.uses_gpu_only_metric(t["expr"], metrics) for t in p["targets"])}
+        gpu_panels = {
+            p["title"]
+            for p in boards[result.slug]["panels"]
+            if p["type"] != "row" and any(D.uses_gpu_only_metric(t["expr"], metrics) for t in p["targets"])
+        }
         assert set(result.empty_panels) == gpu_panels, result.slug
         assert not any(data.errors for data in result.panels.values()), result.slug

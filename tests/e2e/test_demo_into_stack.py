@@ -43,8 +43,12 @@ def vm_series(stack, selector: str) -> list[dict]:
 def test_a_steps_whole_trace_reaches_the_trace_store(stack, demo_run: DemoRun, step):
     expected = find_step_trace(read_spans(demo_run.run_dir), step)
     client = PhoenixClient(stack.endpoints["phoenix"], project=demo_run.project)
-    spans = poll(lambda: client.step_trace_spans(step), lambda got: len(got) == len(expected), 60,
-                 f"step {step}'s {len(expected)} spans in Phoenix project {demo_run.project}")
+    spans = poll(
+        lambda: client.step_trace_spans(step),
+        lambda got: len(got) == len(expected),
+        60,
+        f"step {step}'s {len(expected)} spans in Phoenix project {demo_run.project}",
+    )
     by_id = {s.span_id: s for s in spans}
     assert by_id.keys() == {s.span_id for s in expected}
     roots = [s for s in spans if s.parent_span_id is None]
@@ -52,8 +56,16 @@ def test_a_steps_whole_trace_reaches_the_trace_store(stack, demo_run: DemoRun, s
     root = roots[0]
     stages = [s for s in spans if s.parent_span_id == root.span_id]
     stage_names = {s.attributes[A.RL_STAGE] for s in stages}
-    assert {"generate", "compute_rewards", "compute_log_probs", "compute_ref_log_probs", "compute_values", "advantage",
-            "train_step", "model_update"} <= stage_names
+    assert {
+        "generate",
+        "compute_rewards",
+        "compute_log_probs",
+        "compute_ref_log_probs",
+        "compute_values",
+        "advantage",
+        "train_step",
+        "model_update",
+    } <= stage_names
     for span in spans:
         if span is root:
             continue
@@ -66,8 +78,9 @@ def test_a_steps_whole_trace_reaches_the_trace_store(stack, demo_run: DemoRun, s
     train = [s for s in stages if s.attributes[A.RL_STAGE] == "train_step" and s.attributes.get(A.RL_CLUSTER) == "actor_train"][0]
     assert train.attributes[A.RL_CLUSTER] == "actor_train"
     assert {s.name for s in spans if s.parent_span_id == train.span_id} == PHASES
-    snapshots = [(e.attributes[A.RL_MEMORY_WHEN], e.attributes[A.RL_MEMORY_STATE]) for e in train.events
-                 if e.name == N.RL_MEMORY_SNAPSHOT_EVENT]
+    snapshots = [
+        (e.attributes[A.RL_MEMORY_WHEN], e.attributes[A.RL_MEMORY_STATE]) for e in train.events if e.name == N.RL_MEMORY_SNAPSHOT_EVENT
+    ]
     assert snapshots == [("start", "offload"), ("start", "onload"), ("end", "onload"), ("end", "offload")]
 
 
@@ -83,7 +96,7 @@ def test_every_metric_the_demo_emits_is_queryable_with_its_prometheus_name_and_l
         mdef = METRICS[name]
         prom = prometheus_name(name, mdef.unit, mdef.instrument)
         series_name = f"{prom}_bucket" if mdef.instrument == "histogram" else prom
-        series = poll(lambda: vm_series(stack, f'{series_name}{{{run}}}'), bool, 60, f"{series_name} for run {demo_run.run_id}")
+        series = poll(lambda: vm_series(stack, f"{series_name}{{{run}}}"), bool, 60, f"{series_name} for run {demo_run.run_id}")
         label_sets = {frozenset(k for k in s if not k.startswith("__")) for s in series}
         for attributes in attribute_sets:
             wanted = {label(a) for a in attributes}
@@ -108,7 +121,7 @@ def test_stage_durations_work_with_histogram_quantile(stack, demo_run: DemoRun):
 
 def test_no_series_carries_a_step_or_sample_label(stack, demo_run: DemoRun):
     run = f'{label(A.RL_RUN_ID)}="{demo_run.run_id}"'
-    series = poll(lambda: vm_series(stack, f'{{{run}}}'), bool, 60, f"series of run {demo_run.run_id}")
+    series = poll(lambda: vm_series(stack, f"{{{run}}}"), bool, 60, f"series of run {demo_run.run_id}")
     labels = {k for s in series for k in s}
     assert label(A.RL_STEP) not in labels
     assert not any("sample" in k and k != "rl_sample" for k in labels if not k.startswith("__"))
@@ -120,8 +133,15 @@ def test_series_count_stays_flat_as_steps_grow(stack, tmp_path):
     import otel_rl
     from otel_rl.demo import run_demo
 
-    tel = otel_rl.init(service_name="otel-rl-e2e-flat", run_id=f"e2e-flat-{tmp_path.name}", endpoint=stack.endpoints["otlp_http"],
-                       protocol="http/protobuf", exporters="otlp", metric_export_interval_s=1.0, console=False)
+    tel = otel_rl.init(
+        service_name="otel-rl-e2e-flat",
+        run_id=f"e2e-flat-{tmp_path.name}",
+        endpoint=stack.endpoints["otlp_http"],
+        protocol="http/protobuf",
+        exporters="otlp",
+        metric_export_interval_s=1.0,
+        console=False,
+    )
     run = f'{label(A.RL_RUN_ID)}="{tel.config.run_id}"'
     try:
         # Steps 1-4, then 5-8: both halves run the same stages (each ends with validation and a

@@ -90,20 +90,34 @@ class Rotel:
 
     def start(self, timeout_s: float = 15.0) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("ROTEL_")}
-        env.update({
-            "ROTEL_OTLP_GRPC_ENDPOINT": f"127.0.0.1:{self.grpc_port}", "ROTEL_OTLP_HTTP_ENDPOINT": f"127.0.0.1:{self.http_port}",
-            "ROTEL_EXPORTER": "otlp", "ROTEL_OTLP_EXPORTER_PROTOCOL": "http", "ROTEL_OTLP_EXPORTER_ENDPOINT": self.target,
-            "ROTEL_BATCH_TIMEOUT": "100ms", "NO_COLOR": "1",
-        })
+        env.update(
+            {
+                "ROTEL_OTLP_GRPC_ENDPOINT": f"127.0.0.1:{self.grpc_port}",
+                "ROTEL_OTLP_HTTP_ENDPOINT": f"127.0.0.1:{self.http_port}",
+                "ROTEL_EXPORTER": "otlp",
+                "ROTEL_OTLP_EXPORTER_PROTOCOL": "http",
+                "ROTEL_OTLP_EXPORTER_ENDPOINT": self.target,
+                "ROTEL_BATCH_TIMEOUT": "100ms",
+                "NO_COLOR": "1",
+            }
+        )
         self.starts += 1
         log = open(self.folder / "rotel.log", "ab")  # noqa: SIM115 - handed to the child
         self.process = subprocess.Popen(
             [str(self.binary), "start", "--pid-file", str(self.folder / "rotel.pid"), "--log-file", str(self.folder / "rotel-agent.log")],
-            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         log.close()
         end = time.monotonic() + timeout_s
-        while not (http_ok(f"http://127.0.0.1:{self.http_port}/v1/metrics", data=b"", timeout_s=1.0,
-                           headers={"Content-Type": "application/x-protobuf"}) and tcp_open(self.grpc_port)):
+        while not (
+            http_ok(
+                f"http://127.0.0.1:{self.http_port}/v1/metrics", data=b"", timeout_s=1.0, headers={"Content-Type": "application/x-protobuf"}
+            )
+            and tcp_open(self.grpc_port)
+        ):
             if self.process.poll() is not None or time.monotonic() > end:
                 raise AssertionError(f"rotel did not start: {(self.folder / 'rotel.log').read_text()[-2000:]}")
             time.sleep(0.05)
@@ -129,12 +143,23 @@ def collector(rotel_binary: Path, tmp_path: Path) -> Iterator[tuple[Rotel, OtlpS
             rotel.stop()
 
 
-def run_training(tel: otel_rl.Telemetry, seconds: float, phase: str, timings: dict[str, list[float]], start: int,
-                 tick: Callable[[float], None] | None = None) -> int:
+def run_training(
+    tel: otel_rl.Telemetry,
+    seconds: float,
+    phase: str,
+    timings: dict[str, list[float]],
+    start: int,
+    tick: Callable[[float], None] | None = None,
+) -> int:
     """Train (telemetry only) at 20 steps/s for ``seconds``; time each step's telemetry calls."""
     step = start
     end = time.monotonic() + seconds
-    values = {"actor/pg_loss": 0.0, "actor/entropy": 0.0, "critic/score/mean": 0.0, **{f"critic/rewards/{s}": 1.0 for s in ("mean", "max", "min")}}
+    values = {
+        "actor/pg_loss": 0.0,
+        "actor/entropy": 0.0,
+        "critic/score/mean": 0.0,
+        **{f"critic/rewards/{s}": 1.0 for s in ("mean", "max", "min")},
+    }
     while time.monotonic() < end:
         values["actor/pg_loss"] = float(step)
         t0 = time.perf_counter()
@@ -153,9 +178,16 @@ def run_training(tel: otel_rl.Telemetry, seconds: float, phase: str, timings: di
 
 
 def start_telemetry(rotel: Rotel, protocol: str, tmp_path: Path, **options: Any) -> otel_rl.Telemetry:
-    return otel_rl.init(service_name="otel-rl-faults", endpoint=rotel.endpoint(protocol), protocol=protocol,
-                        exporters="otlp", run_dir=str(tmp_path / "run"), console=False, metric_export_interval_s=0.5,
-                        **options)
+    return otel_rl.init(
+        service_name="otel-rl-faults",
+        endpoint=rotel.endpoint(protocol),
+        protocol=protocol,
+        exporters="otlp",
+        run_dir=str(tmp_path / "run"),
+        console=False,
+        metric_export_interval_s=0.5,
+        **options,
+    )
 
 
 def check_complete(tel: otel_rl.Telemetry, sink: OtlpSink, steps: int, timeout_s: float = 20.0) -> dict[str, Any]:
@@ -163,8 +195,11 @@ def check_complete(tel: otel_rl.Telemetry, sink: OtlpSink, steps: int, timeout_s
     stats = tel._providers.spool.stats()
     assert all(s.dropped_total == 0 for s in stats.values()), {k: v.dropped for k, v in stats.items()}
     emitted_points = stats[METRICS].appended
-    sink.wait_for(lambda r: len(r.spans) >= 3 * steps and len(r.events(N.RL_LOG_EVENT)) >= steps
-                  and len(r.points) >= emitted_points, timeout_s, "everything the run emitted")
+    sink.wait_for(
+        lambda r: len(r.spans) >= 3 * steps and len(r.events(N.RL_LOG_EVENT)) >= steps and len(r.points) >= emitted_points,
+        timeout_s,
+        "everything the run emitted",
+    )
     time.sleep(0.5)  # anything extra (a duplicate) would arrive now
     received = sink.received
     logs = received.events(N.RL_LOG_EVENT)
@@ -179,8 +214,13 @@ def check_complete(tel: otel_rl.Telemetry, sink: OtlpSink, steps: int, timeout_s
 
 def check_timings(timings: dict[str, list[float]], outage: str = "outage", healthy: str = "healthy") -> dict[str, float]:
     base, hit = timings[healthy], timings[outage]
-    figures = {"healthy_median_ms": statistics.median(base) * 1e3, "outage_median_ms": statistics.median(hit) * 1e3,
-               "healthy_max_ms": max(base) * 1e3, "outage_max_ms": max(hit) * 1e3, "outage_steps": len(hit)}
+    figures = {
+        "healthy_median_ms": statistics.median(base) * 1e3,
+        "outage_median_ms": statistics.median(hit) * 1e3,
+        "healthy_max_ms": max(base) * 1e3,
+        "outage_max_ms": max(hit) * 1e3,
+        "outage_steps": len(hit),
+    }
     assert statistics.median(hit) <= statistics.median(base) + 0.001, figures
     assert max(hit) <= 0.001 + TOLERANCE_S, figures
     return figures
@@ -221,8 +261,7 @@ def test_collector_stopped_mid_run_then_restarted(collector, tmp_path: Path, out
     step = run_training(tel, 2.5, "after", timings, step)
     t0 = time.monotonic()
     tel.shutdown()
-    figures = {"outage_s": outage_s, "shutdown_s": time.monotonic() - t0, **check_complete(tel, sink, step),
-               **check_timings(timings)}
+    figures = {"outage_s": outage_s, "shutdown_s": time.monotonic() - t0, **check_complete(tel, sink, step), **check_timings(timings)}
     report(f"stopped_{outage_s:.0f}s", figures)
 
 
@@ -231,10 +270,19 @@ def test_every_step_reaches_victoria_metrics_through_a_restarted_stack_collector
     8 s mid-run; with metrics_at_log_time every step's logged loss is its own sample, so the store
     must hold exactly one sample per step, values 0..N-1, none twice, none lost."""
     import otel_rl.ops.alerts as _alerts
+
     run_id = f"faults-vm-{time.time_ns()}"
-    tel = otel_rl.init(service_name="otel-rl-faults", run_id=run_id, endpoint=stack.endpoints["otlp_http"],
-                       protocol="http/protobuf", exporters="otlp", run_dir=str(tmp_path / "run"), console=False,
-                       metric_export_interval_s=0.5, metrics_at_log_time=True)
+    tel = otel_rl.init(
+        service_name="otel-rl-faults",
+        run_id=run_id,
+        endpoint=stack.endpoints["otlp_http"],
+        protocol="http/protobuf",
+        exporters="otlp",
+        run_dir=str(tmp_path / "run"),
+        console=False,
+        metric_export_interval_s=0.5,
+        metrics_at_log_time=True,
+    )
     timings: dict[str, list[float]] = {}
     started = time.time()
     try:
@@ -248,11 +296,17 @@ def test_every_step_reaches_victoria_metrics_through_a_restarted_stack_collector
     tel.shutdown()
     assert all(s.dropped_total == 0 for s in tel._providers.spool.stats().values())
 
-    selector = (f'{_alerts.metric(M.RL_LOSS)}{{{_alerts.label(A.RL_RUN_ID)}="{run_id}", '
-                f'{_alerts.label(A.RL_LOSS_TYPE)}="{A.RlLossTypeValues.POLICY.value}"}}')
+    selector = (
+        f'{_alerts.metric(M.RL_LOSS)}{{{_alerts.label(A.RL_RUN_ID)}="{run_id}", '
+        f'{_alerts.label(A.RL_LOSS_TYPE)}="{A.RlLossTypeValues.POLICY.value}"}}'
+    )
     until = time.time() + 60
-    samples = poll(lambda: raw_samples(stack, selector, started - 60, until), lambda got: len(got) >= step, 60,
-                   f"{step} samples of {run_id} in VictoriaMetrics")
+    samples = poll(
+        lambda: raw_samples(stack, selector, started - 60, until),
+        lambda got: len(got) >= step,
+        60,
+        f"{step} samples of {run_id} in VictoriaMetrics",
+    )
     got = sorted(v for _, v in samples)
     assert got == [float(s) for s in range(step)], (len(got), step)
     report("stack_restart_victoria_metrics", {"steps": step, "samples": len(got), **check_timings(timings)})
@@ -276,8 +330,7 @@ def test_flapping_collector(collector, tmp_path: Path) -> None:
     report("flapping", figures)
 
 
-def test_outage_longer_than_the_spool_holds_drops_the_oldest_counted(collector, tmp_path: Path,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_outage_longer_than_the_spool_holds_drops_the_oldest_counted(collector, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     rotel, sink = collector
     monkeypatch.setenv("OTEL_RL_SPOOL_MAX_BYTES", "64KiB")
     rotel.start()
@@ -316,5 +369,4 @@ def test_outage_longer_than_the_spool_holds_drops_the_oldest_counted(collector, 
         if name == M.RL_TELEMETRY_DROPPED:
             final[dict(attrs)[A.RL_TELEMETRY_SIGNAL]] = value
     assert final.get(LOGS) == dropped[LOGS] and final.get(TRACES) == dropped[TRACES]
-    report("over_the_bound", {"steps": step, "dropped": dropped, "delivered_logs": len(logs),
-                              **check_timings(timings)})
+    report("over_the_bound", {"steps": step, "dropped": dropped, "delivered_logs": len(logs), **check_timings(timings)})

@@ -32,26 +32,41 @@ def test_a_replayed_log_lands_on_its_original_timeline(stack: Any, tmp_path: Pat
     src = LOGS / "trl_grpo_aaipl_checkpoint-500_trainer_state.json"
     start = int(time.time()) - 27 * 60  # 500 steps x 3 s: from 27 to 2 minutes ago
     run_id = f"e2e-replay-{start}"
-    result = replay_file(src, out=io.StringIO(), progress=False, run_id=run_id, run_dir=tmp_path / "run",
-                         endpoint=stack.endpoints["otlp_http"], protocol="http/protobuf", exporters="otlp",
-                         start_time=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(start)), step_seconds=STEP_SECONDS)
+    result = replay_file(
+        src,
+        out=io.StringIO(),
+        progress=False,
+        run_id=run_id,
+        run_dir=tmp_path / "run",
+        endpoint=stack.endpoints["otlp_http"],
+        protocol="http/protobuf",
+        exporters="otlp",
+        start_time=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(start)),
+        step_seconds=STEP_SECONDS,
+    )
     replayed_at = time.time()
     parsed = parse_file(src)
     expected = [(start + r.step * STEP_SECONDS, float(r.values["entropy"])) for r in parsed.records if "entropy" in r.values]
     assert result.records == len(parsed.records) == len(expected) == 50
 
     selector = f'{_alerts.metric(M.RL_POLICY_ENTROPY)}{{{_alerts.label(A.RL_RUN_ID)}="{run_id}"}}'
-    samples = poll(lambda: raw_samples(stack, selector, start - 60, replayed_at + 60), lambda got: len(got) >= len(expected),
-                   60, f"the replayed entropy samples of {run_id} in VictoriaMetrics")
+    samples = poll(
+        lambda: raw_samples(stack, selector, start - 60, replayed_at + 60),
+        lambda got: len(got) >= len(expected),
+        60,
+        f"the replayed entropy samples of {run_id} in VictoriaMetrics",
+    )
     assert [t for t, _ in samples] == [when * 1000 for when, _ in expected]  # the steps' own times, one each
     assert [v for _, v in samples] == pytest.approx([v for _, v in expected])
     assert samples[-1][0] / 1000 < replayed_at - 60  # nothing landed at replay time
 
     # Prometheus (through vmagent's second remote write): the same raw samples, from a range selector
-    answer = poll(lambda: http_json(f"{stack.endpoints['prometheus']}/api/v1/query",
-                                    {"query": f"{selector}[40m]", "time": f"{time.time():.3f}"}),
-                  lambda got: got["data"]["result"] and len(got["data"]["result"][0]["values"]) >= len(expected),
-                  60, f"the replayed entropy samples of {run_id} in Prometheus")
+    answer = poll(
+        lambda: http_json(f"{stack.endpoints['prometheus']}/api/v1/query", {"query": f"{selector}[40m]", "time": f"{time.time():.3f}"}),
+        lambda got: got["data"]["result"] and len(got["data"]["result"][0]["values"]) >= len(expected),
+        60,
+        f"the replayed entropy samples of {run_id} in Prometheus",
+    )
     values = answer["data"]["result"][0]["values"]
     assert [round(float(t) * 1000) for t, _ in values] == [when * 1000 for when, _ in expected]
     assert [float(v) for _, v in values] == pytest.approx([v for _, v in expected])

@@ -86,12 +86,29 @@ def make_bridge(tmp_path: Path) -> Iterator[Any]:
         bridge.close()
 
 
-def send_steps(url: str, run_id: str, steps: range, *, rank: int = 0, service: str = "grpo-test", run: str = "a",
-               hparams: Mapping[str, Any] | None = None) -> None:
+def send_steps(
+    url: str,
+    run_id: str,
+    steps: range,
+    *,
+    rank: int = 0,
+    service: str = "grpo-test",
+    run: str = "a",
+    hparams: Mapping[str, Any] | None = None,
+) -> None:
     """A training process with the real SDK: otel_rl.init(... otlp over http/protobuf) and tel.log per step."""
-    tel = otel_rl.init(service_name=service, run_id=run_id, endpoint=url, protocol="http/protobuf", exporters="otlp",
-                       rank=rank, console=False, framework="roll", metric_export_interval_s=60,
-                       export_text=True)  # the steps carry a generation text the trackers must get
+    tel = otel_rl.init(
+        service_name=service,
+        run_id=run_id,
+        endpoint=url,
+        protocol="http/protobuf",
+        exporters="otlp",
+        rank=rank,
+        console=False,
+        framework="roll",
+        metric_export_interval_s=60,
+        export_text=True,
+    )  # the steps carry a generation text the trackers must get
     try:
         if hparams:
             tel.log_hparams(hparams)
@@ -110,8 +127,9 @@ def expected_jsonl(step: int, run: str = "a") -> dict[str, Any]:
     return step_values(step, run)  # every value survives: numbers, the bool, the int and the text
 
 
-def post(url: str, body: bytes, content_type: str = "application/x-protobuf", encoding: str | None = None,
-         timeout: float = 10.0) -> tuple[int, dict[str, str], bytes]:
+def post(
+    url: str, body: bytes, content_type: str = "application/x-protobuf", encoding: str | None = None, timeout: float = 10.0
+) -> tuple[int, dict[str, str], bytes]:
     headers = {"Content-Type": content_type}
     if encoding:
         headers["Content-Encoding"] = encoding
@@ -193,11 +211,9 @@ def memory_tracker(restore_registry: None) -> type[MemoryTracker]:
 # ---- steps in, steps out ------------------------------------------------------------------------
 
 
-def test_every_step_from_the_sdk_reads_back_from_jsonl_and_stdout(make_bridge, tmp_path: Path,
-                                                                   capsys: pytest.CaptureFixture) -> None:
+def test_every_step_from_the_sdk_reads_back_from_jsonl_and_stdout(make_bridge, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     out = io.StringIO()
-    bridge = make_bridge({"track_with": ["jsonl", "stdout"], "tracker_kwargs": {"jsonl": {"log_dir": str(tmp_path / "jl")}}},
-                         out=out)
+    bridge = make_bridge({"track_with": ["jsonl", "stdout"], "tracker_kwargs": {"jsonl": {"log_dir": str(tmp_path / "jl")}}}, out=out)
     send_steps(bridge.url, "run-one", range(1, 6))
     assert bridge.wait_idle()
     bridge.close()
@@ -213,13 +229,20 @@ def test_every_step_from_the_sdk_reads_back_from_jsonl_and_stdout(make_bridge, t
     assert lines[0].startswith(f"otel-rl bridge: listening on {bridge.url}") and "jsonl" in lines[0] and "stdout" in lines[0]
     assert [line for line in lines if "new run" in line] == [
         f"otel-rl bridge: new run run-one (service grpo-test, rank 0) -> run name grpo-test-run-one, run_dir "
-        f"{tmp_path / 'base' / 'run-one'}; jsonl {json.dumps({'log_dir': str(tmp_path / 'jl' / 'run-one')})}, stdout"]
+        f"{tmp_path / 'base' / 'run-one'}; jsonl {json.dumps({'log_dir': str(tmp_path / 'jl' / 'run-one')})}, stdout"
+    ]
 
 
 def test_two_runs_go_to_separate_outputs(make_bridge, tmp_path: Path, memory_tracker: type[MemoryTracker]) -> None:
-    bridge = make_bridge({"track_with": ["jsonl", "memory"],
-                          "tracker_kwargs": {"jsonl": {"path": str(tmp_path / "jl" / "steps.jsonl")},
-                                             "memory": {"log_dir": str(tmp_path / "mem"), "name": "grpo"}}})
+    bridge = make_bridge(
+        {
+            "track_with": ["jsonl", "memory"],
+            "tracker_kwargs": {
+                "jsonl": {"path": str(tmp_path / "jl" / "steps.jsonl")},
+                "memory": {"log_dir": str(tmp_path / "mem"), "name": "grpo"},
+            },
+        }
+    )
     send_steps(bridge.url, "run-a", range(1, 4), run="a")
     send_steps(bridge.url, "run-b", range(1, 4), run="b")
     bridge.close()
@@ -242,8 +265,12 @@ def test_one_tracker_set_for_every_run_without_split_runs(make_bridge, tmp_path:
     send_steps(bridge.url, "run-a", range(1, 3), run="a")
     send_steps(bridge.url, "run-b", range(3, 5), run="b")
     bridge.close()
-    assert read_jsonl(tmp_path / "jl" / "metrics.jsonl") == [(1, step_values(1, "a")), (2, step_values(2, "a")),
-                                                            (3, step_values(3, "b")), (4, step_values(4, "b"))]
+    assert read_jsonl(tmp_path / "jl" / "metrics.jsonl") == [
+        (1, step_values(1, "a")),
+        (2, step_values(2, "a")),
+        (3, step_values(3, "b")),
+        (4, step_values(4, "b")),
+    ]
 
 
 def test_rank_1_is_skipped_by_default_and_a_run_of_its_own_with_ranks_all(make_bridge, tmp_path: Path) -> None:
@@ -298,7 +325,11 @@ def test_bad_bodies_get_4xx_are_counted_and_the_server_keeps_working(make_bridge
     # (accepted and dropped), OTLP/JSON and gzip-compressed protobuf, then the SDK itself.
     assert get(f"{bridge.url}/healthz") == (200, b"ok\n")
     status, headers, body = post(logs, b"")
-    assert status == 200 and headers["Content-Type"] == "application/x-protobuf" and ExportLogsServiceResponse.FromString(body) == ExportLogsServiceResponse()
+    assert (
+        status == 200
+        and headers["Content-Type"] == "application/x-protobuf"
+        and ExportLogsServiceResponse.FromString(body) == ExportLogsServiceResponse()
+    )
     status, _, body = post(f"{bridge.url}/v1/traces", b"\x00 anything")
     assert status == 200 and body == b""
     status, _, body = post(f"{bridge.url}/v1/metrics", b"")
@@ -367,8 +398,9 @@ def _send_metrics_only(url: str, run_id: str, progress: list[int | None]) -> Non
     state: dict[str, Any] = {"step": 0, "i": 0}
     exporter = OTLPMetricExporter(endpoint=f"{url}/v1/metrics")
     reader = InMemoryMetricReader()  # collected and exported by hand: exactly one export per entry
-    provider = MeterProvider(resource=Resource.create({"service.name": "metrics-only", "rl.run.id": run_id, "rl.rank": 0}),
-                             metric_readers=[reader])
+    provider = MeterProvider(
+        resource=Resource.create({"service.name": "metrics-only", "rl.run.id": run_id, "rl.rank": 0}), metric_readers=[reader]
+    )
     meter = provider.get_meter("otel_rl")
 
     def loss(options: CallbackOptions):
@@ -403,15 +435,16 @@ def test_metrics_only_runs_are_written_at_their_progress_steps(make_bridge, tmp_
     bridge.close()
 
     def expected(i: int, step: int | None) -> dict[str, Any]:
-        values = {'rl.loss{rl.loss.type="kl",rl.model.role="actor"}': 0.5 / (i + 1),
-                  'rl.loss{rl.loss.type="policy",rl.model.role="actor"}': 2.0 * i,
-                  'rl.samples{rl.cluster="actor_infer"}': 8 * (i + 1)}  # a cumulative sum
+        values = {
+            'rl.loss{rl.loss.type="kl",rl.model.role="actor"}': 0.5 / (i + 1),
+            'rl.loss{rl.loss.type="policy",rl.model.role="actor"}': 2.0 * i,
+            'rl.samples{rl.cluster="actor_infer"}': 8 * (i + 1),
+        }  # a cumulative sum
         if step is not None:
             values["rl.progress.step"] = step
         return values
 
-    assert jsonl_steps(tmp_path / "jl" / "metrics-run" / "metrics.jsonl") == {
-        s: expected(i, s) for i, s in enumerate([10, 20, 30, 40])}
+    assert jsonl_steps(tmp_path / "jl" / "metrics-run" / "metrics.jsonl") == {s: expected(i, s) for i, s in enumerate([10, 20, 30, 40])}
     assert jsonl_steps(tmp_path / "jl" / "counted-run" / "metrics.jsonl") == {1: expected(0, None), 2: expected(1, None)}
     # the registry_key_namer format, for the same metric and attributes
     namer = registry_key_namer(lambda key: KeyResolver.default().resolve(key, "roll"))
@@ -431,8 +464,7 @@ def test_metrics_are_ignored_for_a_run_whose_events_arrive(make_bridge, tmp_path
 # ---- shutdown -----------------------------------------------------------------------------------
 
 
-def test_close_delivers_what_was_accepted_then_finishes_every_tracker(make_bridge, tmp_path: Path,
-                                                                      restore_registry: None) -> None:
+def test_close_delivers_what_was_accepted_then_finishes_every_tracker(make_bridge, tmp_path: Path, restore_registry: None) -> None:
     release = threading.Event()
 
     class Gated(MemoryTracker):
@@ -519,16 +551,26 @@ def _assert_no_secret(roots: list[Path], *texts: str) -> None:
         assert SECRET not in text
 
 
-def test_a_trackers_secret_never_appears_in_output_logs_or_files(make_bridge, tmp_path: Path, restore_registry: None,
-                                                                 monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
-                                                                 capfd: pytest.CaptureFixture) -> None:
+def test_a_trackers_secret_never_appears_in_output_logs_or_files(
+    make_bridge,
+    tmp_path: Path,
+    restore_registry: None,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    capfd: pytest.CaptureFixture,
+) -> None:
     (tmp_path / "plugins").mkdir()
     (tmp_path / "plugins" / "leaky_plugin.py").write_text(SECRET_TRACKER_MODULE)
     monkeypatch.syspath_prepend(str(tmp_path / "plugins"))
     caplog.set_level(logging.DEBUG)
-    settings = {"imports": ["leaky_plugin"], "track_with": ["leaky", "jsonl"],
-                "tracker_kwargs": {"leaky": {"api_key": SECRET, "project": "p", "log_dir": str(tmp_path / "leaky")},
-                                   "jsonl": {"log_dir": str(tmp_path / "jl")}}}
+    settings = {
+        "imports": ["leaky_plugin"],
+        "track_with": ["leaky", "jsonl"],
+        "tracker_kwargs": {
+            "leaky": {"api_key": SECRET, "project": "p", "log_dir": str(tmp_path / "leaky")},
+            "jsonl": {"log_dir": str(tmp_path / "jl")},
+        },
+    }
     out = io.StringIO()
     bridge = make_bridge(settings, out=out)
     send_steps(bridge.url, "secret-run", range(1, 4), hparams={"tracker_kwargs": {"api_key": SECRET}, "note": f"key={SECRET}"})
@@ -542,9 +584,16 @@ def test_a_trackers_secret_never_appears_in_output_logs_or_files(make_bridge, tm
     failures = [r.getMessage() for r in caplog.records if "leaky" in r.getMessage() and "failed" in r.getMessage()]
     assert failures and "401 for key ***" in failures[0]
     captured = capfd.readouterr()
-    _assert_no_secret([tmp_path], out.getvalue(), captured.out, captured.err, stats.decode(), repr(bridge.config),
-                      str(bridge.config.public_dict()),
-                      "\n".join(f"{r.name} {r.getMessage()} {r.exc_text or ''}" for r in caplog.records))
+    _assert_no_secret(
+        [tmp_path],
+        out.getvalue(),
+        captured.out,
+        captured.err,
+        stats.decode(),
+        repr(bridge.config),
+        str(bridge.config.public_dict()),
+        "\n".join(f"{r.name} {r.getMessage()} {r.exc_text or ''}" for r in caplog.records),
+    )
 
 
 def test_the_command_serves_until_sigterm_then_finishes_and_never_prints_the_secret(tmp_path: Path) -> None:
@@ -552,14 +601,29 @@ def test_the_command_serves_until_sigterm_then_finishes_and_never_prints_the_sec
     (tmp_path / "plugins" / "leaky_plugin.py").write_text(SECRET_TRACKER_MODULE)
     port = free_port()
     config = tmp_path / "bridge.yaml"
-    config.write_text(yaml.safe_dump({
-        "listen": f"127.0.0.1:{port}", "imports": ["leaky_plugin"], "track_with": ["leaky", "tensorboard"],
-        "tracker_kwargs": {"leaky": {"api_key": SECRET, "project": "p"},
-                           "tensorboard": {"log_dir": "tb", "flush_secs": 3600, "max_queue": 100000}},
-        "base_dir": "runs"}))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "listen": f"127.0.0.1:{port}",
+                "imports": ["leaky_plugin"],
+                "track_with": ["leaky", "tensorboard"],
+                "tracker_kwargs": {
+                    "leaky": {"api_key": SECRET, "project": "p"},
+                    "tensorboard": {"log_dir": "tb", "flush_secs": 3600, "max_queue": 100000},
+                },
+                "base_dir": "runs",
+            }
+        )
+    )
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path / "plugins"), os.environ.get("PYTHONPATH", "")]))
-    proc = subprocess.Popen([sys.executable, "-m", "otel_rl.cli", "bridge", "--config", str(config), "-v"], cwd=tmp_path,
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "otel_rl.cli", "bridge", "--config", str(config), "-v"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 30
         while get_ok(f"http://127.0.0.1:{port}/healthz") is False:
@@ -581,7 +645,8 @@ def test_the_command_serves_until_sigterm_then_finishes_and_never_prints_the_sec
     events.Reload()
     for key in ("actor/pg_loss", "critic/score/mean", "actor/total_samples"):
         assert [(e.step, e.value) for e in events.Scalars(key)] == [
-            (s, pytest.approx(float(step_values(s)[key]), rel=1e-6)) for s in range(1, 4)]
+            (s, pytest.approx(float(step_values(s)[key]), rel=1e-6)) for s in range(1, 4)
+        ]
     assert (tmp_path / "runs" / "cli-run" / "leaky" / "steps.txt").read_text().endswith("finished\n")
     _assert_no_secret([tmp_path], out, err)
 
@@ -600,13 +665,19 @@ def get_ok(url: str) -> bool:
 def test_per_run_kwargs_make_folders_files_and_names_unique() -> None:
     assert per_run_tracker_kwargs("tensorboard", {"log_dir": "/tb", "flush_secs": 5}, "r1") == {"log_dir": "/tb/r1", "flush_secs": 5}
     assert per_run_tracker_kwargs("jsonl", {"path": "/x/steps.jsonl"}, "r1") == {"path": "/x/steps-r1.jsonl"}
-    assert per_run_tracker_kwargs(["wandb", "swanlab", "mlflow"], {
-        "wandb": {"dir": "/w", "name": "grpo", "project": "p"},
-        "swanlab": {"logdir": "/s", "experiment_name": "grpo"},
-        "mlflow": {"experiment_name": "grpo", "run_name": "grpo"}}, "r1") == {
+    assert per_run_tracker_kwargs(
+        ["wandb", "swanlab", "mlflow"],
+        {
+            "wandb": {"dir": "/w", "name": "grpo", "project": "p"},
+            "swanlab": {"logdir": "/s", "experiment_name": "grpo"},
+            "mlflow": {"experiment_name": "grpo", "run_name": "grpo"},
+        },
+        "r1",
+    ) == {
         "wandb": {"dir": "/w/r1", "name": "grpo-r1", "project": "p"},
         "swanlab": {"logdir": "/s/r1", "experiment_name": "grpo-r1"},
-        "mlflow": {"experiment_name": "grpo", "run_name": "grpo-r1"}}  # an MLflow experiment holds many runs
+        "mlflow": {"experiment_name": "grpo", "run_name": "grpo-r1"},
+    }  # an MLflow experiment holds many runs
 
 
 def test_config_file_errors_name_the_setting(tmp_path: Path) -> None:
@@ -632,8 +703,19 @@ def test_cli_help_explains_the_config_file_and_bad_configs_exit_2(tmp_path: Path
         main(["bridge", "--help"])
     assert done.value.code == 0
     text = capsys.readouterr().out
-    for word in ("--config", "track_with", "tracker_kwargs", "tracker_keys", "ranks", "split_runs", "127.0.0.1:4319",
-                 "/v1/logs", "rl.progress.step", "example (bridge.yaml)", "gateway-bridge.yaml"):
+    for word in (
+        "--config",
+        "track_with",
+        "tracker_kwargs",
+        "tracker_keys",
+        "ranks",
+        "split_runs",
+        "127.0.0.1:4319",
+        "/v1/logs",
+        "rl.progress.step",
+        "example (bridge.yaml)",
+        "gateway-bridge.yaml",
+    ):
         assert word in text, word
     example = text.split("example (bridge.yaml):\n", 1)[1].split("\n\n", 1)[0]
     parsed = BridgeConfig.from_mapping(yaml.safe_load(textwrap.dedent(example)))  # the example is a valid config
@@ -660,8 +742,9 @@ def test_the_stack_runs_the_bridge_only_with_a_config_and_routes_rotels_logs_to_
     assert Stack(tmp_path / "s", port_offset=100, out=None, bridge_config=config).components == (*COMPONENT_NAMES, "bridge")
 
     def launch(name: str, running: set[str], bridge_config: Path | None = config):
-        ctx = Context(data_dir=tmp_path / "s", offset=100, running=frozenset(running), binary=lambda p, b: tmp_path / b,
-                      bridge_config=bridge_config)
+        ctx = Context(
+            data_dir=tmp_path / "s", offset=100, running=frozenset(running), binary=lambda p, b: tmp_path / b, bridge_config=bridge_config
+        )
         return plan_launch(name, ctx)
 
     alone = launch("rotel", {"rotel", "vmagent"}).env
@@ -670,8 +753,7 @@ def test_the_stack_runs_the_bridge_only_with_a_config_and_routes_rotels_logs_to_
     assert routed["ROTEL_EXPORTERS"] == "traces:otlp,metrics:otlp,logs:otlp"
     assert (routed["ROTEL_EXPORTER_LOGS_PROTOCOL"], routed["ROTEL_EXPORTER_LOGS_ENDPOINT"]) == ("http", "http://127.0.0.1:4419")
     bridge = launch("bridge", {"rotel", "bridge"})
-    assert bridge.command == [sys.executable, "-m", "otel_rl.cli", "bridge", "--config", str(config),
-                              "--listen", "127.0.0.1:4419"]
+    assert bridge.command == [sys.executable, "-m", "otel_rl.cli", "bridge", "--config", str(config), "--listen", "127.0.0.1:4419"]
     assert bridge.cwd == config.parent and bridge.ports == {"otlp_http": 4419}
     assert SECRET not in json.dumps([bridge.command, bridge.env])  # what the PID file records
     with pytest.raises(ValueError, match="--bridge-config"):
@@ -715,11 +797,12 @@ def test_stack_up_starts_the_bridge_process_and_down_stops_it(tmp_path: Path, ca
     assert "--bridge-config" in capsys.readouterr().out
 
 
-def test_a_quiet_run_is_finished_and_reopened_when_it_sends_again(make_bridge, tmp_path: Path,
-                                                                  memory_tracker: type[MemoryTracker]) -> None:
+def test_a_quiet_run_is_finished_and_reopened_when_it_sends_again(make_bridge, tmp_path: Path, memory_tracker: type[MemoryTracker]) -> None:
     out = io.StringIO()
-    bridge = make_bridge({"track_with": ["memory", "jsonl"], "tracker_kwargs": {"jsonl": {"log_dir": str(tmp_path / "jl")}},
-                          "run_idle_timeout_s": 0.5}, out=out)
+    bridge = make_bridge(
+        {"track_with": ["memory", "jsonl"], "tracker_kwargs": {"jsonl": {"log_dir": str(tmp_path / "jl")}}, "run_idle_timeout_s": 0.5},
+        out=out,
+    )
     send_steps(bridge.url, "pausing", range(1, 3))
     deadline = time.monotonic() + 10
     while "idle for" not in out.getvalue():
@@ -743,8 +826,7 @@ def test_the_bridge_port_matches_the_gateway_overlay_and_the_stack() -> None:
     from otel_rl.bridge import DEFAULT_LISTEN, parse_listen
     from otel_rl.stack._components import LOGS_BRIDGE_PORT
 
-    overlay = yaml.safe_load((Path(__file__).resolve().parents[2] / "collector-config" / "otelcol" /
-                              "gateway-bridge.yaml").read_text())
+    overlay = yaml.safe_load((Path(__file__).resolve().parents[2] / "collector-config" / "otelcol" / "gateway-bridge.yaml").read_text())
     endpoint = overlay["exporters"]["otlp_http/bridge"]["endpoint"]
     default = regex.fullmatch(r"\$\{env:OTEL_RL_BRIDGE_ENDPOINT:-(http://[^}]+)\}", endpoint).group(1)
     host_port = default.removeprefix("http://")

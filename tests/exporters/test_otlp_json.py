@@ -22,18 +22,9 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsSer
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk._logs import LoggerProvider
-from opentelemetry.sdk._logs.export import (
-    LogRecordExporter,
-    LogRecordExportResult,
-    SimpleLogRecordProcessor,
-)
+from opentelemetry.sdk._logs.export import LogRecordExporter, LogRecordExportResult, SimpleLogRecordProcessor
 from opentelemetry.sdk.metrics import Counter, Histogram, MeterProvider
-from opentelemetry.sdk.metrics.export import (
-    AggregationTemporality,
-    MetricExporter,
-    MetricExportResult,
-    PeriodicExportingMetricReader,
-)
+from opentelemetry.sdk.metrics.export import AggregationTemporality, MetricExporter, MetricExportResult, PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
@@ -53,10 +44,7 @@ ID_KEYS = {"traceId", "spanId", "parentSpanId"}
 def _hex_ids_to_base64(obj):
     """Undo the OTLP/JSON hex id rule so plain protobuf JSON parsing accepts the object."""
     if isinstance(obj, dict):
-        return {
-            k: (base64.b64encode(bytes.fromhex(v)).decode() if k in ID_KEYS else _hex_ids_to_base64(v))
-            for k, v in obj.items()
-        }
+        return {k: (base64.b64encode(bytes.fromhex(v)).decode() if k in ID_KEYS else _hex_ids_to_base64(v)) for k, v in obj.items()}
     if isinstance(obj, list):
         return [_hex_ids_to_base64(v) for v in obj]
     return obj
@@ -100,21 +88,15 @@ def _tracer_provider(path: Path) -> TracerProvider:
 def _make_step_trace(provider: TracerProvider, step: int = 3) -> None:
     tracer = provider.get_tracer("otel_rl", "0.1.0")
     with tracer.start_as_current_span("rl.step", attributes={"rl.step": step}):
-        with tracer.start_as_current_span(
-            "rl.generate", attributes={"rl.stage": "generate", "rl.cluster": "actor_infer"}
-        ):
+        with tracer.start_as_current_span("rl.generate", attributes={"rl.stage": "generate", "rl.cluster": "actor_infer"}):
             time.sleep(0.002)
         with tracer.start_as_current_span(
-            "rl.compute_log_probs",
-            attributes={"rl.stage": "compute_log_probs", "rl.cluster": "actor_train"},
+            "rl.compute_log_probs", attributes={"rl.stage": "compute_log_probs", "rl.cluster": "actor_train"}
         ):
             for phase in ("onload", "execute", "offload"):
                 with tracer.start_as_current_span(f"rl.{phase}", attributes={"rl.stage.phase": phase}) as span:
                     if phase == "onload":
-                        span.add_event(
-                            "rl.memory.snapshot",
-                            {"rl.memory.when": "start", "rl.memory.allocated": 2**33, "hw.id": "0"},
-                        )
+                        span.add_event("rl.memory.snapshot", {"rl.memory.when": "start", "rl.memory.allocated": 2**33, "hw.id": "0"})
                     time.sleep(0.001)
 
 
@@ -123,9 +105,7 @@ def _make_step_trace(provider: TracerProvider, step: int = 3) -> None:
 
 def test_exporters_subclass_sdk_interfaces(tmp_path):
     span_exporter = OtlpJsonSpanExporter(tmp_path / "t.jsonl")
-    metric_exporter = OtlpJsonMetricExporter(
-        tmp_path / "m.jsonl", preferred_temporality={Counter: AggregationTemporality.DELTA}
-    )
+    metric_exporter = OtlpJsonMetricExporter(tmp_path / "m.jsonl", preferred_temporality={Counter: AggregationTemporality.DELTA})
     log_exporter = OtlpJsonLogExporter(tmp_path / "l.jsonl")
     assert isinstance(span_exporter, SpanExporter)
     assert isinstance(metric_exporter, MetricExporter)
@@ -164,14 +144,7 @@ def test_trace_lines_are_otlp_json(tmp_path):
             spans[span["name"]] = span
         assert message.resource_spans[0].scope_spans[0].spans[0].trace_id  # bytes made it through
 
-    assert list(spans) == [
-        "rl.generate",
-        "rl.onload",
-        "rl.execute",
-        "rl.offload",
-        "rl.compute_log_probs",
-        "rl.step",
-    ]  # end order
+    assert list(spans) == ["rl.generate", "rl.onload", "rl.execute", "rl.offload", "rl.compute_log_probs", "rl.step"]  # end order
     root = spans["rl.step"]
     assert "parentSpanId" not in root  # default (empty) omitted
     assert root["kind"] == 1  # enum as integer (SPAN_KIND_INTERNAL)
@@ -254,9 +227,7 @@ def test_metric_lines_are_otlp_json(tmp_path):
     histogram = meter.create_histogram("rl.sample.response_length", unit="{token}")
     counter = meter.create_counter("rl.progress.samples", unit="{sample}")
     meter.create_observable_gauge(
-        "rl.gpu.memory.usage",
-        callbacks=[lambda options: [Observation(2**31, {"hw.id": "0", "rl.memory.kind": "reserved"})]],
-        unit="By",
+        "rl.gpu.memory.usage", callbacks=[lambda options: [Observation(2**31, {"hw.id": "0", "rl.memory.kind": "reserved"})]], unit="By"
     )
     # A measurement inside a sampled span gets an exemplar whose ids must be hex too.
     tracer_provider = TracerProvider()
@@ -293,8 +264,7 @@ def test_metric_lines_are_otlp_json(tmp_path):
 def test_metric_exporter_honours_preferred_temporality(tmp_path):
     path = tmp_path / "metrics.jsonl"
     exporter = OtlpJsonMetricExporter(
-        path,
-        preferred_temporality={Counter: AggregationTemporality.DELTA, Histogram: AggregationTemporality.DELTA},
+        path, preferred_temporality={Counter: AggregationTemporality.DELTA, Histogram: AggregationTemporality.DELTA}
     )
     reader = PeriodicExportingMetricReader(exporter, export_interval_millis=60000)
     provider = MeterProvider(metric_readers=[reader])
@@ -316,23 +286,14 @@ def test_log_lines_are_otlp_json(tmp_path):
     logger = provider.get_logger("otel_rl")
     tracer_provider = TracerProvider()
     with tracer_provider.get_tracer("t").start_as_current_span("rl.step") as span:
-        logger.emit(
-            body={"actor/pg_loss": 0.5, "step": 3},
-            attributes={"rl.step": 3},
-            event_name="rl.log",
-        )
+        logger.emit(body={"actor/pg_loss": 0.5, "step": 3}, attributes={"rl.step": 3}, event_name="rl.log")
     provider.shutdown()
 
     ((obj, message),) = _parse_lines(path, ExportLogsServiceRequest)
     (record,) = obj["resourceLogs"][0]["scopeLogs"][0]["logRecords"]
     assert record["eventName"] == "rl.log"
     assert record["body"] == {
-        "kvlistValue": {
-            "values": [
-                {"key": "actor/pg_loss", "value": {"doubleValue": 0.5}},
-                {"key": "step", "value": {"intValue": "3"}},
-            ]
-        }
+        "kvlistValue": {"values": [{"key": "actor/pg_loss", "value": {"doubleValue": 0.5}}, {"key": "step", "value": {"intValue": "3"}}]}
     }
     assert record["attributes"] == [{"key": "rl.step", "value": {"intValue": "3"}}]
     assert record["traceId"] == format(span.get_span_context().trace_id, "032x")
@@ -451,11 +412,12 @@ def test_non_finite_doubles_use_proto3_json_strings(tmp_path, value):
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-_scalars = st.one_of(st.text(max_size=8), st.booleans(), st.integers(-2**63, 2**63 - 1),
-                     st.floats(allow_nan=True, allow_infinity=True), st.none())
-_values = st.recursive(_scalars, lambda inner: st.one_of(st.lists(inner, max_size=3),
-                                                         st.dictionaries(st.text(max_size=5), inner, max_size=3)),
-                       max_leaves=8)
+_scalars = st.one_of(
+    st.text(max_size=8), st.booleans(), st.integers(-(2**63), 2**63 - 1), st.floats(allow_nan=True, allow_infinity=True), st.none()
+)
+_values = st.recursive(
+    _scalars, lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=5), inner, max_size=3)), max_leaves=8
+)
 
 
 def _readable(body, attributes, trace_id, span_id, event_name, resource_attrs, scope_name):
@@ -467,25 +429,39 @@ def _readable(body, attributes, trace_id, span_id, event_name, resource_attrs, s
     from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
     span = NonRecordingSpan(SpanContext(trace_id, span_id, False, TraceFlags(1 if trace_id else 0)))
-    record = LogRecord(timestamp=1_700_000_000_123_456_789, observed_timestamp=1_700_000_000_223_456_789,
-                       context=trace.set_span_in_context(span), severity_number=SeverityNumber.INFO, body=body,
-                       attributes=attributes, event_name=event_name)
-    return ReadableLogRecord(record, resource=Resource(resource_attrs),
-                             instrumentation_scope=InstrumentationScope(scope_name, "1.0") if scope_name else None)
+    record = LogRecord(
+        timestamp=1_700_000_000_123_456_789,
+        observed_timestamp=1_700_000_000_223_456_789,
+        context=trace.set_span_in_context(span),
+        severity_number=SeverityNumber.INFO,
+        body=body,
+        attributes=attributes,
+        event_name=event_name,
+    )
+    return ReadableLogRecord(
+        record, resource=Resource(resource_attrs), instrumentation_scope=InstrumentationScope(scope_name, "1.0") if scope_name else None
+    )
 
 
 @settings(max_examples=200, deadline=None)
-@given(body=_values, attributes=st.dictionaries(st.text(min_size=1, max_size=6), _scalars.filter(lambda v: v is not None), max_size=4),
-       trace_id=st.integers(0, 2**128 - 1), span_id=st.integers(0, 2**64 - 1),
-       event_name=st.sampled_from([None, "", "rl.log"]), scope_name=st.sampled_from([None, "otel_rl"]),
-       rank=st.integers(0, 7))
+@given(
+    body=_values,
+    attributes=st.dictionaries(st.text(min_size=1, max_size=6), _scalars.filter(lambda v: v is not None), max_size=4),
+    trace_id=st.integers(0, 2**128 - 1),
+    span_id=st.integers(0, 2**64 - 1),
+    event_name=st.sampled_from([None, "", "rl.log"]),
+    scope_name=st.sampled_from([None, "otel_rl"]),
+    rank=st.integers(0, 7),
+)
 def test_direct_log_encoding_is_the_protobuf_encoding(body, attributes, trace_id, span_id, event_name, scope_name, rank):
     from opentelemetry.exporter.otlp.proto.common._log_encoder import encode_logs
 
     from otel_rl.exporters.otlp_json import logs_to_otlp_json, to_otlp_json
 
-    batch = [_readable(body, attributes, trace_id, span_id, event_name, {"service.name": "s", "rl.rank": rank}, scope_name),
-             _readable({"k": 1.5}, {}, 0, 0, "rl.log", {"service.name": "s", "rl.rank": rank + 1}, "otel_rl")]
+    batch = [
+        _readable(body, attributes, trace_id, span_id, event_name, {"service.name": "s", "rl.rank": rank}, scope_name),
+        _readable({"k": 1.5}, {}, 0, 0, "rl.log", {"service.name": "s", "rl.rank": rank + 1}, "otel_rl"),
+    ]
     assert json.loads(logs_to_otlp_json(batch)) == json.loads(to_otlp_json(encode_logs(batch)))
 
 
@@ -495,8 +471,17 @@ def test_plain_event_batches_take_the_direct_path(monkeypatch):
     def no_protobuf(batch):
         raise AssertionError("took the protobuf path")
 
-    batch = [_readable({"actor/pg_loss": 0.5, "tag": "x", "n": 3, "nested": {"a": [1, 2.5]}}, {"rl.step": 7},
-                       0x1234, 0x99, "rl.log", {"service.name": "s"}, "otel_rl")]
+    batch = [
+        _readable(
+            {"actor/pg_loss": 0.5, "tag": "x", "n": 3, "nested": {"a": [1, 2.5]}},
+            {"rl.step": 7},
+            0x1234,
+            0x99,
+            "rl.log",
+            {"service.name": "s"},
+            "otel_rl",
+        )
+    ]
     expected = json.loads(module.to_otlp_json(module.encode_logs(batch)))
     monkeypatch.setattr(module, "encode_logs", no_protobuf)
     assert json.loads(module.logs_to_otlp_json(batch)) == expected
@@ -504,7 +489,7 @@ def test_plain_event_batches_take_the_direct_path(monkeypatch):
 
 # ---- the direct metric encoder equals the protobuf path --------------------------------------
 
-_numbers = st.one_of(st.integers(-2**63, 2**63 - 1), st.floats(allow_nan=True, allow_infinity=True))
+_numbers = st.one_of(st.integers(-(2**63), 2**63 - 1), st.floats(allow_nan=True, allow_infinity=True))
 _times = st.integers(0, 2**63 - 1)
 _point_attributes = st.dictionaries(st.text(min_size=1, max_size=6), _scalars.filter(lambda v: v is not None), max_size=3)
 
@@ -527,35 +512,65 @@ def _metrics_data(draw):
     from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
     def number_points():
-        return [NumberDataPoint(attributes=draw(_point_attributes), start_time_unix_nano=draw(st.one_of(st.none(), _times)),
-                                time_unix_nano=draw(_times), value=draw(_numbers))
-                for _ in range(draw(st.integers(1, 3)))]
+        return [
+            NumberDataPoint(
+                attributes=draw(_point_attributes),
+                start_time_unix_nano=draw(st.one_of(st.none(), _times)),
+                time_unix_nano=draw(_times),
+                value=draw(_numbers),
+            )
+            for _ in range(draw(st.integers(1, 3)))
+        ]
 
     def histogram_points():
         points = []
         for _ in range(draw(st.integers(1, 3))):
             bounds = sorted(draw(st.lists(st.floats(-1e6, 1e6), max_size=4)))
             counts = draw(st.lists(st.integers(0, 2**40), min_size=len(bounds) + 1, max_size=len(bounds) + 1))
-            points.append(HistogramDataPoint(
-                attributes=draw(_point_attributes), start_time_unix_nano=draw(_times), time_unix_nano=draw(_times),
-                count=sum(counts), sum=draw(st.floats(allow_nan=True, allow_infinity=True)), bucket_counts=counts,
-                explicit_bounds=bounds, min=draw(st.one_of(st.none(), st.floats())), max=draw(st.one_of(st.none(), st.floats()))))
+            points.append(
+                HistogramDataPoint(
+                    attributes=draw(_point_attributes),
+                    start_time_unix_nano=draw(_times),
+                    time_unix_nano=draw(_times),
+                    count=sum(counts),
+                    sum=draw(st.floats(allow_nan=True, allow_infinity=True)),
+                    bucket_counts=counts,
+                    explicit_bounds=bounds,
+                    min=draw(st.one_of(st.none(), st.floats())),
+                    max=draw(st.one_of(st.none(), st.floats())),
+                )
+            )
         return points
 
     temporality = draw(st.sampled_from(list(AggregationTemporality)))
     metrics = []
     for index in range(draw(st.integers(1, 4))):
         kind = draw(st.sampled_from(["gauge", "sum", "histogram"]))
-        data = (Gauge(data_points=number_points()) if kind == "gauge"
-                else Sum(data_points=number_points(), aggregation_temporality=temporality, is_monotonic=draw(st.booleans()))
-                if kind == "sum" else Histogram(data_points=histogram_points(), aggregation_temporality=temporality))
-        metrics.append(Metric(name=f"m{index}", description=draw(st.sampled_from(["", "d"])),
-                              unit=draw(st.sampled_from(["", "s", "{step}"])), data=data))
-    scope = InstrumentationScope(draw(st.sampled_from(["otel_rl", "other"])), draw(st.sampled_from([None, "1.0"])),
-                                 draw(st.sampled_from([None, "https://x"])))
+        data = (
+            Gauge(data_points=number_points())
+            if kind == "gauge"
+            else Sum(data_points=number_points(), aggregation_temporality=temporality, is_monotonic=draw(st.booleans()))
+            if kind == "sum"
+            else Histogram(data_points=histogram_points(), aggregation_temporality=temporality)
+        )
+        metrics.append(
+            Metric(
+                name=f"m{index}", description=draw(st.sampled_from(["", "d"])), unit=draw(st.sampled_from(["", "s", "{step}"])), data=data
+            )
+        )
+    scope = InstrumentationScope(
+        draw(st.sampled_from(["otel_rl", "other"])), draw(st.sampled_from([None, "1.0"])), draw(st.sampled_from([None, "https://x"]))
+    )
     resource = Resource(draw(_point_attributes), draw(st.sampled_from([None, "https://r"])))
-    return MetricsData(resource_metrics=[ResourceMetrics(resource=resource, scope_metrics=[
-        ScopeMetrics(scope=scope, metrics=metrics, schema_url=scope.schema_url or "")], schema_url="")])
+    return MetricsData(
+        resource_metrics=[
+            ResourceMetrics(
+                resource=resource,
+                scope_metrics=[ScopeMetrics(scope=scope, metrics=metrics, schema_url=scope.schema_url or "")],
+                schema_url="",
+            )
+        ]
+    )
 
 
 @settings(max_examples=300, deadline=None)
@@ -587,14 +602,24 @@ def test_stamped_replay_points_take_the_direct_path(monkeypatch, make_telemetry)
     monkeypatch.setattr(module, "metrics_to_otlp_json", spy)
     tel = make_telemetry(framework="verl", metrics_at_log_time=True)
     for step in range(3):
-        tel.log({"actor/pg_loss": 0.5 + step, "timing_s/gen": 1.0, "training/global_step": step}, step=step,
-                time_ns=1_700_000_000_000_000_000 + step)
+        tel.log(
+            {"actor/pg_loss": 0.5 + step, "timing_s/gen": 1.0, "training/global_step": step},
+            step=step,
+            time_ns=1_700_000_000_000_000_000 + step,
+        )
     tel.shutdown()
-    assert exported and any(len(m["gauge"]["dataPoints"]) == 3 for line in exported for r in line["resourceMetrics"]
-                            for s in r["scopeMetrics"] for m in s["metrics"] if m["name"] == "rl.loss")
+    assert exported and any(
+        len(m["gauge"]["dataPoints"]) == 3
+        for line in exported
+        for r in line["resourceMetrics"]
+        for s in r["scopeMetrics"]
+        for m in s["metrics"]
+        if m["name"] == "rl.loss"
+    )
 
 
 # ---- the direct span encoder equals the protobuf path ----------------------------------------
+
 
 def _spans_of(names, attributes, event_attrs, link, status, remote_parent, kind, scope_name):
     from opentelemetry import trace
@@ -609,11 +634,13 @@ def _spans_of(names, attributes, event_attrs, link, status, remote_parent, kind,
     tracer = provider.get_tracer(scope_name, "2.0") if scope_name else provider.get_tracer("")
     parent_ctx = None
     if remote_parent:
-        parent_ctx = trace.set_span_in_context(NonRecordingSpan(SpanContext(
-            0xABC, 0xDEF, True, TraceFlags(1), TraceState([("vendor", "v1")]))))
+        parent_ctx = trace.set_span_in_context(
+            NonRecordingSpan(SpanContext(0xABC, 0xDEF, True, TraceFlags(1), TraceState([("vendor", "v1")])))
+        )
     links = [Link(SpanContext(0x1, 0x2, remote_parent, TraceFlags(1)), {"why": "previous step"})] if link else []
-    with tracer.start_as_current_span(names[0], context=parent_ctx, kind=getattr(SpanKind, kind), links=links,
-                                      attributes=attributes) as outer:
+    with tracer.start_as_current_span(
+        names[0], context=parent_ctx, kind=getattr(SpanKind, kind), links=links, attributes=attributes
+    ) as outer:
         outer.add_event("rl.alert", event_attrs)
         with tracer.start_as_current_span(names[1]) as inner:
             if status:
@@ -625,14 +652,17 @@ def _spans_of(names, attributes, event_attrs, link, status, remote_parent, kind,
 
 
 @settings(max_examples=150, deadline=None)
-@given(names=st.tuples(st.text(max_size=6), st.text(min_size=1, max_size=6)),
-       attributes=st.dictionaries(st.text(min_size=1, max_size=6), _scalars.filter(lambda v: v is not None), max_size=4),
-       event_attrs=st.dictionaries(st.text(min_size=1, max_size=4), st.floats(allow_nan=True), max_size=2),
-       link=st.booleans(), status=st.sampled_from([None, "", "boom"]), remote_parent=st.booleans(),
-       kind=st.sampled_from(["INTERNAL", "SERVER", "CLIENT", "PRODUCER", "CONSUMER"]),
-       scope_name=st.sampled_from([None, "otel_rl"]))
-def test_direct_span_encoding_is_the_protobuf_encoding(names, attributes, event_attrs, link, status, remote_parent, kind,
-                                                       scope_name):
+@given(
+    names=st.tuples(st.text(max_size=6), st.text(min_size=1, max_size=6)),
+    attributes=st.dictionaries(st.text(min_size=1, max_size=6), _scalars.filter(lambda v: v is not None), max_size=4),
+    event_attrs=st.dictionaries(st.text(min_size=1, max_size=4), st.floats(allow_nan=True), max_size=2),
+    link=st.booleans(),
+    status=st.sampled_from([None, "", "boom"]),
+    remote_parent=st.booleans(),
+    kind=st.sampled_from(["INTERNAL", "SERVER", "CLIENT", "PRODUCER", "CONSUMER"]),
+    scope_name=st.sampled_from([None, "otel_rl"]),
+)
+def test_direct_span_encoding_is_the_protobuf_encoding(names, attributes, event_attrs, link, status, remote_parent, kind, scope_name):
     from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 
     from otel_rl.exporters.otlp_json import spans_to_otlp_json
@@ -644,8 +674,9 @@ def test_direct_span_encoding_is_the_protobuf_encoding(names, attributes, event_
 def test_step_spans_take_the_direct_path(tmp_path, monkeypatch):
     import otel_rl.exporters.otlp_json_encoders as module
 
-    spans = _spans_of(("rl.step", "rl.generate"), {"rl.step": 3, "rl.stage": "generate"}, {"x": 1.0}, True, None,
-                      False, "INTERNAL", "otel_rl")
+    spans = _spans_of(
+        ("rl.step", "rl.generate"), {"rl.step": 3, "rl.stage": "generate"}, {"x": 1.0}, True, None, False, "INTERNAL", "otel_rl"
+    )
     expected = json.loads(module.to_otlp_json(module.encode_spans(spans)))
     monkeypatch.setattr(module, "encode_spans", lambda s: (_ for _ in ()).throw(AssertionError("protobuf path")))
     assert json.loads(module.spans_to_otlp_json(spans)) == expected

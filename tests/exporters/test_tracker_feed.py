@@ -76,9 +76,13 @@ def test_a_demo_run_reaches_tensorboard_jsonl_and_stdout_exactly(tmp_path, capsy
     ea = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
     from otel_rl.demo import run_demo
 
-    tel = otel_rl.init(run_dir=str(tmp_path / "run"), console=False, framework="roll",
-                       track_with=["tensorboard", "jsonl", "stdout"],
-                       tracker_kwargs={"tensorboard": {"log_dir": str(tmp_path / "tb")}, "jsonl": {"path": str(tmp_path / "steps.jsonl")}})
+    tel = otel_rl.init(
+        run_dir=str(tmp_path / "run"),
+        console=False,
+        framework="roll",
+        track_with=["tensorboard", "jsonl", "stdout"],
+        tracker_kwargs={"tensorboard": {"log_dir": str(tmp_path / "tb")}, "jsonl": {"path": str(tmp_path / "steps.jsonl")}},
+    )
     run_demo(steps=5, telemetry=tel, out=tmp_path / "run", progress=False)
     tel.shutdown()
     logged = logged_steps(tmp_path / "run")
@@ -104,10 +108,21 @@ def test_wandb_and_swanlab_offline_receive_every_step(tmp_path, library_homes, m
     import wandb
 
     monkeypatch.setenv("WANDB_MODE", "offline")
-    tel = otel_rl.init(run_dir=str(tmp_path / "run"), console=False, track_with=["wandb", "swanlab"],
-                       tracker_kwargs={"wandb": {"api_key": SECRET, "project": "otel-rl", "name": "feed"},
-                                       "swanlab": {"login_kwargs": {"api_key": SECRET}, "project": "otel-rl", "mode": "offline",
-                                                   "logdir": str(tmp_path / "swanlog"), "experiment_name": "feed"}})
+    tel = otel_rl.init(
+        run_dir=str(tmp_path / "run"),
+        console=False,
+        track_with=["wandb", "swanlab"],
+        tracker_kwargs={
+            "wandb": {"api_key": SECRET, "project": "otel-rl", "name": "feed"},
+            "swanlab": {
+                "login_kwargs": {"api_key": SECRET},
+                "project": "otel-rl",
+                "mode": "offline",
+                "logdir": str(tmp_path / "swanlog"),
+                "experiment_name": "feed",
+            },
+        },
+    )
     try:
         for step in range(1, 4):
             with tel.step(step):
@@ -129,8 +144,12 @@ def test_wandb_and_swanlab_offline_receive_every_step(tmp_path, library_homes, m
 
 
 def test_a_failing_tracker_is_reported_once_and_never_stops_the_run_or_the_others(tmp_path, recorder, caplog):
-    tel = otel_rl.init(run_dir=str(tmp_path / "run"), console=False, track_with=["recorder", "jsonl"],
-                       tracker_kwargs={"recorder": {"fail_on_step": 2, "api_key": SECRET}})
+    tel = otel_rl.init(
+        run_dir=str(tmp_path / "run"),
+        console=False,
+        track_with=["recorder", "jsonl"],
+        tracker_kwargs={"recorder": {"fail_on_step": 2, "api_key": SECRET}},
+    )
     with caplog.at_level(logging.WARNING, logger="otel_rl"):
         for step in range(1, 5):
             with tel.step(step):
@@ -157,8 +176,9 @@ def test_trackers_write_off_the_training_thread_and_get_hparams(tmp_path, record
 
 def test_only_rank_zero_tracks_unless_asked(tmp_path, recorder):
     for rank, all_ranks, expected in ((1, False, 0), (1, True, 1), (0, False, 1)):
-        tel = otel_rl.init(run_dir=str(tmp_path / f"r{rank}{all_ranks}"), console=False, track_with="recorder",
-                           rank=rank, tracker_all_ranks=all_ranks)
+        tel = otel_rl.init(
+            run_dir=str(tmp_path / f"r{rank}{all_ranks}"), console=False, track_with="recorder", rank=rank, tracker_all_ranks=all_ranks
+        )
         tel.log({"actor/pg_loss": 1.0}, step=0)
         tel.shutdown()
         assert len(recorder.instances) == expected, (rank, all_ranks)
@@ -208,9 +228,12 @@ def test_the_secret_appears_nowhere_a_run_writes(tmp_path, library_homes, monkey
 
     monkeypatch.setenv("WANDB_MODE", "offline")
     with caplog.at_level(logging.DEBUG):
-        tel = otel_rl.init(run_dir=str(tmp_path / "run"), framework="roll", track_with=["wandb", "tensorboard", "stdout", "jsonl"],
-                           tracker_kwargs={"wandb": {"api_key": SECRET, "project": "p", "name": "n"},
-                                           "tensorboard": {"log_dir": str(tmp_path / "tb")}})
+        tel = otel_rl.init(
+            run_dir=str(tmp_path / "run"),
+            framework="roll",
+            track_with=["wandb", "tensorboard", "stdout", "jsonl"],
+            tracker_kwargs={"wandb": {"api_key": SECRET, "project": "p", "name": "n"}, "tensorboard": {"log_dir": str(tmp_path / "tb")}},
+        )
         try:
             tel.log_hparams({"tracker": {"wandb": {"project": "p"}}, "lr": 1e-6})
             run_demo(steps=3, telemetry=tel, out=tmp_path / "run", progress=False)

@@ -36,15 +36,7 @@ import numpy as np
 import pytest
 
 import otel_rl.trackers.base as _tracker
-from otel_rl.trackers.base import (
-    REDACTED,
-    Tracker,
-    TrackerError,
-    create_trackers,
-    known_trackers,
-    redact,
-    register_tracker,
-)
+from otel_rl.trackers.base import REDACTED, Tracker, TrackerError, create_trackers, known_trackers, redact, register_tracker
 from otel_rl.trackers.jsonl import read_jsonl
 from otel_rl.trackers.stdout import parse_stdout_line
 
@@ -245,6 +237,7 @@ def test_missing_library_names_the_pip_extra(restore_registry: None) -> None:
 
 def test_a_tracker_written_for_the_old_step_first_order_is_adapted_with_a_warning() -> None:
     with pytest.warns(DeprecationWarning, match="old argument order"):
+
         class OldTracker(Tracker):
             name = "old"
 
@@ -276,9 +269,7 @@ def test_register_a_third_party_class_and_a_lazy_string(restore_registry: None) 
     assert {"memory", "memory-lazy"} <= set(known_trackers())
     assert isinstance(_tracker._registry["memory-lazy"], str)  # not imported until used
 
-    first, second = create_trackers(
-        ["memory", "memory-lazy"], {"memory": {"capacity": 3}}, run_name="run-1", run_dir=None
-    )
+    first, second = create_trackers(["memory", "memory-lazy"], {"memory": {"capacity": 3}}, run_name="run-1", run_dir=None)
     assert type(first) is ListTracker and type(second) is ListTracker
     assert first.settings == {"capacity": 3, "api_key": None} and second.settings["capacity"] == 10
     assert first.run_name == "run-1"
@@ -297,9 +288,7 @@ def test_register_a_third_party_class_and_a_lazy_string(restore_registry: None) 
 
 
 def test_list_form_takes_a_mapping_of_kwargs_per_tracker(tmp_path: Path) -> None:
-    jsonl, stdout = create_trackers(
-        ["jsonl", "stdout"], {"jsonl": {"path": str(tmp_path / "m.jsonl")}}, run_name="r", run_dir=tmp_path
-    )
+    jsonl, stdout = create_trackers(["jsonl", "stdout"], {"jsonl": {"path": str(tmp_path / "m.jsonl")}}, run_name="r", run_dir=tmp_path)
     assert jsonl.path == tmp_path / "m.jsonl" and stdout.kwargs == {}
     # Kwargs for a tracker not in the list (typically flat single-tracker kwargs): an error.
     with pytest.raises(ValueError, match="maps tracker name -> its kwargs"):
@@ -369,9 +358,7 @@ def test_backend_errors_are_scrubbed_when_a_tracker_holds_secrets(restore_regist
     (tracker,) = create_trackers("echo", {"api_key": SECRET}, run_name="r", run_dir=None)
     with pytest.raises(TrackerError) as err:
         tracker.start()
-    assert str(err.value) == (
-        "memory tracker: login failed: ValueError: login failed; caused by ConnectionError: refused for key=***"
-    )
+    assert str(err.value) == ("memory tracker: login failed: ValueError: login failed; caused by ConnectionError: refused for key=***")
     assert_traceback_clean(err.value)
 
     def init() -> None:
@@ -495,11 +482,7 @@ def test_jsonl_appends_and_refuses_the_otlp_metrics_file(tmp_path: Path) -> None
 
 @pytest.mark.parametrize("writer", ["tensorboardX", "torch"])
 def test_tensorboard_scalars_and_text_read_back_with_event_accumulator(
-    writer: str,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    capfd: pytest.CaptureFixture[str],
-    caplog: pytest.LogCaptureFixture,
+    writer: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
 ) -> None:
     pytest.importorskip("tensorboard")
     pytest.importorskip(writer)
@@ -551,10 +534,7 @@ def test_tensorboard_scalars_and_text_read_back_with_event_accumulator(
 def read_wandb_history(run_folder: Path) -> list[tuple[int, dict[str, Any]]]:
     """The history records of an offline run, as wandb's own transaction-log reader prints them."""
     out = subprocess.run(
-        [sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(run_folder)],
-        capture_output=True,
-        text=True,
-        timeout=120,
+        [sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(run_folder)], capture_output=True, text=True, timeout=120
     )
     assert out.returncode == 0, out.stderr
     history = []
@@ -606,14 +586,10 @@ def test_wandb_offline_reads_back_with_wandbs_reader(
     assert_no_secret([run_dir, library_homes], out, err, log_text(caplog), repr(tracker))
 
 
-def test_wandb_errors_carry_no_key(
-    tmp_path: Path, library_homes: Path, wandb_session: None, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_wandb_errors_carry_no_key(tmp_path: Path, library_homes: Path, wandb_session: None, caplog: pytest.LogCaptureFixture) -> None:
     # W&B rejects a key with surrounding whitespace while validating its settings: the key is in
     # that frame's arguments, which pytest or an error reporter would print.
-    (tracker,) = create_trackers(
-        "wandb", {"api_key": f" {SECRET} ", "mode": "online"}, run_name="r", run_dir=tmp_path / "run"
-    )
+    (tracker,) = create_trackers("wandb", {"api_key": f" {SECRET} ", "mode": "online"}, run_name="r", run_dir=tmp_path / "run")
     with pytest.raises(TrackerError) as err:
         tracker.start()
     assert str(err.value).startswith("wandb tracker: wandb.init failed: wandb.errors")
@@ -624,11 +600,7 @@ def test_wandb_errors_carry_no_key(
 
 @pytest.mark.slow
 def test_wandb_online_key_is_never_persisted(
-    tmp_path: Path,
-    library_homes: Path,
-    wandb_session: None,
-    capfd: pytest.CaptureFixture[str],
-    caplog: pytest.LogCaptureFixture,
+    tmp_path: Path, library_homes: Path, wandb_session: None, capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
 ) -> None:
     # Online against a closed port: W&B authenticates with the key and fails to connect. The
     # key must not be written anywhere on the way (wandb.login would write ~/.netrc).
@@ -675,22 +647,13 @@ def read_swanlab_run(logdir: Path) -> tuple[dict[int, dict[str, float]], dict[in
 
 
 def test_swanlab_offline_reads_back_with_swanlabs_reader(
-    tmp_path: Path,
-    library_homes: Path,
-    capfd: pytest.CaptureFixture[str],
-    caplog: pytest.LogCaptureFixture,
+    tmp_path: Path, library_homes: Path, capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
 ) -> None:
     pytest.importorskip("swanlab")
     run_dir = tmp_path / "run"
     (tracker,) = create_trackers(
         "swanlab",
-        {
-            "login_kwargs": {"api_key": SECRET},
-            "project": "otel-rl",
-            "experiment_name": "grpo-1",
-            "tags": ["roll", "rl"],
-            "mode": "offline",
-        },
+        {"login_kwargs": {"api_key": SECRET}, "project": "otel-rl", "experiment_name": "grpo-1", "tags": ["roll", "rl"], "mode": "offline"},
         run_name="r",
         run_dir=run_dir,
     )
@@ -712,10 +675,7 @@ def test_swanlab_offline_reads_back_with_swanlabs_reader(
 
 @pytest.mark.slow
 def test_swanlab_online_login_keeps_the_key_in_memory(
-    tmp_path: Path,
-    library_homes: Path,
-    capfd: pytest.CaptureFixture[str],
-    caplog: pytest.LogCaptureFixture,
+    tmp_path: Path, library_homes: Path, capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
 ) -> None:
     pytest.importorskip("swanlab")
     (tracker,) = create_trackers(

@@ -91,8 +91,10 @@ def _locked(path: Path) -> Iterator[None]:
 
 def schema_toolchain(root: Path | None = None) -> Path:
     """A folder with @grafana/schema and typescript installed (npm, once; then reused)."""
-    folder = root or Path(os.environ.get("OTEL_RL_GRAFANA_SCHEMA_DIR") or
-                          REPO_ROOT / ".stack" / "npm" / f"grafana-schema-{GRAFANA_SCHEMA_VERSION}_typescript-{TYPESCRIPT_VERSION}")
+    folder = root or Path(
+        os.environ.get("OTEL_RL_GRAFANA_SCHEMA_DIR")
+        or REPO_ROOT / ".stack" / "npm" / f"grafana-schema-{GRAFANA_SCHEMA_VERSION}_typescript-{TYPESCRIPT_VERSION}"
+    )
     if _installed(folder):
         return folder
     npm = shutil.which("npm")
@@ -102,8 +104,9 @@ def schema_toolchain(root: Path | None = None) -> Path:
         if not _installed(folder):
             folder.mkdir(parents=True, exist_ok=True)
             (folder / "package.json").write_text('{"private": true}\n', encoding="utf-8")
-            done = subprocess.run([npm, "install", "--no-audit", "--no-fund", *NPM_PACKAGES], cwd=folder,
-                                  capture_output=True, text=True, timeout=600)
+            done = subprocess.run(
+                [npm, "install", "--no-audit", "--no-fund", *NPM_PACKAGES], cwd=folder, capture_output=True, text=True, timeout=600
+            )
             if done.returncode != 0 or not _installed(folder):
                 raise RuntimeError(f"npm install {' '.join(NPM_PACKAGES)} failed in {folder}:\n{done.stdout}\n{done.stderr}")
     return folder
@@ -142,7 +145,7 @@ def dashboard_ts(board: Mapping[str, Any]) -> str:
         lines.append(f"// {kind}: {panel.get('title', '')!r}\nconst {name}: {declared} = {json.dumps(panel, indent=2)};\n")
     rest = {k: v for k, v in board.items() if k != "panels"}
     body = json.dumps(rest, indent=2)
-    lines.append(f"export const dashboard: Json<Dashboard> = {{\n  \"panels\": [{', '.join(names)}],\n{body[2:]};\n")
+    lines.append(f'export const dashboard: Json<Dashboard> = {{\n  "panels": [{", ".join(names)}],\n{body[2:]};\n')
     return "\n".join(lines)
 
 
@@ -156,9 +159,27 @@ def typecheck(boards: Mapping[str, Mapping[str, Any]], toolchain: Path | None = 
             path.write_text(dashboard_ts(board), encoding="utf-8")
             files[path.name] = name
         done = subprocess.run(
-            ["node", str(folder / "node_modules" / "typescript" / "bin" / "tsc"), "--noEmit", "--strict", "--skipLibCheck",
-             "--target", "es2022", "--module", "commonjs", "--moduleResolution", "node", "--pretty", "false", *sorted(files)],
-            cwd=tmp, capture_output=True, text=True, timeout=300)
+            [
+                "node",
+                str(folder / "node_modules" / "typescript" / "bin" / "tsc"),
+                "--noEmit",
+                "--strict",
+                "--skipLibCheck",
+                "--target",
+                "es2022",
+                "--module",
+                "commonjs",
+                "--moduleResolution",
+                "node",
+                "--pretty",
+                "false",
+                *sorted(files),
+            ],
+            cwd=tmp,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         errors: dict[str, list[str]] = {name: [] for name in boards}
         for line in (done.stdout + done.stderr).splitlines():
             found = re.match(r"^(\S+?\.ts)\(\d+,\d+\): error", line)
@@ -201,8 +222,9 @@ def promtool_parse(expressions: Mapping[str, str], promtool: Path | None = None)
     """Parse each expression with promtool (as recording rules); return {name: error} for those it rejects."""
     tool = promtool or find_promtool()
     names = list(expressions)
-    rules = {"groups": [{"name": "panels", "rules": [{"record": f"panel_query_{i}", "expr": expressions[name]}
-                                                      for i, name in enumerate(names)]}]}
+    rules = {
+        "groups": [{"name": "panels", "rules": [{"record": f"panel_query_{i}", "expr": expressions[name]} for i, name in enumerate(names)]}]
+    }
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "panels.yml"
         path.write_text(yaml.safe_dump(rules, sort_keys=False), encoding="utf-8")

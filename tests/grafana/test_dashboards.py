@@ -14,13 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
-from grafana_checks import (
-    GRAFANA_SCHEMA_VERSION,
-    REPO_ROOT,
-    find_promtool,
-    promtool_parse,
-    typecheck,
-)
+from grafana_checks import GRAFANA_SCHEMA_VERSION, REPO_ROOT, find_promtool, promtool_parse, typecheck
 from promql_names import promql_metric_names  # a second, independent name reader
 
 import otel_rl.ops.dashboards as D
@@ -107,15 +101,20 @@ def test_every_query_names_only_registry_series(boards: dict[str, dict[str, Any]
         assert not unknown, f"{slug} / {panel['title']}: {sorted(unknown)} are not registry series"
 
 
-@pytest.mark.parametrize("expr, names", [
-    ('histogram_quantile(0.95, sum by (le, rl_stage) (rate(rl_stage_duration_seconds_bucket{rl_run_id="$run"}[$__rate_interval])))',
-     ["rl_stage_duration_seconds_bucket"]),
-    ('sum(rate(a_sum{x="y"}[5m])) / scalar(sum(rate(b_count[1m])))', ["a_sum", "b_count"]),
-    ('max by (rl_statistic) (rl_reward_ratio{rl_statistic=~"mean|max"}) offset 5m', ["rl_reward_ratio"]),
-    ('avg without (rl_rank) (x) and on(rl_run_id) group_left y', ["x", "y"]),
-    ('sum by (le) (increase(h_bucket{le!="+Inf", a=~"by|sum"}[$__range]))', ["h_bucket"]),
-    ('1 - x / 2e3', ["x"]),
-])
+@pytest.mark.parametrize(
+    "expr, names",
+    [
+        (
+            'histogram_quantile(0.95, sum by (le, rl_stage) (rate(rl_stage_duration_seconds_bucket{rl_run_id="$run"}[$__rate_interval])))',
+            ["rl_stage_duration_seconds_bucket"],
+        ),
+        ('sum(rate(a_sum{x="y"}[5m])) / scalar(sum(rate(b_count[1m])))', ["a_sum", "b_count"]),
+        ('max by (rl_statistic) (rl_reward_ratio{rl_statistic=~"mean|max"}) offset 5m', ["rl_reward_ratio"]),
+        ("avg without (rl_rank) (x) and on(rl_run_id) group_left y", ["x", "y"]),
+        ('sum by (le) (increase(h_bucket{le!="+Inf", a=~"by|sum"}[$__range]))', ["h_bucket"]),
+        ("1 - x / 2e3", ["x"]),
+    ],
+)
 def test_metric_name_readers_agree_on_examples(expr: str, names: list[str]) -> None:
     assert D.promql_metric_names(expr) == names
     assert promql_metric_names(expr) == set(names)
@@ -130,8 +129,7 @@ def test_an_unknown_metric_fails_generation(metrics: D.Metrics) -> None:
         metrics.prom(M.RL_STAGE_DURATION)  # a histogram is only its _bucket / _sum / _count series
 
 
-def test_every_registry_metric_is_on_a_board_or_excluded_with_a_reason(boards: dict[str, dict[str, Any]],
-                                                                        metrics: D.Metrics) -> None:
+def test_every_registry_metric_is_on_a_board_or_excluded_with_a_reason(boards: dict[str, dict[str, Any]], metrics: D.Metrics) -> None:
     on_boards = {name for _, _, t in all_targets(boards) for name in metrics.used_in(t["expr"])}
     excluded = set(D.NOT_ON_A_BOARD)
     assert excluded <= set(METRICS), sorted(excluded - set(METRICS))
@@ -168,18 +166,28 @@ def test_stage_groups_cover_every_registry_stage_once() -> None:
 # Units, descriptions, layout
 
 
-@pytest.mark.parametrize("unit, fraction, grafana", [
-    ("s", False, "s"), ("By", False, "bytes"), ("W", False, "watt"), ("Cel", False, "celsius"),
-    ("{token}", False, "count:tokens"), ("{token}/s", False, "count:tokens/s"), ("{sample}/s", False, "count:samples/s"),
-    ("1", False, "none"), ("1", True, "percentunit"), ("{rank}", False, "none"), ("s/{token}", False, "s"),
-    ("{version}", False, "count:versions"),
-])
+@pytest.mark.parametrize(
+    "unit, fraction, grafana",
+    [
+        ("s", False, "s"),
+        ("By", False, "bytes"),
+        ("W", False, "watt"),
+        ("Cel", False, "celsius"),
+        ("{token}", False, "count:tokens"),
+        ("{token}/s", False, "count:tokens/s"),
+        ("{sample}/s", False, "count:samples/s"),
+        ("1", False, "none"),
+        ("1", True, "percentunit"),
+        ("{rank}", False, "none"),
+        ("s/{token}", False, "s"),
+        ("{version}", False, "count:versions"),
+    ],
+)
 def test_registry_units_map_to_grafana_units(unit: str, fraction: bool, grafana: str) -> None:
     assert D.grafana_unit(unit, fraction=fraction) == grafana
 
 
-def test_every_panel_has_a_unit_and_the_registry_briefs_as_description(boards: dict[str, dict[str, Any]],
-                                                                       metrics: D.Metrics) -> None:
+def test_every_panel_has_a_unit_and_the_registry_briefs_as_description(boards: dict[str, dict[str, Any]], metrics: D.Metrics) -> None:
     known = {"s", "bytes", "watt", "celsius", "none", "percentunit"}
     for slug, board in boards.items():
         for panel in panels(board):
@@ -195,13 +203,13 @@ def test_every_panel_has_a_unit_and_the_registry_briefs_as_description(boards: d
 _PLAIN = re.compile(r"^(?:max|min|avg|sum)(?: by \([^)]*\) )?\((\w+)\{[^}]*\}\)$")
 
 
-def test_panels_of_plain_gauges_carry_their_metrics_registry_unit(boards: dict[str, dict[str, Any]],
-                                                                   metrics: D.Metrics) -> None:
+def test_panels_of_plain_gauges_carry_their_metrics_registry_unit(boards: dict[str, dict[str, Any]], metrics: D.Metrics) -> None:
     checked = 0
     for slug, board in boards.items():
         for panel in panels(board):
-            overrides = {o["matcher"]["options"]: p["value"] for o in panel["fieldConfig"]["overrides"]
-                         for p in o["properties"] if p["id"] == "unit"}
+            overrides = {
+                o["matcher"]["options"]: p["value"] for o in panel["fieldConfig"]["overrides"] for p in o["properties"] if p["id"] == "unit"
+            }
             for target in panel["targets"]:
                 # A plain gauge, or one statistic per part joined with `or` (max of maxima, ...).
                 plain = all(_PLAIN.match(part) for part in target["expr"].split(" or "))
@@ -227,8 +235,7 @@ def test_layout_fits_the_grid_without_overlaps(boards: dict[str, dict[str, Any]]
             cells |= mine
 
 
-def test_gpu_only_panels_are_marked_and_never_mix_with_cpu_metrics(boards: dict[str, dict[str, Any]],
-                                                                   metrics: D.Metrics) -> None:
+def test_gpu_only_panels_are_marked_and_never_mix_with_cpu_metrics(boards: dict[str, dict[str, Any]], metrics: D.Metrics) -> None:
     gpu_panels = 0
     for slug, panel, target in all_targets(boards):
         used = set(metrics.used_in(target["expr"]))
@@ -277,8 +284,10 @@ def _link_panes(url: str) -> dict[str, Any]:
     query = urllib.parse.parse_qs(urllib.parse.urlsplit(url).query)
     text = query["panes"][0]
     # Grafana fills in its variables before opening the link: do the same with sample values.
-    text = D.substitute(text, {"service": "svc", "run": "run-1", "__value.numeric": "0.25", "__from": "1", "__to": "2",
-                               "__field.labels.rl_stage": "generate"})
+    text = D.substitute(
+        text,
+        {"service": "svc", "run": "run-1", "__value.numeric": "0.25", "__from": "1", "__to": "2", "__field.labels.rl_stage": "generate"},
+    )
     return json.loads(text)
 
 
@@ -342,8 +351,11 @@ BREAKAGES = {
     "missing gridPos field": ("e2e-timeline", lambda b: _first(b, "stat")["gridPos"].pop("w"), "Property 'w' is missing"),
     "unknown option": ("rank-heatmap", lambda b: _first(b, "heatmap")["options"].update(colour={}), "'\"colour\"' does not exist"),
     "wrong type": ("system", lambda b: _first(b, "timeseries")["gridPos"].update(h="8"), "not assignable to type 'number'"),
-    "wrong stacking": ("e2e-timeline", lambda b: _first(b, "timeseries")["fieldConfig"]["defaults"]["custom"]["stacking"].update(
-        mode="stacked"), '"stacked"'),
+    "wrong stacking": (
+        "e2e-timeline",
+        lambda b: _first(b, "timeseries")["fieldConfig"]["defaults"]["custom"]["stacking"].update(mode="stacked"),
+        '"stacked"',
+    ),
     "wrong query format": ("data-quality", lambda b: _first(b, "heatmap")["targets"][0].update(format="graph"), '"graph"'),
     "wrong variable type": ("algorithm", lambda b: b["templating"]["list"][1].update(type="dropdown"), '"dropdown"'),
     "missing schemaVersion": ("training-stability", lambda b: b.pop("schemaVersion"), "'schemaVersion' is missing"),
@@ -370,10 +382,11 @@ def test_the_schema_check_rejects_broken_boards(boards: dict[str, dict[str, Any]
 @pytest.mark.slow
 def test_every_query_parses_with_promtool(boards: dict[str, dict[str, Any]]) -> None:
     promtool = find_promtool()
-    values = D.template_values(service="otel-rl-demo", run="20261121-060000-ab12cd", rank="(0|1)", cluster="actor_train",
-                               device="(0|1)")
-    expressions = {f"{slug} / {panel['title']} / {target['refId']}": D.substitute(target["expr"], values)
-                   for slug, panel, target in all_targets(boards)}
+    values = D.template_values(service="otel-rl-demo", run="20261121-060000-ab12cd", rank="(0|1)", cluster="actor_train", device="(0|1)")
+    expressions = {
+        f"{slug} / {panel['title']} / {target['refId']}": D.substitute(target["expr"], values)
+        for slug, panel, target in all_targets(boards)
+    }
     for board in boards.values():
         for variable in board["templating"]["list"]:
             if variable["type"] == "query":  # label_values(selector, label): its selector must parse too
@@ -437,7 +450,7 @@ def test_a_registry_change_reaches_the_boards(checkout: Path) -> None:
     text = performance.read_text(encoding="utf-8")
     start = text.index(f"metric_name: {M.RL_STEP_DURATION}\n")
     unit_at = text.index('unit: "s"', start)
-    performance.write_text(text[:unit_at] + 'unit: "ms"' + text[unit_at + len('unit: "s"'):], encoding="utf-8")
+    performance.write_text(text[:unit_at] + 'unit: "ms"' + text[unit_at + len('unit: "s"') :], encoding="utf-8")
     problems = D.check(checkout)
     assert any("e2e-timeline.json (differs)" in p for p in problems)
     files = D.generate(checkout)
@@ -448,11 +461,19 @@ def test_a_registry_change_reaches_the_boards(checkout: Path) -> None:
 # The renderer's reading of units and legends (its drawing runs on real data in tests/e2e)
 
 
-@pytest.mark.parametrize("value, unit, text", [
-    (0.0123, "s", "12.3 ms"), (95.0, "s", "1.58 min"), (3 * 2**30, "bytes", "3 GiB"), (0.257, "percentunit", "25.7%"),
-    (12345.0, "count:tokens", "12.3K tokens"), (812.0, "count:tokens/s", "812 tokens/s"), (0.5, "none", "0.5"),
-    (float("nan"), "s", "-"),
-])
+@pytest.mark.parametrize(
+    "value, unit, text",
+    [
+        (0.0123, "s", "12.3 ms"),
+        (95.0, "s", "1.58 min"),
+        (3 * 2**30, "bytes", "3 GiB"),
+        (0.257, "percentunit", "25.7%"),
+        (12345.0, "count:tokens", "12.3K tokens"),
+        (812.0, "count:tokens/s", "812 tokens/s"),
+        (0.5, "none", "0.5"),
+        (float("nan"), "s", "-"),
+    ],
+)
 def test_values_read_as_grafana_writes_them(value: float, unit: str, text: str) -> None:
     from otel_rl.ops.grafana_render import format_value
 

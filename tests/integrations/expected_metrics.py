@@ -13,8 +13,9 @@ from otel_rl.semconv import METRICS
 Series = tuple[str, tuple[tuple[str, str], ...]]
 
 
-def expected_series(steps: Iterable[Mapping[str, Any]], resolver: KeyResolver, framework: str
-                    ) -> tuple[dict[Series, float], dict[Series, list[float]]]:
+def expected_series(
+    steps: Iterable[Mapping[str, Any]], resolver: KeyResolver, framework: str
+) -> tuple[dict[Series, float], dict[Series, list[float]]]:
     """(gauges: series -> last value, histograms: series -> values) of the steps' values, in order."""
     gauges: dict[Series, float] = {}
     histograms: dict[Series, list[float]] = defaultdict(list)

@@ -24,13 +24,7 @@ from typing import Any
 import pytest
 
 import otel_rl
-from otel_rl.integrations.base import (
-    DependencyConflictError,
-    Instrumentor,
-    Patches,
-    get_dependency_conflicts,
-    version_satisfies,
-)
+from otel_rl.integrations.base import DependencyConflictError, Instrumentor, Patches, get_dependency_conflicts, version_satisfies
 from otel_rl.runs.folder import read_log_records, read_metrics, read_spans
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import names as N
@@ -73,8 +67,17 @@ def counting(monkeypatch) -> Iterator[Counting]:
 def run_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Telemetry started by an integration writes a run folder under tmp_path; none is reused."""
     run_dir = tmp_path / "run"
-    for name in ("OTEL_SERVICE_NAME", "OTEL_RL_EXPERIMENT", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_RL_RUN_ID",
-                 "OTEL_RL_FRAMEWORK", "RANK", "WORLD_SIZE", "LOCAL_RANK", "ROLL_OTEL_ENABLED"):
+    for name in (
+        "OTEL_SERVICE_NAME",
+        "OTEL_RL_EXPERIMENT",
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "OTEL_RL_RUN_ID",
+        "OTEL_RL_FRAMEWORK",
+        "RANK",
+        "WORLD_SIZE",
+        "LOCAL_RANK",
+        "ROLL_OTEL_ENABLED",
+    ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("OTEL_RL_RUN_DIR", str(run_dir))
     monkeypatch.setenv("OTEL_RL_EXPORTERS", "file")
@@ -240,8 +243,7 @@ def test_version_check_without_packaging(monkeypatch):
 
 
 # (module, instrumentor) of the integrations whose versions are pip requirements (ROLL's: below)
-PIP_INTEGRATIONS = [("trl", "TrlInstrumentor"), ("swift", "SwiftInstrumentor"), ("verl", "VerlInstrumentor"),
-                    ("ray", "RayInstrumentor")]
+PIP_INTEGRATIONS = [("trl", "TrlInstrumentor"), ("swift", "SwiftInstrumentor"), ("verl", "VerlInstrumentor"), ("ray", "RayInstrumentor")]
 
 
 @pytest.mark.parametrize("module_name, class_name", PIP_INTEGRATIONS, ids=[c for _, c in PIP_INTEGRATIONS])
@@ -265,8 +267,13 @@ def test_each_integration_refuses_an_old_framework_and_says_which(module_name, c
 def test_the_instrumentors_are_reachable_from_the_package():
     import otel_rl.integrations as integrations
 
-    assert set(integrations.INSTRUMENTORS) == {"TrlInstrumentor", "SwiftInstrumentor", "VerlInstrumentor",
-                                               "RollInstrumentor", "RayInstrumentor"}
+    assert set(integrations.INSTRUMENTORS) == {
+        "TrlInstrumentor",
+        "SwiftInstrumentor",
+        "VerlInstrumentor",
+        "RollInstrumentor",
+        "RayInstrumentor",
+    }
     assert integrations.RollInstrumentor is importlib.import_module("otel_rl.integrations.roll").RollInstrumentor
     with pytest.raises(AttributeError):
         integrations.NoSuchInstrumentor  # noqa: B018
@@ -278,10 +285,16 @@ def test_the_instrumentors_are_reachable_from_the_package():
 
 def _tiny_trainer(transformers, model_dir: str, output_dir: Path, **kwargs) -> Any:
     model = transformers.AutoModelForCausalLM.from_pretrained(model_dir)
-    args = transformers.TrainingArguments(output_dir=str(output_dir), report_to=[], use_cpu=True, max_steps=2,
-                                          per_device_train_batch_size=2, logging_steps=1, save_strategy="no")
-    rows = [{"input_ids": [3 + i, 4, 5, 6], "attention_mask": [1, 1, 1, 1], "labels": [3 + i, 4, 5, 6]}
-            for i in range(4)]
+    args = transformers.TrainingArguments(
+        output_dir=str(output_dir),
+        report_to=[],
+        use_cpu=True,
+        max_steps=2,
+        per_device_train_batch_size=2,
+        logging_steps=1,
+        save_strategy="no",
+    )
+    rows = [{"input_ids": [3 + i, 4, 5, 6], "attention_mask": [1, 1, 1, 1], "labels": [3 + i, 4, 5, 6]} for i in range(4)]
     return transformers.Trainer(model=model, args=args, train_dataset=rows, **kwargs)
 
 
@@ -306,12 +319,26 @@ def test_trl_round_trip_with_a_real_grpo_trainer(trl_instrumentor, hf_tiny_lm, r
     trl_instrumentor.instrument(run_dir=str(run_env), console=False, service_name="trl-instrumented")
     assert transformers.Trainer.__init__ is not original_init
     model_dir, tokenizer = hf_tiny_lm
-    config = trl.GRPOConfig(output_dir=str(tmp_path / "out"), per_device_train_batch_size=2, num_generations=2,
-                            max_completion_length=4, max_steps=2, logging_steps=1, report_to=[], use_cpu=True, seed=0,
-                            save_strategy="no", beta=0.0)
-    trainer = trl.GRPOTrainer(model=model_dir, reward_funcs=[lambda completions, **kw: [float(len(c)) for c in completions]],
-                              args=config, train_dataset=datasets.Dataset.from_dict({"prompt": ["1+1=", "2+2="] * 2}),
-                              processing_class=tokenizer)  # no callbacks=: the instrumentor adds it
+    config = trl.GRPOConfig(
+        output_dir=str(tmp_path / "out"),
+        per_device_train_batch_size=2,
+        num_generations=2,
+        max_completion_length=4,
+        max_steps=2,
+        logging_steps=1,
+        report_to=[],
+        use_cpu=True,
+        seed=0,
+        save_strategy="no",
+        beta=0.0,
+    )
+    trainer = trl.GRPOTrainer(
+        model=model_dir,
+        reward_funcs=[lambda completions, **kw: [float(len(c)) for c in completions]],
+        args=config,
+        train_dataset=datasets.Dataset.from_dict({"prompt": ["1+1=", "2+2="] * 2}),
+        processing_class=tokenizer,
+    )  # no callbacks=: the instrumentor adds it
     (callback,) = [c for c in trainer.callback_handler.callbacks if isinstance(c, OtelRLCallback)]
     assert callback.trainer is trainer
     trainer.train()
@@ -327,9 +354,13 @@ def test_trl_round_trip_with_a_real_grpo_trainer(trl_instrumentor, hf_tiny_lm, r
 
     trl_instrumentor.uninstrument()
     assert transformers.Trainer.__init__ is original_init
-    after = trl.GRPOTrainer(model=model_dir, reward_funcs=[lambda completions, **kw: [0.0] * len(completions)],
-                            args=config, train_dataset=datasets.Dataset.from_dict({"prompt": ["1+1="] * 2}),
-                            processing_class=tokenizer)
+    after = trl.GRPOTrainer(
+        model=model_dir,
+        reward_funcs=[lambda completions, **kw: [0.0] * len(completions)],
+        args=config,
+        train_dataset=datasets.Dataset.from_dict({"prompt": ["1+1="] * 2}),
+        processing_class=tokenizer,
+    )
     assert not [c for c in after.callback_handler.callbacks if isinstance(c, OtelRLCallback)]
 
 
@@ -451,7 +482,8 @@ def test_verl_round_trip_through_its_tracking(verl_tracking, run_env):
     run.finish()
     records = read_log_records(run_env)
     assert [r["body"] for r in records if r["event_name"] == N.RL_LOG_EVENT] == [
-        {"actor/pg_loss": 0.25, "timing_s/gen": 1.0, "timing_s/step": 2.0}]
+        {"actor/pg_loss": 0.25, "timing_s/gen": 1.0, "timing_s/step": 2.0}
+    ]
     assert not [s for s in read_spans(run_env) if s.name == N.RL_STEP_SPAN]  # reconstruct_spans=False
 
     instrumentor.uninstrument()
@@ -492,8 +524,7 @@ def test_roll_round_trip_stand_in(roll_registry, run_env):
     tracker = tracking.create_tracker("otel", {"exp_name": "rlvr"}, run_dir=str(run_env), console=False)
     tracker.log({"actor/pg_loss@sum": 0.5}, step=1)
     tracker.finish()
-    assert [r["body"] for r in read_log_records(run_env) if r["event_name"] == N.RL_LOG_EVENT] == [
-        {"actor/pg_loss": 0.5}]
+    assert [r["body"] for r in read_log_records(run_env) if r["event_name"] == N.RL_LOG_EVENT] == [{"actor/pg_loss": 0.5}]
     instrumentor.uninstrument()
     assert "otel" not in tracking.tracker_registry and "stdout" in tracking.tracker_registry
     with pytest.raises(ValueError, match="Unknown tracker name: otel"):
@@ -540,10 +571,8 @@ def test_ray_calls_carry_the_context_and_actors_the_run(ray_instrumentor, make_t
     from otel_rl.integrations.ray import CONTEXT_KWARG
 
     sent: list[tuple[str, Any, Any]] = []
-    monkeypatch.setattr(actor.ActorMethod, "_remote",
-                        lambda self, args=None, kwargs=None, **options: sent.append(("call", args, kwargs)))
-    monkeypatch.setattr(actor.ActorClass, "_remote",
-                        lambda self, args=None, kwargs=None, **options: sent.append(("actor", args, options)))
+    monkeypatch.setattr(actor.ActorMethod, "_remote", lambda self, args=None, kwargs=None, **options: sent.append(("call", args, kwargs)))
+    monkeypatch.setattr(actor.ActorClass, "_remote", lambda self, args=None, kwargs=None, **options: sent.append(("actor", args, options)))
     ray_call, ray_create = actor.ActorMethod._remote, actor.ActorClass._remote
     tel = make_telemetry(run_id="run-42", world_size=3)
 
@@ -589,8 +618,9 @@ def test_ray_round_trip_on_a_local_cluster(request, ray_instrumentor, tmp_path: 
     ray_instrumentor.instrument()
     with tempfile.TemporaryDirectory(prefix="ray") as ray_dir, local_ray_cluster(Path(ray_dir)):
         Worker = ray.remote(RolloutWorker)
-        workers = [Worker.options(runtime_env={"env_vars": {"RANK": str(r), "PYTHONPATH": str(HERE)}}).remote(0.01)
-                   for r in (1, 2)]  # no worker_env() by hand
+        workers = [
+            Worker.options(runtime_env={"env_vars": {"RANK": str(r), "PYTHONPATH": str(HERE)}}).remote(0.01) for r in (1, 2)
+        ]  # no worker_env() by hand
         with tel.step(1) as first, tel.stage("generate", cluster="actor_infer"):
             assert ray.get([w.generate.remote([1]) for w in workers]) == [[2], [2]]  # no otel_ray.remote()
         ray_instrumentor.uninstrument()
@@ -605,6 +635,5 @@ def test_ray_round_trip_on_a_local_cluster(request, ray_instrumentor, tmp_path: 
     worker_stages = [s for s in trace if s.name == "rl.generate" and s.resource[A.RL_RANK] != 0]
     assert sorted(s.resource[A.RL_RANK] for s in worker_stages) == [1, 2]
     assert {s.resource[A.RL_RUN_ID] for s in worker_stages} == {tel.config.run_id}  # worker_env() by the instrumentor
-    uninstrumented = [s for s in spans if s.name == "rl.generate" and s.resource[A.RL_RANK] == 1
-                      and s.trace_id != first.trace_id]
+    uninstrumented = [s for s in spans if s.name == "rl.generate" and s.resource[A.RL_RANK] == 1 and s.trace_id != first.trace_id]
     assert uninstrumented and all(s.trace_id != second.trace_id for s in uninstrumented)

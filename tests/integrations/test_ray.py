@@ -27,13 +27,20 @@ HERE = Path(__file__).resolve().parent  # workers import ray_actors from here
 @contextmanager
 def local_ray_cluster(temp_dir: Path, deadline_s: int = 240):
     """A real local Ray cluster (2 CPUs, no dashboard), shut down by ray.shutdown()."""
+
     def expired(signum, frame):
         raise TimeoutError(f"Ray cluster test ran past {deadline_s} s")
 
     previous = signal.signal(signal.SIGALRM, expired)
     signal.alarm(deadline_s)
-    ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False,
-             _temp_dir=str(temp_dir), configure_logging=False)
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        _node_ip_address="127.0.0.1",
+        log_to_driver=False,
+        _temp_dir=str(temp_dir),
+        configure_logging=False,
+    )
     try:
         yield
     finally:
@@ -86,7 +93,8 @@ def test_remote_actor_calls_become_child_spans_of_the_drivers_stage(request, tmp
     assert failed.status == "error" and "worker failure" in failed.status_message
     worker_logs = [r for r in read_log_records(tmp_path) if r["event_name"] == N.RL_LOG_EVENT]
     assert sorted((r["attributes"][A.RL_STEP], r["trace_id"]) for r in worker_logs) == sorted(
-        (step, trace_ids[step]) for step in (1, 2) for _ in range(2))
+        (step, trace_ids[step]) for step in (1, 2) for _ in range(2)
+    )
 
 
 def test_worker_env_carries_the_run_but_never_otlp_headers(make_telemetry, monkeypatch):

@@ -36,7 +36,7 @@ ROLL_COMMIT = "8eb27cc2dc34c4d1310b169d9b86d339004d811a"
 # (tracker_registry, _strip_metric_tag, strip_at_tag_in_log, BaseTracker, StdoutTracker and
 # create_tracker verbatim; the TensorBoard / W&B / SwanLab / Trackio trackers and the module's
 # `import torch` are left out).
-ROLL_TRACKING = '''
+ROLL_TRACKING = """
 from concurrent import futures
 import json
 from functools import wraps
@@ -104,14 +104,14 @@ def create_tracker(tracker_name: str, config: dict, **kwargs) -> BaseTracker:
     return tracker_cls(config, **kwargs)
 
 tracker_registry["stdout"] = StdoutTracker
-'''
-ROLL_LOGGING = '''
+"""
+ROLL_LOGGING = """
 import logging
 
 
 def get_logger():
     return logging.getLogger("roll")
-'''
+"""
 
 
 def write_stand_in(root: Path) -> Path:
@@ -146,8 +146,18 @@ def roll_tracking(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator:
 
 @pytest.fixture
 def run_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    for name in ("OTEL_SERVICE_NAME", "OTEL_RL_EXPERIMENT", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_RL_RUN_ID",
-                 "OTEL_RL_FRAMEWORK", "OTEL_RL_RUN_DIR", "RANK", "WORLD_SIZE", "LOCAL_RANK", "ROLL_OTEL_ENABLED"):
+    for name in (
+        "OTEL_SERVICE_NAME",
+        "OTEL_RL_EXPERIMENT",
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "OTEL_RL_RUN_ID",
+        "OTEL_RL_FRAMEWORK",
+        "OTEL_RL_RUN_DIR",
+        "RANK",
+        "WORLD_SIZE",
+        "LOCAL_RANK",
+        "ROLL_OTEL_ENABLED",
+    ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(otel_rl, "_current", None)  # no telemetry of an earlier test to reuse
     return tmp_path / "run"
@@ -156,10 +166,18 @@ def run_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def pipeline_config(run_dir: Path) -> dict:
     """What BasePipeline passes: pipeline_config.to_dict(), track_with and tracker_kwargs from YAML."""
     return {
-        "exp_name": "qwen2.5-7B-rlvr", "seed": 42, "max_steps": 500, "save_steps": 100, "logging_steps": 1,
-        "track_with": "otel", "tracker_kwargs": {"run_dir": str(run_dir), "console": False, "service_name": "rlvr"},
+        "exp_name": "qwen2.5-7B-rlvr",
+        "seed": 42,
+        "max_steps": 500,
+        "save_steps": 100,
+        "logging_steps": 1,
+        "track_with": "otel",
+        "tracker_kwargs": {"run_dir": str(run_dir), "console": False, "service_name": "rlvr"},
         "actor_train": {"name": "actor_train", "training_args": {"learning_rate": 1e-6, "per_device_train_batch_size": 1}},
-        "rollout_batch_size": 64, "num_return_sequences_in_group": 8, "adv_estimator": "grpo", "init_kl_coef": 0.0,
+        "rollout_batch_size": 64,
+        "num_return_sequences_in_group": 8,
+        "adv_estimator": "grpo",
+        "init_kl_coef": 0.0,
         "rewards": {"math_rule": {"worker_cls": "roll.pipeline.rlvr.rewards.math_rule_reward_worker.MathRuleRewardWorker"}},
     }
 
@@ -175,33 +193,87 @@ def create_like_base_pipeline(tracking, config: dict):
 # As ROLL logs them (reducer tags included), from the commit above:
 ROLL_SOURCE_KEYS = (
     # roll/pipeline/rlvr/rlvr_pipeline.py RLVRPipeline.run: the driver's timers
-    "time/step_total", "time/step_stop_server", "time/step_model_update", "time/val_step", "time/step_generate",
-    "time/ref_log_probs_values", "time/old_log_probs", "time/step_train",
+    "time/step_total",
+    "time/step_stop_server",
+    "time/step_model_update",
+    "time/val_step",
+    "time/step_generate",
+    "time/ref_log_probs_values",
+    "time/old_log_probs",
+    "time/step_train",
     # roll/pipeline/rlvr/actor_worker.py ActorWorker.loss_func, roll/pipeline/base_worker.py train_step
-    "actor/ppo_ratio_high_clipfrac@sum", "actor/ppo_ratio_low_clipfrac@sum", "actor/ppo_ratio_clipfrac@sum",
-    "actor/ratio_mean@sum", "actor/ratio_max@max", "actor/ratio_min@min", "actor/clipfrac@sum", "actor/pg_loss@sum",
-    "actor/weighted_pg_loss@sum", "actor/kl_loss@sum", "actor/total_loss@sum", "actor/approxkl@sum",
-    "actor/policykl@sum", "actor/valid_samples@sum", "actor/total_samples@sum", "actor/valid_sample_ratio@sum",
-    "actor/sample_weights_mean@mean", "actor/sample_weights_min@min", "actor/sample_weights_max@max", "actor/lr",
+    "actor/ppo_ratio_high_clipfrac@sum",
+    "actor/ppo_ratio_low_clipfrac@sum",
+    "actor/ppo_ratio_clipfrac@sum",
+    "actor/ratio_mean@sum",
+    "actor/ratio_max@max",
+    "actor/ratio_min@min",
+    "actor/clipfrac@sum",
+    "actor/pg_loss@sum",
+    "actor/weighted_pg_loss@sum",
+    "actor/kl_loss@sum",
+    "actor/total_loss@sum",
+    "actor/approxkl@sum",
+    "actor/policykl@sum",
+    "actor/valid_samples@sum",
+    "actor/total_samples@sum",
+    "actor/valid_sample_ratio@sum",
+    "actor/sample_weights_mean@mean",
+    "actor/sample_weights_min@min",
+    "actor/sample_weights_max@max",
+    "actor/lr",
     # roll/utils/context_managers.py state_offload_manger (metric_infix f"{cluster_name}/train_step")
-    "time/actor_train/train_step/total", "time/actor_train/train_step/execute", "time/actor_train/train_step/onload",
-    "time/actor_train/train_step/offload", "memory/actor_train/train_step/start/offload/allocated/0",
-    "memory/actor_train/train_step/end/onload/max_allocated/0", "memory/actor_train/train_step/end/onload/max_allocated_frac/0",
-    "memory/cpu/actor_train/train_step/start/rss", "memory/cpu/actor_train/train_step/end/vms",
+    "time/actor_train/train_step/total",
+    "time/actor_train/train_step/execute",
+    "time/actor_train/train_step/onload",
+    "time/actor_train/train_step/offload",
+    "memory/actor_train/train_step/start/offload/allocated/0",
+    "memory/actor_train/train_step/end/onload/max_allocated/0",
+    "memory/actor_train/train_step/end/onload/max_allocated_frac/0",
+    "memory/cpu/actor_train/train_step/start/rss",
+    "memory/cpu/actor_train/train_step/end/vms",
     # roll/utils/metrics/metrics_manager.py add_system_metrics, add_token_metrics, add_values_metrics
-    "system/global_step", "system/samples", "system/tps/tps",
-    "token/prompt_length/mean", "token/prompt_length/max", "token/prompt_length/min",
-    "token/response_length/mean", "token/response_length/max", "token/response_length/min", "token/response_length/diff",
-    "critic/entropy/mean", "critic/score/mean", "critic/score/max", "critic/score/min", "critic/rewards/mean",
-    "critic/rewards/max", "critic/rewards/min", "critic/advantages/mean", "critic/advantages/max",
-    "critic/advantages/min", "critic/returns/mean", "critic/returns/max", "critic/returns/min",
+    "system/global_step",
+    "system/samples",
+    "system/tps/tps",
+    "token/prompt_length/mean",
+    "token/prompt_length/max",
+    "token/prompt_length/min",
+    "token/response_length/mean",
+    "token/response_length/max",
+    "token/response_length/min",
+    "token/response_length/diff",
+    "critic/entropy/mean",
+    "critic/score/mean",
+    "critic/score/max",
+    "critic/score/min",
+    "critic/rewards/mean",
+    "critic/rewards/max",
+    "critic/rewards/min",
+    "critic/advantages/mean",
+    "critic/advantages/max",
+    "critic/advantages/min",
+    "critic/returns/mean",
+    "critic/returns/max",
+    "critic/returns/min",
 )
 # Keys the same sources log that no mapping knows yet: they reach the rl.unmapped fallback.
 ROLL_UNMAPPED = (
-    "system/batch_size", "system/tps_gpu", "system/actor_infer/tps", "system/actor_infer/tps_gpu",
-    "system/time/tps_mean", "token/total_length/mean", "token/total_response_length/clip", "critic/correct/mean",
-    "critic/raw_advantages/mean", "critic/token_level_rewards_mean/mean", "critic/score_distribution/max_value",
-    "group/correct_ratio/mean", "mask/final_mask_sum_eq_0", "actor/backward_steps", "actor_train/loss@sum",
+    "system/batch_size",
+    "system/tps_gpu",
+    "system/actor_infer/tps",
+    "system/actor_infer/tps_gpu",
+    "system/time/tps_mean",
+    "token/total_length/mean",
+    "token/total_response_length/clip",
+    "critic/correct/mean",
+    "critic/raw_advantages/mean",
+    "critic/token_level_rewards_mean/mean",
+    "critic/score_distribution/max_value",
+    "group/correct_ratio/mean",
+    "mask/final_mask_sum_eq_0",
+    "actor/backward_steps",
+    "actor_train/loss@sum",
     "math_rule/critic/score/mean",  # MetricsManager.get_metrics: domain metrics as "{domain}/{key}"
 )
 
@@ -300,8 +372,7 @@ def test_tagged_keys_arrive_stripped_under_registry_names(roll_tracking, run_env
     (hparams,) = [r for r in records if r["event_name"] == N.RL_HPARAMS_EVENT]
     assert hparams["body"]["actor_train/training_args/learning_rate"] == 1e-6
     resource = events[0]["resource"]
-    assert (resource[A.RL_FRAMEWORK], resource[A.RL_EXPERIMENT_NAME], resource[A.SERVICE_NAME]) == (
-        "roll", "qwen2.5-7B-rlvr", "rlvr")
+    assert (resource[A.RL_FRAMEWORK], resource[A.RL_EXPERIMENT_NAME], resource[A.SERVICE_NAME]) == ("roll", "qwen2.5-7B-rlvr", "rlvr")
 
     points = read_metrics(run_env)
     last = {(p.name, tuple(sorted(p.attributes.items()))): p for p in points}
@@ -397,8 +468,9 @@ def test_otel_rl_spans_go_through_rolls_tracer_provider(tmp_path):
     site = write_stand_in(tmp_path / "site")
     run_dir = tmp_path / "run"
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{site}:{REPO}", "OTEL_RL_CONSOLE": "false"}
-    done = subprocess.run([sys.executable, "-c", SHARED_PROVIDER_SCRIPT, str(run_dir)], env=env,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", SHARED_PROVIDER_SCRIPT, str(run_dir)], env=env, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["same_global_provider"]

@@ -151,12 +151,23 @@ def test_grpo_run_with_callbacks_otel_rl(tmp_path, hf_tiny_lm, make_telemetry, s
     model_dir, tokenizer = hf_tiny_lm
     output_dir = tmp_path / "out"
     config = trl.GRPOConfig(
-        output_dir=str(output_dir), per_device_train_batch_size=4, num_generations=4, max_completion_length=6,
-        max_steps=2, logging_steps=1, report_to=[], use_cpu=True, seed=0, save_strategy="no",
+        output_dir=str(output_dir),
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_completion_length=6,
+        max_steps=2,
+        logging_steps=1,
+        report_to=[],
+        use_cpu=True,
+        seed=0,
+        save_strategy="no",
     )
     config.max_epochs = None  # a field of ms-swift's TrainingArguments (swift/trainers/arguments.py) its flow callback reads
     trainer = SwiftStyleGRPOTrainer(
-        model=model_dir, reward_funcs=[count_a, brevity], args=config, swift_callbacks=[CALLBACK_NAME],
+        model=model_dir,
+        reward_funcs=[count_a, brevity],
+        args=config,
+        swift_callbacks=[CALLBACK_NAME],
         train_dataset=datasets.Dataset.from_dict({"prompt": ["1+1=", "2+2=", "3+3=", "4+4="]}),
         processing_class=tokenizer,
     )

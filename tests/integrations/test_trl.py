@@ -57,10 +57,23 @@ def brevity(completions, **kwargs):
 
 def grpo_config(output_dir: Path, **overrides) -> trl.GRPOConfig:
     options = dict(
-        output_dir=str(output_dir), per_device_train_batch_size=4, per_device_eval_batch_size=4, num_generations=4,
-        max_completion_length=6, max_steps=3, logging_steps=1, report_to=[], use_cpu=True, seed=0,
+        output_dir=str(output_dir),
+        per_device_train_batch_size=4,
+        per_device_eval_batch_size=4,
+        num_generations=4,
+        max_completion_length=6,
+        max_steps=3,
+        logging_steps=1,
+        report_to=[],
+        use_cpu=True,
+        seed=0,
         # beta > 0: a reference model; num_iterations = 2: old-policy log-probs, generation every other step.
-        beta=0.1, num_iterations=2, save_strategy="steps", save_steps=2, eval_strategy="steps", eval_steps=3,
+        beta=0.1,
+        num_iterations=2,
+        save_strategy="steps",
+        save_steps=2,
+        eval_strategy="steps",
+        eval_steps=3,
         hub_token=SECRET,
     )
     options.update(overrides)
@@ -98,8 +111,15 @@ def test_grpo_run_is_traced_step_by_step_and_every_logged_value_arrives(tmp_path
     config = grpo_config(tmp_path / "out")
     dataset = datasets.Dataset.from_dict({"prompt": PROMPTS})
     callback = OtelRLCallback(run_dir=str(run_dir), console=False, service_name="trl-test")
-    trainer = trl.GRPOTrainer(model=model_dir, reward_funcs=[count_a, brevity], args=config, train_dataset=dataset,
-                              eval_dataset=dataset.select(range(2)), processing_class=tokenizer, callbacks=[callback])
+    trainer = trl.GRPOTrainer(
+        model=model_dir,
+        reward_funcs=[count_a, brevity],
+        args=config,
+        train_dataset=dataset,
+        eval_dataset=dataset.select(range(2)),
+        processing_class=tokenizer,
+        callbacks=[callback],
+    )
     original_profiling = trl_profiling.profiling_context
     trainer.train()
 
@@ -150,8 +170,20 @@ def test_grpo_run_is_traced_step_by_step_and_every_logged_value_arrives(tmp_path
     resolver = KeyResolver.default()
     logged = [(k, v) for h in history for k, v in h.items() if k != "step"]
     keys = {k for k, _ in logged}
-    assert {"loss", "grad_norm", "kl", "entropy", "reward", "rewards/count_a/mean", "rewards/brevity/std",
-            "completions/mean_length", "clip_ratio/region_mean", "num_tokens", "train_loss", "total_flos"} <= keys
+    assert {
+        "loss",
+        "grad_norm",
+        "kl",
+        "entropy",
+        "reward",
+        "rewards/count_a/mean",
+        "rewards/brevity/std",
+        "completions/mean_length",
+        "clip_ratio/region_mean",
+        "num_tokens",
+        "train_loss",
+        "total_flos",
+    } <= keys
     for key in keys:
         res = resolver.resolve(key, TRL)
         if key.startswith("eval_") and key not in ("eval_reward", "eval_reward_std"):
@@ -187,12 +219,12 @@ def test_grpo_run_is_traced_step_by_step_and_every_logged_value_arrives(tmp_path
 
 
 def test_hparams_drop_secret_fields(tmp_path):
-    args = transformers.TrainingArguments(output_dir=str(tmp_path), hub_token=SECRET, report_to=[],
-                                          learning_rate=3e-4, run_name="r1")
+    args = transformers.TrainingArguments(output_dir=str(tmp_path), hub_token=SECRET, report_to=[], learning_rate=3e-4, run_name="r1")
     hparams = hparams_from_args(args)
     assert hparams["learning_rate"] == 3e-4 and hparams["run_name"] == "r1"
     assert "hub_token" not in hparams
     assert SECRET not in json.dumps(hparams, default=str)
+
     class Args:
         def to_dict(self):
             return {"model_init_kwargs": {"api_key": SECRET, "dtype": "bf16"}}
@@ -229,8 +261,9 @@ def test_callback_errors_never_reach_training(tmp_path, make_telemetry, caplog, 
 def test_callback_event_order_for_a_plain_trainer_and_gradient_accumulation(tmp_path, make_telemetry):
     """Without generation (SFT, DPO, ...) the update is the whole step; epoch-level saves stay in the last step."""
     tel = make_telemetry(framework=TRL)
-    args = transformers.TrainingArguments(output_dir=str(tmp_path), report_to=[], save_strategy="epoch",
-                                          logging_steps=1, gradient_accumulation_steps=2)
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path), report_to=[], save_strategy="epoch", logging_steps=1, gradient_accumulation_steps=2
+    )
     state, control = transformers.TrainerState(), transformers.TrainerControl()
     callback = OtelRLCallback()
     callback.on_train_begin(args, state, control)
@@ -255,9 +288,6 @@ def test_callback_event_order_for_a_plain_trainer_and_gradient_accumulation(tmp_
     by_trace = defaultdict(list)
     for span in sorted(spans, key=lambda s: s.start_ns):
         by_trace[span.trace_id].append(span)
-    shapes = sorted(
-        (trace[0].attributes[A.RL_STEP], [s.name for s in trace]) for trace in by_trace.values()
-    )
+    shapes = sorted((trace[0].attributes[A.RL_STEP], [s.name for s in trace]) for trace in by_trace.values())
     assert shapes == [(1, ["rl.step", "rl.train_step"]), (2, ["rl.step", "rl.train_step", "rl.do_checkpoint"])]
-    assert tel.latest(M.RL_LOSS, {A.RL_MODEL_ROLE: A.RlModelRoleValues.ACTOR.value,
-                                    A.RL_LOSS_TYPE: A.RlLossTypeValues.TOTAL.value}) == 0.5
+    assert tel.latest(M.RL_LOSS, {A.RL_MODEL_ROLE: A.RlModelRoleValues.ACTOR.value, A.RL_LOSS_TYPE: A.RlLossTypeValues.TOTAL.value}) == 0.5

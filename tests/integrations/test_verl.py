@@ -34,6 +34,7 @@ GIB = float(2**30)
 
 try:
     import verl.utils.tracking as _real_tracking  # noqa: F401
+
     REAL_VERL = True
 except Exception:  # verl absent, or present without its import-time dependencies
     REAL_VERL = False
@@ -42,7 +43,7 @@ needs_verl = pytest.mark.skipif(not REAL_VERL, reason="verl is not importable he
 # stand-in: mirrors verl/utils/tracking.py Tracking from verl 0.9.1 (supported_backend, the
 # assert on unknown names, the console branch, log(data, step, backend), finish(exit_code) once,
 # __del__ -> finish); the tracker libraries' branches are left out.
-STAND_IN_TRACKING = '''
+STAND_IN_TRACKING = """
 class Tracking:
     supported_backend = ["wandb", "mlflow", "swanlab", "vemlp_wandb", "tensorboard", "console", "clearml",
                          "trackio", "file", "rl_insight"]
@@ -75,8 +76,8 @@ class Tracking:
 
     def __del__(self):
         self.finish()
-'''
-STAND_IN_LOGGER = '''
+"""
+STAND_IN_LOGGER = """
 class LocalLogger:
     def __init__(self, print_to_console=True):
         self.print_to_console = print_to_console
@@ -84,7 +85,7 @@ class LocalLogger:
     def log(self, data, step):
         if self.print_to_console:
             print(f"step:{step} - " + " - ".join(f"{k}:{v}" for k, v in data.items()), flush=True)
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -116,13 +117,28 @@ def tracking_module(tmp_path_factory: pytest.TempPathFactory):
 
 # marked_timer names in fit(), in order, and the AgentLoopManager timing merged into timing_raw
 # (verl/experimental/agent_loop/agent_loop.py _performance_metrics).
-TIMERS = ("start_profile", "gen", "reward", "old_log_prob", "ref", "values", "adv", "update_critic",
-          "update_actor", "save_checkpoint", "update_weights", "testing", "stop_profile", "step")
+TIMERS = (
+    "start_profile",
+    "gen",
+    "reward",
+    "old_log_prob",
+    "ref",
+    "values",
+    "adv",
+    "update_critic",
+    "update_actor",
+    "save_checkpoint",
+    "update_weights",
+    "testing",
+    "stop_profile",
+    "step",
+)
 AGENT_LOOP_TIMING = tuple(
-    [f"agent_loop/{m}/{s}" for m in ("num_preempted", "generate_sequences", "tool_calls", "compute_score")
-     for s in ("min", "max", "mean")]
-    + [f"agent_loop/slowest/{m}" for m in ("generate_sequences", "tool_calls", "compute_score", "num_preempted",
-                                           "prompt_length", "response_length")]
+    [f"agent_loop/{m}/{s}" for m in ("num_preempted", "generate_sequences", "tool_calls", "compute_score") for s in ("min", "max", "mean")]
+    + [
+        f"agent_loop/slowest/{m}"
+        for m in ("generate_sequences", "tool_calls", "compute_score", "num_preempted", "prompt_length", "response_length")
+    ]
 )
 PER_TOKEN = ("gen", "ref", "values", "adv", "update_critic", "update_actor")  # compute_timing_metrics
 DATA_KEYS = tuple(  # compute_data_metrics(batch, use_critic=True)
@@ -138,29 +154,84 @@ SEQLEN_KEYS = tuple(f"global_seqlen/{s}" for s in ("min", "max", "minmax_diff", 
 OLD_LOG_PROB_KEYS = ("actor/entropy", "perf/mfu/actor_infer")
 # Engine worker metrics (verl/workers/engine_workers.py _postprocess_output, workers/utils/losses.py
 # ppo_loss / value_loss) after the trainer's rename_dict(..., "actor/" | "critic/") and mfu rename.
-ACTOR_KEYS = ("actor/pg_clipfrac", "actor/ppo_kl", "actor/pg_clipfrac_lower", "actor/pg_loss", "actor/entropy_loss",
-              "actor/kl_loss", "actor/kl_coef", "actor/loss", "actor/grad_norm", "actor/lr",
-              "actor/perf/max_memory_allocated_gb", "actor/perf/max_memory_reserved_gb", "actor/perf/cpu_memory_used_gb",
-              "perf/mfu/actor")
-CRITIC_KEYS = ("critic/vf_loss", "critic/vf_clipfrac", "critic/vpred_mean", "critic/loss", "critic/grad_norm",
-               "critic/lr", "critic/perf/max_memory_allocated_gb", "critic/perf/max_memory_reserved_gb",
-               "critic/perf/cpu_memory_used_gb", "perf/mfu/critic")
+ACTOR_KEYS = (
+    "actor/pg_clipfrac",
+    "actor/ppo_kl",
+    "actor/pg_clipfrac_lower",
+    "actor/pg_loss",
+    "actor/entropy_loss",
+    "actor/kl_loss",
+    "actor/kl_coef",
+    "actor/loss",
+    "actor/grad_norm",
+    "actor/lr",
+    "actor/perf/max_memory_allocated_gb",
+    "actor/perf/max_memory_reserved_gb",
+    "actor/perf/cpu_memory_used_gb",
+    "perf/mfu/actor",
+)
+CRITIC_KEYS = (
+    "critic/vf_loss",
+    "critic/vf_clipfrac",
+    "critic/vpred_mean",
+    "critic/loss",
+    "critic/grad_norm",
+    "critic/lr",
+    "critic/perf/max_memory_allocated_gb",
+    "critic/perf/max_memory_reserved_gb",
+    "critic/perf/cpu_memory_used_gb",
+    "perf/mfu/critic",
+)
 PROGRESS_KEYS = ("training/global_step", "training/epoch")
 # RayPPOTrainer._val_metrics_update over process_validation_metrics: 4 responses per prompt, "acc"
 # is the core variable; N = 2, 4 for the bootstrap statistics.
 VAL_KEYS = tuple(
     [f"val-core/openai/gsm8k/acc/{m}" for m in ("mean@4", "best@4/mean", "best@4/std", "maj@4/mean", "maj@4/std")]
-    + [f"val-aux/openai/gsm8k/acc/{m}" for m in ("std@4", "worst@4/mean", "worst@4/std", "best@2/mean", "best@2/std",
-                                                 "worst@2/mean", "worst@2/std", "maj@2/mean", "maj@2/std")]
-    + [f"val-aux/openai/gsm8k/reward/{m}" for m in ("mean@4", "std@4", "best@4/mean", "best@4/std", "worst@4/mean",
-                                                    "worst@4/std", "maj@4/mean", "maj@4/std", "best@2/mean",
-                                                    "best@2/std", "worst@2/mean", "worst@2/std", "maj@2/mean",
-                                                    "maj@2/std")]
+    + [
+        f"val-aux/openai/gsm8k/acc/{m}"
+        for m in (
+            "std@4",
+            "worst@4/mean",
+            "worst@4/std",
+            "best@2/mean",
+            "best@2/std",
+            "worst@2/mean",
+            "worst@2/std",
+            "maj@2/mean",
+            "maj@2/std",
+        )
+    ]
+    + [
+        f"val-aux/openai/gsm8k/reward/{m}"
+        for m in (
+            "mean@4",
+            "std@4",
+            "best@4/mean",
+            "best@4/std",
+            "worst@4/mean",
+            "worst@4/std",
+            "maj@4/mean",
+            "maj@4/std",
+            "best@2/mean",
+            "best@2/std",
+            "worst@2/mean",
+            "worst@2/std",
+            "maj@2/mean",
+            "maj@2/std",
+        )
+    ]
 )
 STEP_KEYS = (
     tuple(f"timing_s/{t}" for t in TIMERS + AGENT_LOOP_TIMING)
     + tuple(f"timing_per_token_ms/{t}" for t in PER_TOKEN)
-    + DATA_KEYS + THROUGHPUT_KEYS + SEQLEN_KEYS + OLD_LOG_PROB_KEYS + ACTOR_KEYS + CRITIC_KEYS + PROGRESS_KEYS + VAL_KEYS
+    + DATA_KEYS
+    + THROUGHPUT_KEYS
+    + SEQLEN_KEYS
+    + OLD_LOG_PROB_KEYS
+    + ACTOR_KEYS
+    + CRITIC_KEYS
+    + PROGRESS_KEYS
+    + VAL_KEYS
 )
 # tests/test_keys.py keeps verl's MFU of the old-log-prob forward (not a model role) on the fallback.
 KNOWN_FALLBACK = {"perf/mfu/actor_infer"}
@@ -200,23 +271,46 @@ def test_every_key_of_a_step_is_its_own_series(resolver):
 @pytest.mark.parametrize(
     ("key", "metric", "attributes"),
     [
-        ("val-core/openai/gsm8k/acc/mean@4", M.RL_VALIDATION_SCORE,
-         {A.RL_DATA_SOURCE_NAMESPACE: "openai", A.RL_DATA_SOURCE: "gsm8k", A.RL_VALIDATION_VARIABLE: "acc",
-          A.RL_STATISTIC: "mean", A.RL_VALIDATION_N: "4"}),
-        ("val-aux/openai/gsm8k/reward/worst@2/std", M.RL_VALIDATION_SCORE,
-         {A.RL_DATA_SOURCE_NAMESPACE: "openai", A.RL_DATA_SOURCE: "gsm8k", A.RL_VALIDATION_VARIABLE: "reward",
-          A.RL_STATISTIC: "worst_std", A.RL_VALIDATION_N: "2"}),
-        ("val-core/gsm8k/reward/best@8/mean", M.RL_VALIDATION_SCORE,
-         {A.RL_DATA_SOURCE: "gsm8k", A.RL_VALIDATION_VARIABLE: "reward", A.RL_STATISTIC: "best", A.RL_VALIDATION_N: "8"}),
-        ("timing_s/agent_loop/slowest/compute_score", M.RL_ROLLOUT_SAMPLE_DURATION,
-         {A.RL_STAGE: "compute_rewards", A.RL_STATISTIC: "slowest"}),
-        ("timing_s/agent_loop/generate_sequences/max", M.RL_ROLLOUT_SAMPLE_DURATION,
-         {A.RL_STAGE: "generate", A.RL_STATISTIC: "max"}),
-        ("actor/perf/max_memory_allocated_gb", M.RL_GPU_MEMORY_USAGE,
-         {A.RL_MEMORY_KIND: "max_allocated", A.RL_CLUSTER: "actor_train", A.RL_STAGE: "train_step"}),
+        (
+            "val-core/openai/gsm8k/acc/mean@4",
+            M.RL_VALIDATION_SCORE,
+            {
+                A.RL_DATA_SOURCE_NAMESPACE: "openai",
+                A.RL_DATA_SOURCE: "gsm8k",
+                A.RL_VALIDATION_VARIABLE: "acc",
+                A.RL_STATISTIC: "mean",
+                A.RL_VALIDATION_N: "4",
+            },
+        ),
+        (
+            "val-aux/openai/gsm8k/reward/worst@2/std",
+            M.RL_VALIDATION_SCORE,
+            {
+                A.RL_DATA_SOURCE_NAMESPACE: "openai",
+                A.RL_DATA_SOURCE: "gsm8k",
+                A.RL_VALIDATION_VARIABLE: "reward",
+                A.RL_STATISTIC: "worst_std",
+                A.RL_VALIDATION_N: "2",
+            },
+        ),
+        (
+            "val-core/gsm8k/reward/best@8/mean",
+            M.RL_VALIDATION_SCORE,
+            {A.RL_DATA_SOURCE: "gsm8k", A.RL_VALIDATION_VARIABLE: "reward", A.RL_STATISTIC: "best", A.RL_VALIDATION_N: "8"},
+        ),
+        (
+            "timing_s/agent_loop/slowest/compute_score",
+            M.RL_ROLLOUT_SAMPLE_DURATION,
+            {A.RL_STAGE: "compute_rewards", A.RL_STATISTIC: "slowest"},
+        ),
+        ("timing_s/agent_loop/generate_sequences/max", M.RL_ROLLOUT_SAMPLE_DURATION, {A.RL_STAGE: "generate", A.RL_STATISTIC: "max"}),
+        (
+            "actor/perf/max_memory_allocated_gb",
+            M.RL_GPU_MEMORY_USAGE,
+            {A.RL_MEMORY_KIND: "max_allocated", A.RL_CLUSTER: "actor_train", A.RL_STAGE: "train_step"},
+        ),
         ("critic/perf/cpu_memory_used_gb", M.PROCESS_MEMORY_USAGE, {A.RL_CLUSTER: "critic", A.RL_STAGE: "train_step"}),
-        ("timing_s/update_actor", M.RL_STAGE_DURATION,
-         {A.RL_STAGE: "train_step", A.RL_CLUSTER: "actor_train", A.RL_STAGE_PHASE: "total"}),
+        ("timing_s/update_actor", M.RL_STAGE_DURATION, {A.RL_STAGE: "train_step", A.RL_CLUSTER: "actor_train", A.RL_STAGE_PHASE: "total"}),
         ("actor/kl_coef", M.RL_KL_COEFFICIENT, {A.RL_KL_PLACEMENT: "loss"}),
     ],
 )
@@ -244,20 +338,22 @@ def test_copied_key_set_is_what_verl_computes():
     bs, prompt_len, response_len = 8, 6, 10
     attention_mask = torch.ones(bs, prompt_len + response_len, dtype=torch.long)
     attention_mask[:, :2] = 0  # left padding of the prompts
-    attention_mask[1, prompt_len + 3:] = 0  # a short response
+    attention_mask[1, prompt_len + 3 :] = 0  # a short response
     attention_mask[2, prompt_len:] = 0  # an aborted (empty) response
     response_mask = attention_mask[:, prompt_len:].clone()
-    batch = DataProto.from_single_dict({
-        "prompts": torch.zeros(bs, prompt_len, dtype=torch.long),
-        "responses": torch.zeros(bs, response_len, dtype=torch.long),
-        "attention_mask": attention_mask,
-        "response_mask": response_mask,
-        "token_level_scores": torch.rand(bs, response_len),
-        "token_level_rewards": torch.rand(bs, response_len),
-        "advantages": torch.randn(bs, response_len),
-        "returns": torch.randn(bs, response_len),
-        "values": torch.randn(bs, response_len),
-    })
+    batch = DataProto.from_single_dict(
+        {
+            "prompts": torch.zeros(bs, prompt_len, dtype=torch.long),
+            "responses": torch.zeros(bs, response_len, dtype=torch.long),
+            "attention_mask": attention_mask,
+            "response_mask": response_mask,
+            "token_level_scores": torch.rand(bs, response_len),
+            "token_level_rewards": torch.rand(bs, response_len),
+            "advantages": torch.randn(bs, response_len),
+            "returns": torch.randn(bs, response_len),
+            "values": torch.randn(bs, response_len),
+        }
+    )
     batch.meta_info["global_token_num"] = attention_mask.sum(-1).tolist()
     timing_raw = {name: 1.0 for name in TIMERS} | {name: 0.5 for name in AGENT_LOOP_TIMING}
     metrics = dict(compute_data_metrics(batch=batch, use_critic=True))
@@ -271,13 +367,31 @@ def test_copied_key_set_is_what_verl_computes():
         out[f"perf/mfu/{role}"] = out.pop(f"{role}/mfu")
         return reduce_metrics(out)
 
-    engine_common = {"loss": 0.1, "grad_norm": 1.0, "lr": 1e-6, "perf/max_memory_allocated_gb": 1.0,
-                     "perf/max_memory_reserved_gb": 2.0, "perf/cpu_memory_used_gb": 3.0, "mfu": 0.3}
-    metrics.update(trained({"actor/pg_clipfrac": [0.1], "actor/ppo_kl": [0.0], "actor/pg_clipfrac_lower": [0.0],
-                            "actor/pg_loss": [0.1], "actor/entropy_loss": [0.2], "kl_loss": [0.01], "kl_coef": 0.001,
-                            **engine_common}, "actor"))
-    metrics.update(trained({"critic/vf_loss": [0.1], "critic/vf_clipfrac": [0.0], "critic/vpred_mean": [0.2],
-                            **engine_common}, "critic"))
+    engine_common = {
+        "loss": 0.1,
+        "grad_norm": 1.0,
+        "lr": 1e-6,
+        "perf/max_memory_allocated_gb": 1.0,
+        "perf/max_memory_reserved_gb": 2.0,
+        "perf/cpu_memory_used_gb": 3.0,
+        "mfu": 0.3,
+    }
+    metrics.update(
+        trained(
+            {
+                "actor/pg_clipfrac": [0.1],
+                "actor/ppo_kl": [0.0],
+                "actor/pg_clipfrac_lower": [0.0],
+                "actor/pg_loss": [0.1],
+                "actor/entropy_loss": [0.2],
+                "kl_loss": [0.01],
+                "kl_coef": 0.001,
+                **engine_common,
+            },
+            "actor",
+        )
+    )
+    metrics.update(trained({"critic/vf_loss": [0.1], "critic/vf_clipfrac": [0.0], "critic/vpred_mean": [0.2], **engine_common}, "critic"))
     metrics.update({"training/global_step": 1, "training/epoch": 0})
 
     # _val_metrics_update (ray_trainer.py), copied: verl.trainer.ppo.ray_trainer needs torchdata and hydra.
@@ -289,8 +403,9 @@ def test_copied_key_set_is_what_verl_computes():
         for var_name, metric2val in var2metric2val.items():
             n_max = max(int(name.split("@")[-1].split("/")[0]) for name in metric2val)
             for metric_name, metric_val in metric2val.items():
-                core = (var_name == core_var and any(metric_name.startswith(p) for p in ("mean", "maj", "best"))
-                        and f"@{n_max}" in metric_name)
+                core = (
+                    var_name == core_var and any(metric_name.startswith(p) for p in ("mean", "maj", "best")) and f"@{n_max}" in metric_name
+                )
                 metrics[f"{'val-core' if core else 'val-aux'}/{data_source}/{var_name}/{metric_name}"] = metric_val
 
     assert sorted(metrics) == sorted(STEP_KEYS)
@@ -302,8 +417,10 @@ def test_copied_key_set_is_what_verl_computes():
 PROJECT, EXPERIMENT = "verl-grpo", "qwen2.5-0.5b-gsm8k"
 CONFIG = {
     "trainer": {"project_name": PROJECT, "experiment_name": EXPERIMENT, "logger": ["console", "otel"], "total_epochs": 1},
-    "actor_rollout_ref": {"actor": {"ppo_mini_batch_size": 8, "use_kl_loss": True, "kl_loss_coef": 0.001},
-                          "rollout": {"n": 4, "name": "vllm"}},
+    "actor_rollout_ref": {
+        "actor": {"ppo_mini_batch_size": 8, "use_kl_loss": True, "kl_loss_coef": 0.001},
+        "rollout": {"n": 4, "name": "vllm"},
+    },
     "algorithm": {"adv_estimator": "grpo", "gamma": 1.0},
     "data": {"train_files": "~/data/gsm8k/train.parquet", "val_files": None},
 }
@@ -314,8 +431,16 @@ STEPS = (1, 2, 3)
 def verl_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The environment the backend's own telemetry reads: a run folder under tmp_path, no OTLP."""
     run_dir = tmp_path / "run"
-    for name in ("OTEL_SERVICE_NAME", "OTEL_RL_EXPERIMENT", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_RL_RUN_ID",
-                 "OTEL_RL_FRAMEWORK", "RANK", "WORLD_SIZE", "LOCAL_RANK"):
+    for name in (
+        "OTEL_SERVICE_NAME",
+        "OTEL_RL_EXPERIMENT",
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "OTEL_RL_RUN_ID",
+        "OTEL_RL_FRAMEWORK",
+        "RANK",
+        "WORLD_SIZE",
+        "LOCAL_RANK",
+    ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("OTEL_RL_RUN_DIR", str(run_dir))
     monkeypatch.setenv("OTEL_RL_EXPORTERS", "file")
@@ -336,8 +461,9 @@ def _last_points(run_dir: Path) -> dict:
 def test_trainer_logger_otel_through_verls_tracking(tracking_module, verl_env, resolver, capsys):
     from otel_rl.integrations.verl import OtelBackend
 
-    tracking = tracking_module.Tracking(project_name=PROJECT, experiment_name=EXPERIMENT,
-                                        default_backend=["console", "otel"], config=CONFIG)
+    tracking = tracking_module.Tracking(
+        project_name=PROJECT, experiment_name=EXPERIMENT, default_backend=["console", "otel"], config=CONFIG
+    )
     assert set(tracking.logger) == {"console", "otel"}
     backend = tracking.logger["otel"]
     assert isinstance(backend, OtelBackend)
@@ -384,9 +510,22 @@ def test_each_logged_step_becomes_a_trace_of_verls_timers(tracking_module, verl_
     from otel_rl.integrations.verl_timers import STEP_TIMERS
     from otel_rl.runs.folder import read_spans
 
-    timing = {"start_profile": 0.05, "gen": 6.0, "generate_sequences": 5.5, "agent_loop/generate_sequences/mean": 2.0,
-              "reward": 1.0, "old_log_prob": 0.8, "ref": 0.7, "adv": 0.1, "update_actor": 4.0,
-              "save_checkpoint": 0.9, "update_weights": 0.6, "testing": 1.5, "stop_profile": 0.05, "step": 16.0}
+    timing = {
+        "start_profile": 0.05,
+        "gen": 6.0,
+        "generate_sequences": 5.5,
+        "agent_loop/generate_sequences/mean": 2.0,
+        "reward": 1.0,
+        "old_log_prob": 0.8,
+        "ref": 0.7,
+        "adv": 0.1,
+        "update_actor": 4.0,
+        "save_checkpoint": 0.9,
+        "update_weights": 0.6,
+        "testing": 1.5,
+        "stop_profile": 0.05,
+        "step": 16.0,
+    }
     tracking = tracking_module.Tracking(project_name=PROJECT, experiment_name=EXPERIMENT, default_backend=["otel"])
     for step in STEPS:
         tracking.log(data={**{f"timing_s/{k}": v for k, v in timing.items()}, "actor/pg_loss": 0.1}, step=step)
@@ -397,12 +536,24 @@ def test_each_logged_step_becomes_a_trace_of_verls_timers(tracking_module, verl_
     assert not spans.problems
     roots = {s.attributes[A.RL_STEP]: s for s in spans if s.name == N.RL_STEP_SPAN}
     assert sorted(roots) == list(STEPS)
-    expected = [(f"rl.{stage}", cluster, timing[timer]) for timer in STEP_TIMERS if timer in timing
-                for stage, cluster in [dict(gen=("generate", None), reward=("compute_rewards", None),
-                                            old_log_prob=("compute_log_probs", None), ref=("compute_ref_log_probs", None),
-                                            adv=("advantage", None), update_actor=("train_step", "actor_train"),
-                                            save_checkpoint=("do_checkpoint", None), update_weights=("model_update", None),
-                                            testing=("validation", None))[timer]]]
+    expected = [
+        (f"rl.{stage}", cluster, timing[timer])
+        for timer in STEP_TIMERS
+        if timer in timing
+        for stage, cluster in [
+            dict(
+                gen=("generate", None),
+                reward=("compute_rewards", None),
+                old_log_prob=("compute_log_probs", None),
+                ref=("compute_ref_log_probs", None),
+                adv=("advantage", None),
+                update_actor=("train_step", "actor_train"),
+                save_checkpoint=("do_checkpoint", None),
+                update_weights=("model_update", None),
+                testing=("validation", None),
+            )[timer]
+        ]
+    ]
     for step, root in roots.items():
         assert root.duration_ns == 16 * 10**9 and root.attributes[A.RL_SPAN_RECONSTRUCTED] is True
         children = sorted((s for s in spans if s.parent_span_id == root.span_id), key=lambda s: s.start_ns)

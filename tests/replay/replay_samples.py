@@ -27,11 +27,20 @@ def steps(n: int = 30, seed: int = 0, every: int = 1) -> Steps:
     out = []
     for i in range(1, n + 1):
         s = i * every
-        out.append((s, {
-            "loss": round(rng.uniform(-0.01, 0.01), 6), "grad_norm": round(rng.uniform(0.2, 2.0), 6),
-            "learning_rate": 1e-6, "kl": round(rng.uniform(0.001, 0.05), 6), "reward": round(rng.uniform(0, 2), 6),
-            "completions/mean_length": round(rng.uniform(100, 300), 3), "completions/clipped_ratio": round(rng.uniform(0, 0.1), 6),
-        }))
+        out.append(
+            (
+                s,
+                {
+                    "loss": round(rng.uniform(-0.01, 0.01), 6),
+                    "grad_norm": round(rng.uniform(0.2, 2.0), 6),
+                    "learning_rate": 1e-6,
+                    "kl": round(rng.uniform(0.001, 0.05), 6),
+                    "reward": round(rng.uniform(0, 2), 6),
+                    "completions/mean_length": round(rng.uniform(100, 300), 3),
+                    "completions/clipped_ratio": round(rng.uniform(0, 0.1), 6),
+                },
+            )
+        )
     return out
 
 
@@ -39,17 +48,33 @@ def swift(data: Steps, max_steps: int = 100, speed_key: str = "train_speed(iter/
     lines = []
     for step, values in data:
         row = dict(values)
-        row.update({"epoch": round(step / max_steps, 8), "global_step/max_steps": f"{step}/{max_steps}",
-                    "percentage": f"{step / max_steps * 100:.2f}%", "elapsed_time": f"{step * 75 // 60}m {step * 75 % 60}s",
-                    "remaining_time": "1h 0m 0s", "memory(GiB)": 55.3, speed_key: 0.0133})
+        row.update(
+            {
+                "epoch": round(step / max_steps, 8),
+                "global_step/max_steps": f"{step}/{max_steps}",
+                "percentage": f"{step / max_steps * 100:.2f}%",
+                "elapsed_time": f"{step * 75 // 60}m {step * 75 % 60}s",
+                "remaining_time": "1h 0m 0s",
+                "memory(GiB)": 55.3,
+                speed_key: 0.0133,
+            }
+        )
         lines.append(json.dumps(row))
     return "\n".join(lines) + "\n"
 
 
 def trainer_state(data: Steps, max_steps: int = 100, logging_steps: int = 1) -> str:
     history = [{**values, "step": step} for step, values in data]
-    state = {"best_metric": None, "epoch": 1.0, "global_step": data[-1][0], "log_history": history,
-             "logging_steps": logging_steps, "max_steps": max_steps, "save_steps": 50, "train_batch_size": 4}
+    state = {
+        "best_metric": None,
+        "epoch": 1.0,
+        "global_step": data[-1][0],
+        "log_history": history,
+        "logging_steps": logging_steps,
+        "max_steps": max_steps,
+        "save_steps": 50,
+        "train_batch_size": 4,
+    }
     return json.dumps(state, indent=2)
 
 

@@ -105,9 +105,11 @@ def test_hf_console_steps_come_from_the_progress_bar(tmp_path, string_floats):
 def test_hf_console_values_python_cannot_read_plainly(tmp_path):
     clear = "\r" + " " * 60 + "\r"
     text = (
-        "\r 10%|█         | 1/10 [00:01<00:09,  1.00it/s]" + clear
+        "\r 10%|█         | 1/10 [00:01<00:09,  1.00it/s]"
+        + clear
         + "{'loss': 0.5, 'grad_norm': tensor(2.5, device='cuda:0'), 'learning_rate': 1e-06, 'epoch': 0.1}\n"
-        "\r 10%|█         | 1/10 [00:01<00:09,  1.00it/s]\r 20%|██        | 2/10 [00:02<00:08,  1.00it/s]" + clear
+        "\r 10%|█         | 1/10 [00:01<00:09,  1.00it/s]\r 20%|██        | 2/10 [00:02<00:08,  1.00it/s]"
+        + clear
         + "{'loss': nan, 'grad_norm': np.float64(inf), 'epoch': 0.2}\n"
         "\r 20%|██        | 2/10 [00:02<00:08,  1.00it/s]\n"
         "{'loss': 0.3, 'grad_norm': 1.0, 'epoch': 0.3\n"  # cut off mid-line: reported, not fatal

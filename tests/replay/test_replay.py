@@ -24,8 +24,15 @@ from otel_rl.semconv import names as N
 @pytest.fixture(autouse=True)
 def _isolated(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_RL_EXPORTERS", "OTEL_SERVICE_NAME", "OTEL_RL_RUN_ID", "OTEL_RL_RUN_DIR",
-                 "OTEL_RESOURCE_ATTRIBUTES", "OTEL_RL_CONFIG"):
+    for name in (
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "OTEL_RL_EXPORTERS",
+        "OTEL_SERVICE_NAME",
+        "OTEL_RL_RUN_ID",
+        "OTEL_RL_RUN_DIR",
+        "OTEL_RESOURCE_ATTRIBUTES",
+        "OTEL_RL_CONFIG",
+    ):
         monkeypatch.delenv(name, raising=False)
 
 
@@ -58,8 +65,13 @@ def test_real_swift_log_replays_with_elapsed_times_and_mapped_metrics(tmp_path):
 @needs_shared_logs
 def test_trainer_state_gets_the_stated_synthetic_clock(tmp_path):
     out = io.StringIO()
-    result = replay_file(LOGS / "trl_grpo_aaipl_checkpoint-500_trainer_state.json", out=out, progress=False,
-                         step_seconds=30, start_time="2025-03-01T00:00:00Z")
+    result = replay_file(
+        LOGS / "trl_grpo_aaipl_checkpoint-500_trainer_state.json",
+        out=out,
+        progress=False,
+        step_seconds=30,
+        start_time="2025-03-01T00:00:00Z",
+    )
     events = step_events(result.run_dir)
     assert len(events) == 50
     origin = parse_start("2025-03-01")
@@ -86,8 +98,14 @@ def test_every_metric_point_lands_at_its_steps_original_time(tmp_path):
 def test_verl_steps_with_timers_are_replayed_as_traces_at_their_time(tmp_path):
     from otel_rl.runs.folder import read_spans
 
-    timing = {"timing_s/gen": 5.0, "timing_s/reward": 1.0, "timing_s/old_log_prob": 0.5, "timing_s/adv": 0.1,
-              "timing_s/update_actor": 2.0, "timing_s/step": 9.0}
+    timing = {
+        "timing_s/gen": 5.0,
+        "timing_s/reward": 1.0,
+        "timing_s/old_log_prob": 0.5,
+        "timing_s/adv": 0.1,
+        "timing_s/update_actor": 2.0,
+        "timing_s/step": 9.0,
+    }
     data = [(step, {**timing, "actor/pg_loss": 0.1 * step}) for step in (1, 2, 3)] + [(4, {"actor/pg_loss": 0.4})]
     src = tmp_path / "verl.jsonl"
     src.write_text(samples.verl_jsonl(data))
@@ -101,8 +119,7 @@ def test_verl_steps_with_timers_are_replayed_as_traces_at_their_time(tmp_path):
     for step, root in roots.items():
         assert root.end_ns == event_time[step] and root.duration_ns == 9 * 10**9
         children = sorted((s for s in spans if s.parent_span_id == root.span_id), key=lambda s: s.start_ns)
-        assert [s.name for s in children] == ["rl.generate", "rl.compute_rewards", "rl.compute_log_probs", "rl.advantage",
-                                              "rl.train_step"]
+        assert [s.name for s in children] == ["rl.generate", "rl.compute_rewards", "rl.compute_log_probs", "rl.advantage", "rl.train_step"]
         assert all(s.attributes[A.RL_SPAN_RECONSTRUCTED] is True for s in children)
 
 
@@ -148,16 +165,20 @@ def test_run_id_depends_on_content_and_resource(tmp_path):
     rb = replay_file(b, out=io.StringIO(), progress=False)
     rc = replay_file(a, out=io.StringIO(), progress=False, service_name="other")
     assert len({ra.run_id, rb.run_id, rc.run_id}) == 3
-    assert run_id_for("x", format="swift", framework="swift", service_name="s", experiment=None) == \
-        run_id_for("x", format="swift", framework="swift", service_name="s", experiment=None)
+    assert run_id_for("x", format="swift", framework="swift", service_name="s", experiment=None) == run_id_for(
+        "x", format="swift", framework="swift", service_name="s", experiment=None
+    )
 
 
-@pytest.mark.parametrize("fmt, make, name", [
-    ("verl-console", lambda d: samples.verl_console(d), "verl.log"),
-    ("verl-jsonl", lambda d: samples.verl_jsonl(d), "exp.jsonl"),
-    ("roll-stdout", lambda d: samples.roll_stdout(d), "roll.log"),
-    ("trl-state", lambda d: samples.trainer_state(d), "trainer_state.json"),
-])
+@pytest.mark.parametrize(
+    "fmt, make, name",
+    [
+        ("verl-console", lambda d: samples.verl_console(d), "verl.log"),
+        ("verl-jsonl", lambda d: samples.verl_jsonl(d), "exp.jsonl"),
+        ("roll-stdout", lambda d: samples.roll_stdout(d), "roll.log"),
+        ("trl-state", lambda d: samples.trainer_state(d), "trainer_state.json"),
+    ],
+)
 def test_each_format_replays_every_step(tmp_path, fmt, make, name):
     data = samples.steps(12)
     src = tmp_path / name

@@ -49,8 +49,12 @@ def test_format_steps_and_values_are_the_truth(trap):
     by_step = {r.step: r.values for r in parsed.records}
     assert sorted(by_step) == trap.steps
     assert not parsed.doubts, parsed.doubts
-    wrong = {(step, key): (want, by_step[step].get(key)) for step, values in trap.values.items()
-             for key, want in values.items() if not _same(by_step[step].get(key), want)}
+    wrong = {
+        (step, key): (want, by_step[step].get(key))
+        for step, values in trap.values.items()
+        for key, want in values.items()
+        if not _same(by_step[step].get(key), want)
+    }
     assert not wrong
     present = {(step, key) for step, keys in trap.absent.items() for key in keys if key in by_step.get(step, {})}
     assert not present, f"keys cut off by the line limit were read: {sorted(present)[:5]}"

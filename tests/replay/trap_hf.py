@@ -13,8 +13,13 @@ from typing import Any
 from trap_logs import Bar, Clock, Console, NpRepr, Tensor, Truth, f32, format_interval, g4, plain, spread, write_text
 
 __all__ = [
-    "write_hf_ambiguous", "write_hf_buffered", "write_hf_checkpoint_shards", "write_hf_eval", "write_hf_numpy",
-    "write_hf_resumed", "write_two_runs",
+    "write_hf_ambiguous",
+    "write_hf_buffered",
+    "write_hf_checkpoint_shards",
+    "write_hf_eval",
+    "write_hf_numpy",
+    "write_hf_resumed",
+    "write_two_runs",
 ]
 
 # --------------------------------------------------------------------------------------------------
@@ -43,11 +48,14 @@ def _on_log_text(logs: dict[str, Any], strings: bool) -> tuple[str, dict[str, An
     return str(shown), shown_numbers
 
 
-def _hf_preamble(con: Console, clock: Clock, *, shards: int = 2, model: str = "Qwen/Qwen2.5-7B-Instruct",
-                 vllm: bool = False, map_examples: int = 0) -> None:
+def _hf_preamble(
+    con: Console, clock: Clock, *, shards: int = 2, model: str = "Qwen/Qwen2.5-7B-Instruct", vllm: bool = False, map_examples: int = 0
+) -> None:
     """What comes before training: warnings, the checkpoint-shard bar, vLLM's own shard lines, a Map bar."""
-    con.err("/opt/venv/lib/python3.11/site-packages/trl/__init__.py:22: UserWarning: TRL currently supports vLLM "
-            "versions from 0.10.2 to 0.17.1. You have version 0.19.0 installed.\n  if is_vllm_available():\n")
+    con.err(
+        "/opt/venv/lib/python3.11/site-packages/trl/__init__.py:22: UserWarning: TRL currently supports vLLM "
+        "versions from 0.10.2 to 0.17.1. You have version 0.19.0 installed.\n  if is_vllm_available():\n"
+    )
     con.log(f"[INFO] train_grpo: Loading model: {model} (bf16, attn=sdpa)")
     con.err("`torch_dtype` is deprecated! Use `dtype` instead!\n")
     bar = Bar(con, clock, total=shards, desc="Loading checkpoint shards")
@@ -62,8 +70,10 @@ def _hf_preamble(con: Console, clock: Clock, *, shards: int = 2, model: str = "Q
             elapsed = clock.now - start
             rate = f"{i / elapsed:5.2f}it/s" if elapsed else "?it/s"
             remaining = format_interval((shards - i) * elapsed / i) if i and elapsed else "?"
-            con.err(f"\rLoading safetensors checkpoint shards: {i / shards * 100:3.0f}% Completed | {i}/{shards} "
-                    f"[{format_interval(elapsed)}<{remaining}, {rate}]\n")
+            con.err(
+                f"\rLoading safetensors checkpoint shards: {i / shards * 100:3.0f}% Completed | {i}/{shards} "
+                f"[{format_interval(elapsed)}<{remaining}, {rate}]\n"
+            )
             clock.advance(0.6)
         con.err("\n")
     if map_examples:
@@ -79,9 +89,20 @@ def _hf_preamble(con: Console, clock: Clock, *, shards: int = 2, model: str = "Q
     con.log("Using auto half precision backend")
 
 
-def _hf_header(con: Console, *, style: str, num_examples: int, num_epochs: int, per_device: int, accumulation: int,
-               max_steps: int, steps_per_epoch: int, trainable: int = 161_480_704, world: int = 1,
-               resumed_at: int | None = None) -> None:
+def _hf_header(
+    con: Console,
+    *,
+    style: str,
+    num_examples: int,
+    num_epochs: int,
+    per_device: int,
+    accumulation: int,
+    max_steps: int,
+    steps_per_epoch: int,
+    trainable: int = 161_480_704,
+    world: int = 1,
+    resumed_at: int | None = None,
+) -> None:
     """``Trainer._inner_training_loop``'s header (``hf5``: transformers 5.x, ``hf4``: 4.x) or unsloth's banner."""
     total = per_device * accumulation * world
     if style == "unsloth":
@@ -106,14 +127,26 @@ def _hf_header(con: Console, *, style: str, num_examples: int, num_epochs: int, 
         if resumed_at is not None:
             epochs_trained = resumed_at // steps_per_epoch
             lines.append(f"  Resuming training from checkpoint with epoch {epochs_trained} and global step {resumed_at}")
-            lines.append(f"  Fast-forwarding the dataloader past {epochs_trained} epochs and "
-                         f"{(resumed_at % steps_per_epoch) * accumulation} batches to resume from the exact training state.")
+            lines.append(
+                f"  Fast-forwarding the dataloader past {epochs_trained} epochs and "
+                f"{(resumed_at % steps_per_epoch) * accumulation} batches to resume from the exact training state."
+            )
     for line in lines:
         con.log(line)
 
 
-def _grpo_logs(rng: random.Random, step: int, max_steps: int, *, keys: str, beta: float, lr: float,
-               num_tokens: list[float], reward_fn: str = "accuracy_reward", warmup: int = 10) -> dict[str, Any]:
+def _grpo_logs(
+    rng: random.Random,
+    step: int,
+    max_steps: int,
+    *,
+    keys: str,
+    beta: float,
+    lr: float,
+    num_tokens: list[float],
+    reward_fn: str = "accuracy_reward",
+    warmup: int = 10,
+) -> dict[str, Any]:
     """One GRPO log as TRL's ``GRPOTrainer.log`` merges it: loss, grad_norm, learning_rate first
     (``_maybe_log_save_evaluate``), then the averaged metrics in the order they were recorded."""
     progress = step / max_steps
@@ -129,33 +162,39 @@ def _grpo_logs(rng: random.Random, step: int, max_steps: int, *, keys: str, beta
         "learning_rate": learning_rate,
     }
     if keys == "old":
-        logs.update({"completion_length": length, f"rewards/{reward_fn}": reward, "reward": reward,
-                     "reward_std": reward_std, "kl": kl})
+        logs.update({"completion_length": length, f"rewards/{reward_fn}": reward, "reward": reward, "reward_std": reward_std, "kl": kl})
         return logs
     num_tokens[0] += round(length * 16 + 1200.0)
     clipped = round(max(0.0, rng.gauss(0.02 + 0.1 * progress, 0.02)), 4)
-    logs.update({
-        "num_tokens": float(num_tokens[0]),
-        "completions/mean_length": length,
-        "completions/min_length": round(length * 0.6, 1),
-        "completions/max_length": round(min(512.0, length * 1.5), 1),
-        "completions/clipped_ratio": clipped,
-        "completions/mean_terminated_length": round(length * 0.97, 3),
-        "completions/min_terminated_length": round(length * 0.6, 1),
-        "completions/max_terminated_length": round(min(512.0, length * 1.4), 1),
-        f"rewards/{reward_fn}/mean": reward,
-        f"rewards/{reward_fn}/std": reward_std,
-        "reward": reward,
-        "reward_std": reward_std,
-        "frac_reward_zero_std": round(rng.choice([0.0, 0.125, 0.25, 0.375, 0.5]), 3),
-    })
+    logs.update(
+        {
+            "num_tokens": float(num_tokens[0]),
+            "completions/mean_length": length,
+            "completions/min_length": round(length * 0.6, 1),
+            "completions/max_length": round(min(512.0, length * 1.5), 1),
+            "completions/clipped_ratio": clipped,
+            "completions/mean_terminated_length": round(length * 0.97, 3),
+            "completions/min_terminated_length": round(length * 0.6, 1),
+            "completions/max_terminated_length": round(min(512.0, length * 1.4), 1),
+            f"rewards/{reward_fn}/mean": reward,
+            f"rewards/{reward_fn}/std": reward_std,
+            "reward": reward,
+            "reward_std": reward_std,
+            "frac_reward_zero_std": round(rng.choice([0.0, 0.125, 0.25, 0.375, 0.5]), 3),
+        }
+    )
     if beta:
         logs["kl"] = kl
-    logs.update({
-        "entropy": f32(abs(rng.gauss(0.4 + 0.2 * progress, 0.05))),
-        "clip_ratio/low_mean": 0.0, "clip_ratio/low_min": 0.0, "clip_ratio/high_mean": 0.0,
-        "clip_ratio/high_max": 0.0, "clip_ratio/region_mean": 0.0,
-    })
+    logs.update(
+        {
+            "entropy": f32(abs(rng.gauss(0.4 + 0.2 * progress, 0.05))),
+            "clip_ratio/low_mean": 0.0,
+            "clip_ratio/low_min": 0.0,
+            "clip_ratio/high_mean": 0.0,
+            "clip_ratio/high_max": 0.0,
+            "clip_ratio/region_mean": 0.0,
+        }
+    )
     return logs
 
 
@@ -170,9 +209,14 @@ def _sft_logs(rng: random.Random, step: int, max_steps: int, lr: float) -> dict[
 
 def _summary_logs(rng: random.Random, steps_run: int, seconds: float, samples: float, epoch: float) -> dict[str, Any]:
     """``_finalize_training``'s ``speed_metrics`` + ``train_loss`` (``total_flos`` is dropped by on_log)."""
-    return {"train_runtime": round(seconds, 4), "train_samples_per_second": round(samples / seconds, 3),
-            "train_steps_per_second": round(steps_run / seconds, 3), "total_flos": 0.0,
-            "train_loss": rng.uniform(0.001, 0.05), "epoch": epoch}
+    return {
+        "train_runtime": round(seconds, 4),
+        "train_samples_per_second": round(samples / seconds, 3),
+        "train_steps_per_second": round(steps_run / seconds, 3),
+        "total_flos": 0.0,
+        "train_loss": rng.uniform(0.001, 0.05),
+        "epoch": epoch,
+    }
 
 
 @dataclass
@@ -194,9 +238,17 @@ class _HfRun:
     evals: dict[int, dict[str, Any]] = field(default_factory=dict)  # step -> numbers of the eval dict after it
     summary: dict[str, Any] | None = None
 
-    def train(self, logs_for: Callable[[int], dict[str, Any]], *, start: int = 0, stop: int | None = None,
-              finish: bool = True, on_step: Callable[[int], None] | None = None,
-              eval_every: int = 0, eval_for: Callable[[int], tuple[int, dict[str, Any]]] | None = None) -> None:
+    def train(
+        self,
+        logs_for: Callable[[int], dict[str, Any]],
+        *,
+        start: int = 0,
+        stop: int | None = None,
+        finish: bool = True,
+        on_step: Callable[[int], None] | None = None,
+        eval_every: int = 0,
+        eval_for: Callable[[int], tuple[int, dict[str, Any]]] | None = None,
+    ) -> None:
         con, clock = self.con, self.clock
         bar = Bar(con, clock, total=self.max_steps)  # on_train_begin
         current = 0
@@ -247,14 +299,13 @@ def _hf_values(printed: dict[int, dict[str, Any]], steps: Iterable[int], keys: I
     return {s: {k: printed[s][k] for k in keys if k in printed[s]} for s in steps}
 
 
-
-
 # --------------------------------------------------------------------------------------------------
 # HF traps
 
 
-def write_hf_checkpoint_shards(path: Path, *, max_steps: int = 120, logging_steps: int = 10, shards: int = 2,
-                               strings: bool = True, seed: int = 2) -> Truth:
+def write_hf_checkpoint_shards(
+    path: Path, *, max_steps: int = 120, logging_steps: int = 10, shards: int = 2, strings: bool = True, seed: int = 2
+) -> Truth:
     """A TRL GRPO console (transformers 5.x ``ProgressCallback``, stdout line-buffered as under
     ``python -u``): ``Loading checkpoint shards`` bars (total = ``shards``), vLLM's
     ``Loading safetensors checkpoint shards ... Completed`` lines and a ``Map`` bar before the
@@ -269,22 +320,34 @@ def write_hf_checkpoint_shards(path: Path, *, max_steps: int = 120, logging_step
     _hf_preamble(con, clock, shards=shards, vllm=True, map_examples=7473)
     per_device, accumulation, examples = 2, 4, 7473
     steps_per_epoch = math.ceil(math.ceil(examples / per_device) / accumulation)
-    _hf_header(con, style="hf5" if strings else "hf4", num_examples=examples, num_epochs=1, per_device=per_device,
-               accumulation=accumulation, max_steps=max_steps, steps_per_epoch=steps_per_epoch)
+    _hf_header(
+        con,
+        style="hf5" if strings else "hf4",
+        num_examples=examples,
+        num_epochs=1,
+        per_device=per_device,
+        accumulation=accumulation,
+        max_steps=max_steps,
+        steps_per_epoch=steps_per_epoch,
+    )
     run = _HfRun(con, clock, rng, max_steps, logging_steps, steps_per_epoch, strings, save_steps=max_steps // 2)
     tokens = [0.0]
     run.train(lambda s: _grpo_logs(rng, s, max_steps, keys="new", beta=0.04, lr=1e-5, num_tokens=tokens))
     con.exit()
     write_text(path, con.text())
     steps = list(range(logging_steps, max_steps + 1, logging_steps))
-    return Truth(path, "hf-console", steps,
-                 values=_hf_values(run.printed, spread(steps), ("loss", "reward", "kl", "grad_norm", "completions/mean_length")),
-                 settings={"max_steps": max_steps, "logging_steps": logging_steps, "num_epochs": 1,
-                           "train_batch_size": per_device * accumulation})
+    return Truth(
+        path,
+        "hf-console",
+        steps,
+        values=_hf_values(run.printed, spread(steps), ("loss", "reward", "kl", "grad_norm", "completions/mean_length")),
+        settings={"max_steps": max_steps, "logging_steps": logging_steps, "num_epochs": 1, "train_batch_size": per_device * accumulation},
+    )
 
 
-def write_hf_buffered(path: Path, *, max_steps: int = 200, logging_steps: int = 5, strings: bool = False,
-                      burst_bytes: int | None = 8192, seed: int = 3) -> Truth:
+def write_hf_buffered(
+    path: Path, *, max_steps: int = 200, logging_steps: int = 5, strings: bool = False, burst_bytes: int | None = 8192, seed: int = 3
+) -> Truth:
     """A TRL GRPO run under ``nohup ... > log 2>&1``: tqdm's stderr lands at once, the dicts
     (``tqdm.write`` -> stdout) only when stdout's block buffer fills (``burst_bytes``; bursts of a
     few dicts glued after a bar's ``\\r``) or, with ``burst_bytes=None``, all after
@@ -298,27 +361,44 @@ def write_hf_buffered(path: Path, *, max_steps: int = 200, logging_steps: int = 
     _hf_preamble(con, clock, shards=4)
     per_device, accumulation, examples = 2, 4 if not strings else 2, 7473
     steps_per_epoch = math.ceil(math.ceil(examples / per_device) / accumulation)
-    _hf_header(con, style="hf5" if strings else "hf4", num_examples=examples, num_epochs=1, per_device=per_device,
-               accumulation=accumulation, max_steps=max_steps, steps_per_epoch=steps_per_epoch)
+    _hf_header(
+        con,
+        style="hf5" if strings else "hf4",
+        num_examples=examples,
+        num_epochs=1,
+        per_device=per_device,
+        accumulation=accumulation,
+        max_steps=max_steps,
+        steps_per_epoch=steps_per_epoch,
+    )
     con.err("Could not estimate the number of tokens of the input, floating-point operations will not be computed\n")
-    run = _HfRun(con, clock, rng, max_steps, logging_steps, steps_per_epoch, strings, save_steps=max_steps,
-                 seconds_per_step=32.0 if strings else 4.6)
+    run = _HfRun(
+        con, clock, rng, max_steps, logging_steps, steps_per_epoch, strings, save_steps=max_steps, seconds_per_step=32.0 if strings else 4.6
+    )
     tokens = [0.0]
     keys = "old" if strings else "new"
-    run.train(lambda s: _grpo_logs(rng, s, max_steps, keys=keys, beta=0.04, lr=1e-4 if not strings else 1e-5,
-                                   num_tokens=tokens, reward_fn="reward_fn"))
+    run.train(
+        lambda s: _grpo_logs(
+            rng, s, max_steps, keys=keys, beta=0.04, lr=1e-4 if not strings else 1e-5, num_tokens=tokens, reward_fn="reward_fn"
+        )
+    )
     con.exit()
-    con.err("[rank0]:[W404 19:39:51.664925646 ProcessGroupNCCL.cpp:1553] Warning: WARNING: destroy_process_group() "
-            "was not called before program exit, which can leak resources.\n")
+    con.err(
+        "[rank0]:[W404 19:39:51.664925646 ProcessGroupNCCL.cpp:1553] Warning: WARNING: destroy_process_group() "
+        "was not called before program exit, which can leak resources.\n"
+    )
     write_text(path, con.text())
     steps = list(range(logging_steps, max_steps + 1, logging_steps))
-    return Truth(path, "hf-console", steps,
-                 values=_hf_values(run.printed, spread(steps, 6), ("loss", "reward", "kl", "grad_norm", "learning_rate")),
-                 settings={"max_steps": max_steps, "logging_steps": logging_steps, "num_epochs": 1})
+    return Truth(
+        path,
+        "hf-console",
+        steps,
+        values=_hf_values(run.printed, spread(steps, 6), ("loss", "reward", "kl", "grad_norm", "learning_rate")),
+        settings={"max_steps": max_steps, "logging_steps": logging_steps, "num_epochs": 1},
+    )
 
 
-def write_hf_resumed(path: Path, *, max_steps: int = 100, crash_after: int = 60, resume_from: int = 50,
-                     seed: int = 5) -> Truth:
+def write_hf_resumed(path: Path, *, max_steps: int = 100, crash_after: int = 60, resume_from: int = 50, seed: int = 5) -> Truth:
     """Two processes appended to one console log (``>>``), transformers 5.x, logging every step,
     stdout line-buffered: the first run logs steps 1..``crash_after`` (checkpoint at
     ``resume_from``) and dies with a CUDA OOM traceback; the second resumes from
@@ -337,18 +417,32 @@ def write_hf_resumed(path: Path, *, max_steps: int = 100, crash_after: int = 60,
         con = Console(stdout_block=0, parts=parts)
         _hf_preamble(con, clock, shards=2)
         start = 0 if attempt == 1 else resume_from
-        _hf_header(con, style="hf5", num_examples=examples, num_epochs=1, per_device=per_device, accumulation=accumulation,
-                   max_steps=max_steps, steps_per_epoch=steps_per_epoch, resumed_at=start or None)
-        run = _HfRun(con, clock, rng, max_steps, 1, steps_per_epoch, True, save_steps=resume_from,
-                     output_dir="outputs/grpo-resume")
+        _hf_header(
+            con,
+            style="hf5",
+            num_examples=examples,
+            num_epochs=1,
+            per_device=per_device,
+            accumulation=accumulation,
+            max_steps=max_steps,
+            steps_per_epoch=steps_per_epoch,
+            resumed_at=start or None,
+        )
+        run = _HfRun(con, clock, rng, max_steps, 1, steps_per_epoch, True, save_steps=resume_from, output_dir="outputs/grpo-resume")
         tokens = [1000.0 * start]
-        run.train(lambda s: _grpo_logs(rng, s, max_steps, keys="new", beta=0.04, lr=1e-5, num_tokens=tokens),
-                  start=start, stop=crash_after if attempt == 1 else max_steps, finish=attempt == 2)
+        run.train(
+            lambda s: _grpo_logs(rng, s, max_steps, keys="new", beta=0.04, lr=1e-5, num_tokens=tokens),
+            start=start,
+            stop=crash_after if attempt == 1 else max_steps,
+            finish=attempt == 2,
+        )
         if attempt == 1:
-            con.err("\nTraceback (most recent call last):\n  File \"/work/train_grpo.py\", line 212, in <module>\n"
-                    "    trainer.train()\n"
-                    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.31 GiB. GPU 0 has a total capacity "
-                    "of 79.19 GiB of which 1.02 GiB is free.\n")
+            con.err(
+                '\nTraceback (most recent call last):\n  File "/work/train_grpo.py", line 212, in <module>\n'
+                "    trainer.train()\n"
+                "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.31 GiB. GPU 0 has a total capacity "
+                "of 79.19 GiB of which 1.02 GiB is free.\n"
+            )
             con.kill()
         else:
             con.exit()
@@ -356,14 +450,27 @@ def write_hf_resumed(path: Path, *, max_steps: int = 100, crash_after: int = 60,
     write_text(path, "".join(parts))
     steps = list(range(1, max_steps + 1))
     picks = sorted({1, resume_from, resume_from + 1, (resume_from + crash_after) // 2, crash_after, crash_after + 1, max_steps})
-    return Truth(path, "hf-console", steps,
-                 values=_hf_values(printed, picks, ("loss", "reward", "kl", "grad_norm")),
-                 settings={"max_steps": max_steps, "num_epochs": 1})
+    return Truth(
+        path,
+        "hf-console",
+        steps,
+        values=_hf_values(printed, picks, ("loss", "reward", "kl", "grad_norm")),
+        settings={"max_steps": max_steps, "num_epochs": 1},
+    )
 
 
-def write_two_runs(path: Path, *, banner: str = "unsloth", sft_examples: int = 100, sft_epochs: int = 2,
-                   grpo_examples: int = 937, grpo_epochs: int = 3, grpo_cut_at: int = 123, logging_steps: int = 5,
-                   seed: int = 6) -> Truth:
+def write_two_runs(
+    path: Path,
+    *,
+    banner: str = "unsloth",
+    sft_examples: int = 100,
+    sft_epochs: int = 2,
+    grpo_examples: int = 937,
+    grpo_epochs: int = 3,
+    grpo_cut_at: int = 123,
+    logging_steps: int = 5,
+    seed: int = 6,
+) -> Truth:
     """A pipeline log: an SFT run (dicts with loss, grad_norm, learning_rate, epoch 0.05..2.0, and
     its ``train_runtime`` summary), then in a second process a GRPO run (reward, kl,
     completion keys; epoch starting over at 0.01) killed at step ``grpo_cut_at`` of its plan.
@@ -388,8 +495,17 @@ def write_two_runs(path: Path, *, banner: str = "unsloth", sft_examples: int = 1
         con.print("\U0001f9a5 Unsloth: Will patch your computer to enable 2x faster free finetuning.")
     sft_per_epoch = sft_examples
     sft_steps = sft_per_epoch * sft_epochs
-    _hf_header(con, style=style, num_examples=sft_examples, num_epochs=sft_epochs, per_device=1, accumulation=1,
-               max_steps=sft_steps, steps_per_epoch=sft_per_epoch, trainable=17_596_416)
+    _hf_header(
+        con,
+        style=style,
+        num_examples=sft_examples,
+        num_epochs=sft_epochs,
+        per_device=1,
+        accumulation=1,
+        max_steps=sft_steps,
+        steps_per_epoch=sft_per_epoch,
+        trainable=17_596_416,
+    )
     con.print("Starting SFT...")
     sft = _HfRun(con, clock, rng, sft_steps, logging_steps, sft_per_epoch, strings, seconds_per_step=0.14)
     sft.train(lambda s: _sft_logs(rng, s, sft_steps, 2e-4))
@@ -402,8 +518,17 @@ def write_two_runs(path: Path, *, banner: str = "unsloth", sft_examples: int = 1
     per_device, accumulation = 2, 4
     grpo_per_epoch = grpo_examples // per_device  # 937 -> 468: unsloth's "Total steps = 1,404" over 3 epochs
     grpo_steps = grpo_per_epoch * grpo_epochs
-    _hf_header(con, style=style, num_examples=grpo_examples, num_epochs=grpo_epochs, per_device=per_device,
-               accumulation=accumulation, max_steps=grpo_steps, steps_per_epoch=grpo_per_epoch, trainable=17_596_416)
+    _hf_header(
+        con,
+        style=style,
+        num_examples=grpo_examples,
+        num_epochs=grpo_epochs,
+        per_device=per_device,
+        accumulation=accumulation,
+        max_steps=grpo_steps,
+        steps_per_epoch=grpo_per_epoch,
+        trainable=17_596_416,
+    )
     con.print("Loaded %d GRPO examples" % grpo_examples)
     con.print("Starting GRPO...")
 
@@ -413,27 +538,46 @@ def write_two_runs(path: Path, *, banner: str = "unsloth", sft_examples: int = 1
         con.print("[DEBUG] completions length: 8")
         con.print(f"[DEBUG] completions[0] value: [{{'role': 'assistant', 'content': '{{\"extend\": \"{choice}\"}}'}}]")
         if step % 3 == 0:
-            con.print("\n" + "=" * 50 + "\nReward Statistics:\n  Avg TSC reward: 0.000\n  Avg final reward: 0.500\n"
-                      + "=" * 50 + "\n")
+            con.print("\n" + "=" * 50 + "\nReward Statistics:\n  Avg TSC reward: 0.000\n  Avg final reward: 0.500\n" + "=" * 50 + "\n")
 
     tokens = [0.0]
     grpo = _HfRun(con, clock, rng, grpo_steps, logging_steps, grpo_per_epoch, strings, seconds_per_step=31.7)
-    grpo.train(lambda s: _grpo_logs(rng, s, grpo_steps, keys="new", beta=0.05, lr=1e-5, num_tokens=tokens,
-                                    reward_fn="reward_fn"),
-               stop=grpo_cut_at, finish=False, on_step=reward_prints)
+    grpo.train(
+        lambda s: _grpo_logs(rng, s, grpo_steps, keys="new", beta=0.05, lr=1e-5, num_tokens=tokens, reward_fn="reward_fn"),
+        stop=grpo_cut_at,
+        finish=False,
+        on_step=reward_prints,
+    )
     con.kill()  # the dicts still in stdout's buffer when the process died never reach the file
     text = "".join(parts)
     write_text(path, text)
     steps = sorted(s for s, printed in grpo.texts.items() if printed in text)
     assert steps == list(range(logging_steps, logging_steps * len(steps) + 1, logging_steps))
-    return Truth(path, "hf-console", steps, segments=2,
-                 values=_hf_values(grpo.printed, spread(steps), ("loss", "reward", "kl", "grad_norm")),
-                 settings={"max_steps": grpo_steps, "num_epochs": grpo_epochs, "logging_steps": logging_steps,
-                           "train_batch_size": per_device * accumulation})
+    return Truth(
+        path,
+        "hf-console",
+        steps,
+        segments=2,
+        values=_hf_values(grpo.printed, spread(steps), ("loss", "reward", "kl", "grad_norm")),
+        settings={
+            "max_steps": grpo_steps,
+            "num_epochs": grpo_epochs,
+            "logging_steps": logging_steps,
+            "train_batch_size": per_device * accumulation,
+        },
+    )
 
 
-def write_hf_eval(path: Path, *, max_steps: int = 100, logging_steps: int = 5, eval_steps: int = 25,
-                  eval_batches: int = 13, strings: bool = True, seed: int = 8) -> Truth:
+def write_hf_eval(
+    path: Path,
+    *,
+    max_steps: int = 100,
+    logging_steps: int = 5,
+    eval_steps: int = 25,
+    eval_batches: int = 13,
+    strings: bool = True,
+    seed: int = 8,
+) -> Truth:
     """A TRL GRPO run with evaluation (transformers 5.x, stdout line-buffered): every
     ``eval_steps`` the eval bar (``total=eval_batches``, position 1: ``\\n...\\x1b[A``) runs, then
     ``{'eval_loss': ..., 'eval_runtime': ..., 'eval_samples_per_second': ...,
@@ -447,21 +591,35 @@ def write_hf_eval(path: Path, *, max_steps: int = 100, logging_steps: int = 5, e
     _hf_preamble(con, clock, shards=2)
     per_device, accumulation, examples = 4, 2, 1600
     steps_per_epoch = math.ceil(math.ceil(examples / per_device) / accumulation)
-    _hf_header(con, style="hf5" if strings else "hf4", num_examples=examples, num_epochs=1, per_device=per_device,
-               accumulation=accumulation, max_steps=max_steps, steps_per_epoch=steps_per_epoch)
+    _hf_header(
+        con,
+        style="hf5" if strings else "hf4",
+        num_examples=examples,
+        num_epochs=1,
+        per_device=per_device,
+        accumulation=accumulation,
+        max_steps=max_steps,
+        steps_per_epoch=steps_per_epoch,
+    )
     run = _HfRun(con, clock, rng, max_steps, logging_steps, steps_per_epoch, strings)
     tokens = [0.0]
 
     def eval_for(step: int) -> tuple[int, dict[str, Any]]:
         reward = rng.randint(0, 8 * eval_batches) / (8 * eval_batches)
         seconds = eval_batches * 0.37
-        return eval_batches, {"eval_loss": round(rng.uniform(0.0, 0.02), 6), "eval_runtime": round(seconds, 4),
-                              "eval_samples_per_second": round(eval_batches * 4 / seconds, 3),
-                              "eval_steps_per_second": round(1 / 0.37, 3), "eval_reward": reward,
-                              "eval_reward_std": f32(rng.uniform(0.2, 0.45)), "eval_kl": f32(rng.uniform(0.001, 0.02))}
+        return eval_batches, {
+            "eval_loss": round(rng.uniform(0.0, 0.02), 6),
+            "eval_runtime": round(seconds, 4),
+            "eval_samples_per_second": round(eval_batches * 4 / seconds, 3),
+            "eval_steps_per_second": round(1 / 0.37, 3),
+            "eval_reward": reward,
+            "eval_reward_std": f32(rng.uniform(0.2, 0.45)),
+            "eval_kl": f32(rng.uniform(0.001, 0.02)),
+        }
 
-    run.train(lambda s: _grpo_logs(rng, s, max_steps, keys="new", beta=0.04, lr=1e-5, num_tokens=tokens),
-              eval_every=eval_steps, eval_for=eval_for)
+    run.train(
+        lambda s: _grpo_logs(rng, s, max_steps, keys="new", beta=0.04, lr=1e-5, num_tokens=tokens), eval_every=eval_steps, eval_for=eval_for
+    )
     con.exit()
     write_text(path, con.text())
     steps = list(range(logging_steps, max_steps + 1, logging_steps))
@@ -470,8 +628,9 @@ def write_hf_eval(path: Path, *, max_steps: int = 100, logging_steps: int = 5, e
         shown = run.evals[step]
         values.setdefault(step, {}).update({k: shown[k] for k in ("eval_loss", "eval_reward", "eval_kl")})
         values[step].update({k: run.printed[step][k] for k in ("reward", "loss")})
-    return Truth(path, "hf-console", steps, values=values,
-                 settings={"max_steps": max_steps, "logging_steps": logging_steps, "num_epochs": 1})
+    return Truth(
+        path, "hf-console", steps, values=values, settings={"max_steps": max_steps, "logging_steps": logging_steps, "num_epochs": 1}
+    )
 
 
 def write_hf_numpy(path: Path, *, max_steps: int = 60, logging_steps: int = 2, seed: int = 12) -> Truth:
@@ -487,24 +646,42 @@ def write_hf_numpy(path: Path, *, max_steps: int = 60, logging_steps: int = 2, s
     _hf_preamble(con, clock, shards=2)
     per_device, accumulation, examples = 4, 2, 4000
     steps_per_epoch = math.ceil(math.ceil(examples / per_device) / accumulation)
-    _hf_header(con, style="hf4", num_examples=examples, num_epochs=1, per_device=per_device, accumulation=accumulation,
-               max_steps=max_steps, steps_per_epoch=steps_per_epoch)
+    _hf_header(
+        con,
+        style="hf4",
+        num_examples=examples,
+        num_epochs=1,
+        per_device=per_device,
+        accumulation=accumulation,
+        max_steps=max_steps,
+        steps_per_epoch=steps_per_epoch,
+    )
     run = _HfRun(con, clock, rng, max_steps, logging_steps, steps_per_epoch, False)
 
     def logs_for(step: int) -> dict[str, Any]:
         base = _grpo_logs(rng, step, max_steps, keys="old", beta=0.04, lr=1e-6, num_tokens=[0.0])
-        return {"loss": base["loss"], "grad_norm": Tensor(base["grad_norm"]), "learning_rate": base["learning_rate"],
-                "completion_length": base["completion_length"],
-                "rewards/accuracy_reward": NpRepr("float32", base["reward"]), "reward": NpRepr("float32", base["reward"]),
-                "reward_std": base["reward_std"], "kl": NpRepr("float64", base["kl"])}
+        return {
+            "loss": base["loss"],
+            "grad_norm": Tensor(base["grad_norm"]),
+            "learning_rate": base["learning_rate"],
+            "completion_length": base["completion_length"],
+            "rewards/accuracy_reward": NpRepr("float32", base["reward"]),
+            "reward": NpRepr("float32", base["reward"]),
+            "reward_std": base["reward_std"],
+            "kl": NpRepr("float64", base["kl"]),
+        }
 
     run.train(logs_for)
     con.exit()
     write_text(path, con.text())
     steps = list(range(logging_steps, max_steps + 1, logging_steps))
-    return Truth(path, "hf-console", steps,
-                 values=_hf_values(run.printed, spread(steps, 6), ("grad_norm", "reward", "rewards/accuracy_reward", "kl", "loss")),
-                 settings={"max_steps": max_steps, "logging_steps": logging_steps})
+    return Truth(
+        path,
+        "hf-console",
+        steps,
+        values=_hf_values(run.printed, spread(steps, 6), ("grad_norm", "reward", "rewards/accuracy_reward", "kl", "loss")),
+        settings={"max_steps": max_steps, "logging_steps": logging_steps},
+    )
 
 
 def write_hf_ambiguous(path: Path, *, dicts: int = 7, seed: int = 10) -> Truth:
@@ -525,5 +702,3 @@ def write_hf_ambiguous(path: Path, *, dicts: int = 7, seed: int = 10) -> Truth:
     con.exit()
     write_text(path, con.text())
     return Truth(path, "hf-console", None, ambiguous=True, records=dicts)
-
-

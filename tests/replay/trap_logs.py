@@ -45,8 +45,21 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
-    "WANDB_LINE_LIMIT", "Bar", "Clock", "Console", "Np", "NpRepr", "Tensor", "Truth", "f32", "format_interval",
-    "format_meter", "g4", "plain", "spread", "write_text",
+    "WANDB_LINE_LIMIT",
+    "Bar",
+    "Clock",
+    "Console",
+    "Np",
+    "NpRepr",
+    "Tensor",
+    "Truth",
+    "f32",
+    "format_interval",
+    "format_meter",
+    "g4",
+    "plain",
+    "spread",
+    "write_text",
 ]
 
 WANDB_LINE_LIMIT = 4096
@@ -241,8 +254,9 @@ def format_meter(n: int, total: int, elapsed: float, prefix: str = "", unit: str
 class Bar:
     """A tqdm bar on the console's stderr, drawn as ``std.tqdm`` draws it."""
 
-    def __init__(self, con: Console, clock: Clock, total: int, desc: str = "", pos: int = 0, leave: bool = True,
-                 unit: str = "it", initial: int = 0):
+    def __init__(
+        self, con: Console, clock: Clock, total: int, desc: str = "", pos: int = 0, leave: bool = True, unit: str = "it", initial: int = 0
+    ):
         self.con, self.clock, self.total, self.desc = con, clock, total, desc
         self.pos, self.leave, self.unit, self.initial = pos, leave, unit, initial
         self.n = initial
@@ -291,8 +305,6 @@ class Bar:
             self.display(msg="")
             if not self.pos:
                 self.con.err("\r")
-
-
 
 
 def spread(steps: list[int], count: int = 4) -> list[int]:

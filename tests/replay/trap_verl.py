@@ -33,29 +33,65 @@ def _ray(name: str | None, pid: int, ansi: bool = True) -> Callable[[str], str]:
 
 # (key, kind) of a compact verl GRPO step, in the order verl's trainer fills its metrics dict
 _VERL_COMPACT = [
-    ("actor/entropy", "float"), ("actor/pg_loss", "np64"), ("actor/grad_norm", "np64"),
-    ("actor/lr", "np64"), ("training/global_step", "int"), ("training/epoch", "int"),
-    ("critic/score/mean", "float"), ("critic/score/max", "float"), ("response_length/mean", "float"),
-    ("response_length/clip_ratio", "float"), ("timing_s/step", "float"), ("perf/throughput", "float"),
+    ("actor/entropy", "float"),
+    ("actor/pg_loss", "np64"),
+    ("actor/grad_norm", "np64"),
+    ("actor/lr", "np64"),
+    ("training/global_step", "int"),
+    ("training/epoch", "int"),
+    ("critic/score/mean", "float"),
+    ("critic/score/max", "float"),
+    ("response_length/mean", "float"),
+    ("response_length/clip_ratio", "float"),
+    ("timing_s/step", "float"),
+    ("perf/throughput", "float"),
 ]
 _VERL_ACTOR = [
-    ("global_seqlen/min", "int"), ("global_seqlen/max", "int"), ("global_seqlen/minmax_diff", "int"),
-    ("global_seqlen/mean", "float"), ("actor/entropy", "float"), ("actor/pg_loss", "np64"),
-    ("actor/pg_clipfrac", "np64"), ("actor/ppo_kl", "np64"), ("actor/pg_clipfrac_lower", "np64"),
-    ("actor/grad_norm", "np64"), ("perf/mfu/actor", "np64"), ("perf/max_memory_allocated_gb", "np64"),
-    ("perf/max_memory_reserved_gb", "np64"), ("perf/cpu_memory_used_gb", "np64"), ("actor/lr", "np64"),
+    ("global_seqlen/min", "int"),
+    ("global_seqlen/max", "int"),
+    ("global_seqlen/minmax_diff", "int"),
+    ("global_seqlen/mean", "float"),
+    ("actor/entropy", "float"),
+    ("actor/pg_loss", "np64"),
+    ("actor/pg_clipfrac", "np64"),
+    ("actor/ppo_kl", "np64"),
+    ("actor/pg_clipfrac_lower", "np64"),
+    ("actor/grad_norm", "np64"),
+    ("perf/mfu/actor", "np64"),
+    ("perf/max_memory_allocated_gb", "np64"),
+    ("perf/max_memory_reserved_gb", "np64"),
+    ("perf/cpu_memory_used_gb", "np64"),
+    ("actor/lr", "np64"),
 ]
 _VERL_DATA = [
-    ("training/global_step", "int"), ("training/epoch", "int"),
-    ("critic/score/mean", "float"), ("critic/score/max", "float"), ("critic/score/min", "float"),
-    ("critic/rewards/mean", "float"), ("critic/advantages/mean", "float"), ("critic/advantages/max", "float"),
-    ("critic/advantages/min", "float"), ("response_length/mean", "float"), ("response_length/max", "float"),
-    ("response_length/min", "float"), ("response_length/clip_ratio", "float"), ("prompt_length/mean", "float"),
-    ("prompt_length/max", "float"), ("num_turns/min", "np.int32"), ("num_turns/max", "np.int32"),
-    ("num_turns/mean", "np64"), ("timing_s/gen", "float"), ("timing_s/reward", "float"),
-    ("timing_s/old_log_prob", "float"), ("timing_s/ref", "float"), ("timing_s/adv", "float"),
-    ("timing_s/update_actor", "float"), ("timing_s/step", "float"), ("perf/total_num_tokens", "int"),
-    ("perf/time_per_step", "float"), ("perf/throughput", "float"),
+    ("training/global_step", "int"),
+    ("training/epoch", "int"),
+    ("critic/score/mean", "float"),
+    ("critic/score/max", "float"),
+    ("critic/score/min", "float"),
+    ("critic/rewards/mean", "float"),
+    ("critic/advantages/mean", "float"),
+    ("critic/advantages/max", "float"),
+    ("critic/advantages/min", "float"),
+    ("response_length/mean", "float"),
+    ("response_length/max", "float"),
+    ("response_length/min", "float"),
+    ("response_length/clip_ratio", "float"),
+    ("prompt_length/mean", "float"),
+    ("prompt_length/max", "float"),
+    ("num_turns/min", "np.int32"),
+    ("num_turns/max", "np.int32"),
+    ("num_turns/mean", "np64"),
+    ("timing_s/gen", "float"),
+    ("timing_s/reward", "float"),
+    ("timing_s/old_log_prob", "float"),
+    ("timing_s/ref", "float"),
+    ("timing_s/adv", "float"),
+    ("timing_s/update_actor", "float"),
+    ("timing_s/step", "float"),
+    ("perf/total_num_tokens", "int"),
+    ("perf/time_per_step", "float"),
+    ("perf/throughput", "float"),
 ]
 
 
@@ -63,8 +99,11 @@ def _verl_value(rng: random.Random, key: str, step: int, total: int, epoch_steps
     p = step / max(total, 1)
     if key.startswith("global_seqlen/"):
         base = 250_000 + int(40_000 * p)
-        return {"global_seqlen/min": base - rng.randint(5000, 30000), "global_seqlen/max": base + rng.randint(5000, 30000),
-                "global_seqlen/minmax_diff": rng.randint(10000, 60000)}.get(key, base + rng.choice([0.0, 0.25, 0.5, 0.75]))
+        return {
+            "global_seqlen/min": base - rng.randint(5000, 30000),
+            "global_seqlen/max": base + rng.randint(5000, 30000),
+            "global_seqlen/minmax_diff": rng.randint(10000, 60000),
+        }.get(key, base + rng.choice([0.0, 0.25, 0.5, 0.75]))
     if key == "training/global_step":
         return step
     if key == "training/epoch":
@@ -80,8 +119,11 @@ def _verl_value(rng: random.Random, key: str, step: int, total: int, epoch_steps
         return {"critic/score/max": 1.0, "critic/score/min": -1.0}.get(key, mean)
     if key.startswith("response_length/"):
         mean = float(round(max_len * (0.45 + 0.3 * p) + rng.gauss(0, 6), 3))
-        return {"response_length/max": float(max_len), "response_length/min": float(rng.randint(8, 40)),
-                "response_length/clip_ratio": round(rng.uniform(0, 0.08), 6)}.get(key, mean)
+        return {
+            "response_length/max": float(max_len),
+            "response_length/min": float(rng.randint(8, 40)),
+            "response_length/clip_ratio": round(rng.uniform(0, 0.08), 6),
+        }.get(key, mean)
     if key.startswith("timing_s/") or key == "perf/time_per_step":
         return rng.uniform(20, 60) if key != "timing_s/step" and key != "perf/time_per_step" else rng.uniform(240, 320)
     if key == "perf/throughput":
@@ -113,8 +155,9 @@ def _step_line(step: int, items: list[tuple[str, Any, str]], numpy2: bool) -> st
     return " - ".join([f"step:{step}"] + [f"{k}:{_render(v, kind, numpy2)}" for k, v, kind in items])
 
 
-def _verl_step(rng: random.Random, step: int, total: int, *, layout: list[tuple[str, str]], epoch_steps: int,
-               max_len: int, kl_loss: bool = False) -> list[tuple[str, Any, str]]:
+def _verl_step(
+    rng: random.Random, step: int, total: int, *, layout: list[tuple[str, str]], epoch_steps: int, max_len: int, kl_loss: bool = False
+) -> list[tuple[str, Any, str]]:
     keys = list(layout)
     if kl_loss:
         at = next(i for i, (k, _) in enumerate(keys) if k == "actor/grad_norm")
@@ -136,8 +179,10 @@ def _verl_startup(lines: list[str], cfg: dict[str, Any], *, pid: int, ansi: bool
     ]
     lines += [task(line) for line in pprint.pformat(cfg).splitlines()]
     lines += [
-        task("WARNING: val_batch_size is deprecated. Validation datasets are sent to inference engines as a whole batch, "
-             "which will schedule the memory themselves."),
+        task(
+            "WARNING: val_batch_size is deprecated. Validation datasets are sent to inference engines as a whole batch, "
+            "which will schedule the memory themselves."
+        ),
         task("[validate_config] All configuration checks passed successfully!"),
         task("Size of train dataloader: 233, Size of val dataloader: 1"),
         task(f"Total training steps: {cfg['trainer']['total_training_steps']}"),
@@ -145,8 +190,7 @@ def _verl_startup(lines: list[str], cfg: dict[str, Any], *, pid: int, ansi: bool
     for rank in range(3):
         worker = _ray("WorkerDict", pid + 4 + rank, ansi)
         suffix = _RAY_REPEATED.format(n=7) if rank == 0 and ansi else ""
-        lines.append(worker(f"[Gloo] Rank {rank} is connected to 7 peer ranks. Expected number of connected peer "
-                            f"ranks is : 7{suffix}"))
+        lines.append(worker(f"[Gloo] Rank {rank} is connected to 7 peer ranks. Expected number of connected peer ranks is : 7{suffix}"))
         lines.append(worker("Model config after override: Qwen2Config { ... }"))
     folder = cfg["trainer"]["default_local_dir"]
     if resume_from is None:
@@ -159,9 +203,24 @@ def _verl_startup(lines: list[str], cfg: dict[str, Any], *, pid: int, ansi: bool
     return task
 
 
-def _verl_training(lines: list[str], task: Callable[[str], str], rng: random.Random, clock: Clock, *, first: int,
-                   last: int, total: int, layout: list[tuple[str, str]], numpy2: bool, kl_loss: bool, max_len: int,
-                   save_freq: int, folder: str, pid: int, ansi: bool) -> dict[int, dict[str, Any]]:
+def _verl_training(
+    lines: list[str],
+    task: Callable[[str], str],
+    rng: random.Random,
+    clock: Clock,
+    *,
+    first: int,
+    last: int,
+    total: int,
+    layout: list[tuple[str, str]],
+    numpy2: bool,
+    kl_loss: bool,
+    max_len: int,
+    save_freq: int,
+    folder: str,
+    pid: int,
+    ansi: bool,
+) -> dict[int, dict[str, Any]]:
     """Steps ``first``..``last``: the bar line Ray flushes before each step line, dynamic-sampling
     prints, checkpoint saves. Returns step -> key -> value."""
     bar_start = clock.now
@@ -174,8 +233,9 @@ def _verl_training(lines: list[str], task: Callable[[str], str], rng: random.Ran
         clock.advance(seconds)
         if step % 4 == 1:
             lines.append(task(f"trial 1: filter out {rng.randint(4, 20)} samples from 32 samples"))
-            lines.append(_ray("WorkerDict", pid + 4, ansi)(
-                "INFO: vLLM sleep mode freed 41.2 GiB" + (_RAY_REPEATED.format(n=7) if ansi else "")))
+            lines.append(
+                _ray("WorkerDict", pid + 4, ansi)("INFO: vLLM sleep mode freed 41.2 GiB" + (_RAY_REPEATED.format(n=7) if ansi else ""))
+            )
         lines.append(task("\r" + format_meter(step, total, clock.now - bar_start, prefix="Training Progress", initial=initial)))
         lines.append(task(_step_line(step, items, numpy2)))
         written[step] = {k: v for k, v, _ in items}
@@ -193,8 +253,9 @@ def _pick(written: dict[int, dict[str, Any]], steps: Iterable[int], keys: Iterab
 # verl traps
 
 
-def write_verl_config_dump(path: Path, *, steps: int = 335, use_kl_loss: bool = False, ansi: bool = True,
-                           numpy2: bool = True, seed: int = 1) -> Truth:
+def write_verl_config_dump(
+    path: Path, *, steps: int = 335, use_kl_loss: bool = False, ansi: bool = True, numpy2: bool = True, seed: int = 1
+) -> Truth:
     """A verl GRPO console captured with ``tee`` from the Ray driver: every TaskRunner line behind
     ``\\x1b[36m(TaskRunner pid=N)\\x1b[0m ``, the resolved Hydra config pretty-printed over ~300
     lines by ``main_ppo``'s ``pprint(OmegaConf.to_container(config, resolve=True))`` (nested
@@ -211,21 +272,34 @@ def write_verl_config_dump(path: Path, *, steps: int = 335, use_kl_loss: bool = 
     lines: list[str] = []
     pid = 2021996
     task = _verl_startup(lines, cfg, pid=pid, ansi=ansi)
-    written = _verl_training(lines, task, rng, Clock(), first=1, last=steps, total=steps, layout=_VERL_COMPACT,
-                             numpy2=numpy2, kl_loss=use_kl_loss, max_len=cfg["data"]["max_response_length"],
-                             save_freq=cfg["trainer"]["save_freq"], folder=cfg["trainer"]["default_local_dir"],
-                             pid=pid, ansi=ansi)
+    written = _verl_training(
+        lines,
+        task,
+        rng,
+        Clock(),
+        first=1,
+        last=steps,
+        total=steps,
+        layout=_VERL_COMPACT,
+        numpy2=numpy2,
+        kl_loss=use_kl_loss,
+        max_len=cfg["data"]["max_response_length"],
+        save_freq=cfg["trainer"]["save_freq"],
+        folder=cfg["trainer"]["default_local_dir"],
+        pid=pid,
+        ansi=ansi,
+    )
     write_text(path, "\n".join(lines) + "\n")
     keys = ["actor/grad_norm", "critic/score/mean", "response_length/mean", "actor/entropy"]
     if use_kl_loss:
         keys.append("actor/kl_loss")
     all_steps = list(range(1, steps + 1))
-    return Truth(path, "verl-console", all_steps, values=_pick(written, spread(all_steps, 5), keys),
-                 settings=verl_settings_truth(cfg))
+    return Truth(path, "verl-console", all_steps, values=_pick(written, spread(all_steps, 5), keys), settings=verl_settings_truth(cfg))
 
 
-def write_verl_resumed(path: Path, *, total: int = 100, crash_after: int = 60, resume_from: int = 50,
-                       ansi: bool = True, numpy2: bool = True, seed: int = 4) -> Truth:
+def write_verl_resumed(
+    path: Path, *, total: int = 100, crash_after: int = 60, resume_from: int = 50, ansi: bool = True, numpy2: bool = True, seed: int = 4
+) -> Truth:
     """Two verl processes in one ``tee -a`` log: the first logs steps 1..``crash_after``, saves
     ``global_step_<resume_from>`` (save_freq) and dies (a RayTaskError); the second prints its
     config again (another pid), ``Load from checkpoint folder: .../global_step_50``, ``Setting
@@ -242,10 +316,25 @@ def write_verl_resumed(path: Path, *, total: int = 100, crash_after: int = 60, r
     for attempt, pid in ((1, 1843121), (2, 1907764)):
         task = _verl_startup(lines, cfg, pid=pid, ansi=ansi, resume_from=None if attempt == 1 else resume_from)
         first, last = (1, crash_after) if attempt == 1 else (resume_from + 1, total)
-        written.update(_verl_training(lines, task, rng, clock, first=first, last=last, total=total,
-                                      layout=_VERL_COMPACT, numpy2=numpy2, kl_loss=False,
-                                      max_len=cfg["data"]["max_response_length"], save_freq=resume_from,
-                                      folder=folder, pid=pid, ansi=ansi))
+        written.update(
+            _verl_training(
+                lines,
+                task,
+                rng,
+                clock,
+                first=first,
+                last=last,
+                total=total,
+                layout=_VERL_COMPACT,
+                numpy2=numpy2,
+                kl_loss=False,
+                max_len=cfg["data"]["max_response_length"],
+                save_freq=resume_from,
+                folder=folder,
+                pid=pid,
+                ansi=ansi,
+            )
+        )
         if attempt == 1:
             lines += [
                 "Traceback (most recent call last):",
@@ -258,9 +347,13 @@ def write_verl_resumed(path: Path, *, total: int = 100, crash_after: int = 60, r
     write_text(path, "\n".join(lines) + "\n")
     steps = list(range(1, total + 1))
     picks = sorted({1, resume_from, resume_from + 1, (resume_from + crash_after) // 2, crash_after, crash_after + 1, total})
-    return Truth(path, "verl-console", steps,
-                 values=_pick(written, picks, ["actor/grad_norm", "critic/score/mean", "actor/entropy", "timing_s/step"]),
-                 settings=verl_settings_truth(cfg))
+    return Truth(
+        path,
+        "verl-console",
+        steps,
+        values=_pick(written, picks, ["actor/grad_norm", "critic/score/mean", "actor/entropy", "timing_s/step"]),
+        settings=verl_settings_truth(cfg),
+    )
 
 
 def write_verl_numpy(path: Path, *, steps: int = 30, ansi: bool = True, seed: int = 7) -> Truth:
@@ -274,15 +367,44 @@ def write_verl_numpy(path: Path, *, steps: int = 30, ansi: bool = True, seed: in
     lines: list[str] = ["Training from scratch"]
     task = _ray("TaskRunner", 733412, ansi)
     clock = Clock()
-    written = _verl_training(lines, task, rng, clock, first=1, last=steps, total=steps,
-                             layout=_VERL_ACTOR + _VERL_DATA, numpy2=True, kl_loss=True, max_len=1024, save_freq=0,
-                             folder="checkpoints/x", pid=733412, ansi=ansi)
+    written = _verl_training(
+        lines,
+        task,
+        rng,
+        clock,
+        first=1,
+        last=steps,
+        total=steps,
+        layout=_VERL_ACTOR + _VERL_DATA,
+        numpy2=True,
+        kl_loss=True,
+        max_len=1024,
+        save_freq=0,
+        folder="checkpoints/x",
+        pid=733412,
+        ansi=ansi,
+    )
     write_text(path, "\n".join(lines) + "\n")
     all_steps = list(range(1, steps + 1))
-    return Truth(path, "verl-console", all_steps,
-                 values=_pick(written, spread(all_steps, 5),
-                              ["actor/grad_norm", "actor/kl_loss", "num_turns/min", "num_turns/max", "global_seqlen/min",
-                               "actor/entropy", "critic/score/mean", "perf/total_num_tokens"]))
+    return Truth(
+        path,
+        "verl-console",
+        all_steps,
+        values=_pick(
+            written,
+            spread(all_steps, 5),
+            [
+                "actor/grad_norm",
+                "actor/kl_loss",
+                "num_turns/min",
+                "num_turns/max",
+                "global_seqlen/min",
+                "actor/entropy",
+                "critic/score/mean",
+                "perf/total_num_tokens",
+            ],
+        ),
+    )
 
 
 def _val_block(rng: random.Random, dataset: str, n: int, score: float) -> list[tuple[str, Any, str]]:
@@ -331,8 +453,9 @@ def _cut_kind(part: str, whole_value: str, numpy2: bool) -> str:
     return "value" if len(value) >= 3 and "." in value else ""
 
 
-def write_verl_truncated(path: Path, *, steps: int = 40, test_freq: int = 10, numpy2: bool = True,
-                         val_before_train: bool = True, seed: int = 9) -> Truth:
+def write_verl_truncated(
+    path: Path, *, steps: int = 40, test_freq: int = 10, numpy2: bool = True, val_before_train: bool = True, seed: int = 9
+) -> Truth:
     """A verl W&B ``files/output.log`` (the driver's stdout, no Ray prefix): ``Training from
     scratch``, the ``pprint``-ed ``Initial validation metrics`` string (a parenthesised multi-line
     repr), a validation-only ``step:0`` line, then ``step:N`` lines where every ``test_freq``-th
@@ -389,15 +512,17 @@ def write_verl_truncated(path: Path, *, steps: int = 40, test_freq: int = 10, nu
         assert at is not None
         cut_key = items[at][0]
         written[step] = {k: v for k, v, _ in items[:at]}
-        lost = [k for k, _, _ in items[at + 1:]]
+        lost = [k for k, _, _ in items[at + 1 :]]
         absent[step] = [cut_key] + [k for k in after_cut if k in lost] + lost[-1:]
         if ":" not in part:
             absent[step].append(part)  # the half key itself
         cut_steps.append(step)
         lines.append(line[:WANDB_LINE_LIMIT])
 
-    meta = "test_gen_batch meta info: {'eos_token_id': 151645, 'pad_token_id': 151643, 'recompute_log_prob': False, " \
-           "'do_sample': False, 'validate': True, 'global_steps': %d}"
+    meta = (
+        "test_gen_batch meta info: {'eos_token_id': 151645, 'pad_token_id': 151643, 'recompute_log_prob': False, "
+        "'do_sample': False, 'validate': True, 'global_steps': %d}"
+    )
 
     def validation_prints(step: int) -> None:
         lines.append(meta % step)
@@ -409,8 +534,7 @@ def write_verl_truncated(path: Path, *, steps: int = 40, test_freq: int = 10, nu
     if val_before_train:
         validation_prints(0)
         block = _val_block(rng, dataset, n_val, -0.75)
-        text = "Initial validation metrics: {" + ", ".join(
-            f"'{k}': {_render(v, kind, numpy2)}" for k, v, kind in block) + "}"
+        text = "Initial validation metrics: {" + ", ".join(f"'{k}': {_render(v, kind, numpy2)}" for k, v, kind in block) + "}"
         lines += pprint.pformat(text).splitlines()
         emit(0, block, list(range(0, 12)), want_cycle[0])
     clock_total = 0.0
@@ -432,10 +556,10 @@ def write_verl_truncated(path: Path, *, steps: int = 40, test_freq: int = 10, nu
             lines.append(f"local_global_step_folder: /data/ckpt/qwen2_3b_grpo/global_step_{step}")
     write_text(path, "\n".join(lines) + "\n")
     all_steps = ([0] if val_before_train else []) + list(range(1, steps + 1))
-    values = _pick(written, spread(list(range(1, steps + 1)), 5),
-                   ["actor/grad_norm", "critic/score/mean", "response_length/mean", "timing_s/step"])
+    values = _pick(
+        written, spread(list(range(1, steps + 1)), 5), ["actor/grad_norm", "critic/score/mean", "response_length/mean", "timing_s/step"]
+    )
     for step in cut_steps:
-        kept_keys = [k for k in (f"val-aux/{dataset}/reward/mean@{n_val}", "actor/grad_norm", "actor/entropy")
-                     if k in written[step]]
+        kept_keys = [k for k in (f"val-aux/{dataset}/reward/mean@{n_val}", "actor/grad_norm", "actor/entropy") if k in written[step]]
         values.setdefault(step, {}).update({k: written[step][k] for k in kept_keys})
     return Truth(path, "verl-console", all_steps, values=values, absent=absent, truncated_steps=cut_steps)

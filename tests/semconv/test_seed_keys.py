@@ -108,7 +108,13 @@ def test_seed_000_001_enumeration_is_not_vacuous():
     stages = stage_infixes_000(text000)
     assert sorted(stages) == sorted(stage_infixes_001(text001))
     assert set(stages) == {
-        "train_step", "generate", "model_update", "compute_log_probs", "do_checkpoint", "compute_values", "compute_rewards",
+        "train_step",
+        "generate",
+        "model_update",
+        "compute_log_probs",
+        "do_checkpoint",
+        "compute_values",
+        "compute_rewards",
     }
     t000, t001 = roll_templates(text000), roll_templates(text001)
     assert t000 == t001, "the two ROLL documents list the same keys"
@@ -177,7 +183,7 @@ def _brace_expand(name: str) -> list[str]:
     m = re.search(r"\{([^{}]*,[^{}]*)\}", name)
     if not m:
         return [name]
-    return [x for alt in m.group(1).split(",") for x in _brace_expand(name[: m.start()] + alt + name[m.end():])]
+    return [x for alt in m.group(1).split(",") for x in _brace_expand(name[: m.start()] + alt + name[m.end() :])]
 
 
 def log_rows() -> list[tuple[str, str, dict]]:
@@ -227,8 +233,16 @@ def test_seed_003_enumeration_is_not_vacuous():
     assert len(SEED003_NOT_KEYS) <= 8
     assert len(keys) >= 25, sorted(keys)
     assert {
-        "loss", "kl", "rewards/Format/mean", "rewards/ModalityMatchString/mean", "completions/min_length",
-        "global_step/max_steps", "memory(GiB)", "percentage", "clip_ratio", "clip_ratio/low_mean",
+        "loss",
+        "kl",
+        "rewards/Format/mean",
+        "rewards/ModalityMatchString/mean",
+        "completions/min_length",
+        "global_step/max_steps",
+        "memory(GiB)",
+        "percentage",
+        "clip_ratio",
+        "clip_ratio/low_mean",
     } <= keys
 
 
@@ -292,11 +306,26 @@ def test_distinct_keys_land_on_distinct_series(resolver):
     keys |= {
         ("verl", k)
         for k in (
-            "timing_s/step", "perf/time_per_step", "timing_s/update_actor", "timing_s/update_critic", "timing_s/gen",
-            "timing_s/ref", "timing_s/old_log_prob", "timing_per_token_ms/update_actor",
-            "timing_per_token_ms/update_critic", "actor/pg_clipfrac", "actor/pg_clipfrac_lower", "critic/vf_clipfrac",
-            "actor/ppo_kl", "actor/reward_kl_penalty", "perf/mfu/actor", "perf/mfu/critic", "response_length/max",
-            "prompt_length/max", "global_seqlen/max", "global_seqlen/balanced_max",
+            "timing_s/step",
+            "perf/time_per_step",
+            "timing_s/update_actor",
+            "timing_s/update_critic",
+            "timing_s/gen",
+            "timing_s/ref",
+            "timing_s/old_log_prob",
+            "timing_per_token_ms/update_actor",
+            "timing_per_token_ms/update_critic",
+            "actor/pg_clipfrac",
+            "actor/pg_clipfrac_lower",
+            "critic/vf_clipfrac",
+            "actor/ppo_kl",
+            "actor/reward_kl_penalty",
+            "perf/mfu/actor",
+            "perf/mfu/critic",
+            "response_length/max",
+            "prompt_length/max",
+            "global_seqlen/max",
+            "global_seqlen/balanced_max",
         )
     }
     series = defaultdict(set)
@@ -383,7 +412,9 @@ SEED002_TABLE: dict[tuple[str, str], tuple[str, ...] | str] = {
     ("6", "Ascend 环境下 MFU / SMA 计算公式与数据源。"): ("rl.mfu", "rl.sm_activity"),
     ("6", "是否能在 DataProto 或 worker 边界自动记录 shape ledger。"): ("rl.shape_ledger.mismatches",),
     ("6", "是否能在异步模式下补充 queue depth、policy lag、stale sample ratio。"): (
-        "rl.queue.depth", "rl.async.policy_lag", "rl.async.stale_sample_ratio",
+        "rl.queue.depth",
+        "rl.async.policy_lag",
+        "rl.async.stale_sample_ratio",
     ),
 }
 
@@ -406,8 +437,7 @@ def test_seed_002_every_bullet_has_a_registry_metric(registry_metrics, resolver)
     bullets = seed002_bullets()
     assert len(bullets) >= 55
     assert set(bullets) == set(SEED002_TABLE), (
-        f"not in the table: {sorted(set(bullets) - set(SEED002_TABLE))}; "
-        f"not in the seed: {sorted(set(SEED002_TABLE) - set(bullets))}"
+        f"not in the table: {sorted(set(bullets) - set(SEED002_TABLE))}; not in the seed: {sorted(set(SEED002_TABLE) - set(bullets))}"
     )
     for bullet, metrics in SEED002_TABLE.items():
         if metrics == VERL_MAPPING:

@@ -58,8 +58,9 @@ def _send_metric(otlp_http: str, name: str) -> None:
     from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
     from opentelemetry.sdk.resources import Resource
 
-    reader = PeriodicExportingMetricReader(OTLPMetricExporter(endpoint=f"{otlp_http}/v1/metrics", timeout=10),
-                                           export_interval_millis=3_600_000)
+    reader = PeriodicExportingMetricReader(
+        OTLPMetricExporter(endpoint=f"{otlp_http}/v1/metrics", timeout=10), export_interval_millis=3_600_000
+    )
     provider = MeterProvider(metric_readers=[reader], resource=Resource.create({"service.name": "otel-rl-stack-test"}))
     provider.get_meter("otel-rl-stack-test").create_counter(name, unit="1").add(3, {"rl.stage": "generate"})
     assert reader.force_flush(timeout_millis=10_000), "the OTLP export to rotel failed"
@@ -83,11 +84,13 @@ def _send_span(otlp_http: str) -> str:
 
 def _assert_all_stopped(stack: Stack, records: dict) -> None:
     for name, rec in records.items():
-        assert not psutil.pid_exists(rec.pid) or psutil.Process(rec.pid).status() == psutil.STATUS_ZOMBIE, \
+        assert not psutil.pid_exists(rec.pid) or psutil.Process(rec.pid).status() == psutil.STATUS_ZOMBIE, (
             f"{name} (pid {rec.pid}) still runs after down()"
+        )
         for role, port in rec.ports.items():
-            assert port_free(port, "::" if (name, role) == ("phoenix", "grpc") else "127.0.0.1"), \
+            assert port_free(port, "::" if (name, role) == ("phoenix", "grpc") else "127.0.0.1"), (
                 f"{name}'s port {port} is still taken after down()"
+            )
     assert not list((stack.data_dir / "run").glob("*.json"))
 
 
@@ -191,12 +194,14 @@ def test_scratch_apt_update_and_download_leave_the_system_apt_alone(tmp_path: Pa
     conf = write_scratch_apt(tmp_path / "apt", mirror=system_debian_mirror())
     env = dict(os.environ, APT_CONFIG=str(conf), LC_ALL="C")
     subprocess.run(["apt-get", "-q", "update"], env=env, check=True, capture_output=True, timeout=300)
-    policy = subprocess.run(["apt-cache", "policy", "victoria-metrics"], env=env, check=True, capture_output=True,
-                            text=True, timeout=60).stdout
+    policy = subprocess.run(
+        ["apt-cache", "policy", "victoria-metrics"], env=env, check=True, capture_output=True, text=True, timeout=60
+    ).stdout
     assert re.search(r"Candidate: 1\.1\d\d\.", policy), policy  # trixie's, not bookworm's 1.79
     (tmp_path / "dl").mkdir()
-    subprocess.run(["apt-get", "-q", "download", "prometheus/bookworm"], env=env, cwd=tmp_path / "dl", check=True,
-                   capture_output=True, timeout=300)
+    subprocess.run(
+        ["apt-get", "-q", "download", "prometheus/bookworm"], env=env, cwd=tmp_path / "dl", check=True, capture_output=True, timeout=300
+    )
     assert list((tmp_path / "dl").glob("prometheus_2.42*.deb"))
     assert _system_apt_state() == before
 
@@ -228,9 +233,15 @@ def test_full_stack_up_status_data_and_down(make_stack) -> None:
     trace_id = _send_span(stack.endpoints["otlp_http"])
     metric = f"stack_full_{uuid.uuid4().hex[:8]}"
     _send_metric(stack.endpoints["otlp_http"], metric)
-    spans = _poll(f"trace {trace_id} in Phoenix", lambda: [s for s in _get_json(
-        f"{stack.endpoints['phoenix']}/v1/projects/default/spans?limit=100")["data"]
-        if s["context"]["trace_id"] == trace_id], 60)
+    spans = _poll(
+        f"trace {trace_id} in Phoenix",
+        lambda: [
+            s
+            for s in _get_json(f"{stack.endpoints['phoenix']}/v1/projects/default/spans?limit=100")["data"]
+            if s["context"]["trace_id"] == trace_id
+        ],
+        60,
+    )
     assert spans[0]["name"] == "rl.step" and spans[0]["attributes"]["rl.step"] == 7
     # metrics: rotel -> vmagent -> VictoriaMetrics and Prometheus
     _poll(f"{metric}_total in VictoriaMetrics", lambda: _query(stack.endpoints["victoria_metrics"], f"{metric}_total"), 60)

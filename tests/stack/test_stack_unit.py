@@ -108,8 +108,9 @@ def test_a_reused_pid_is_never_signalled(tmp_path: Path) -> None:
     # A PID file naming this very test process, with another start time: the PID was reused.
     stack = Stack(tmp_path, out=None)
     me = psutil.Process()
-    write_pid_file(tmp_path / "run" / "prometheus.json",
-                   PidRecord("prometheus", me.pid, me.create_time() - 1000, {"http": 9090}, ["prometheus"]))
+    write_pid_file(
+        tmp_path / "run" / "prometheus.json", PidRecord("prometheus", me.pid, me.create_time() - 1000, {"http": 9090}, ["prometheus"])
+    )
     assert {s.name: s.state for s in stack.status()}["prometheus"] == "stale pid file"
     stack.down()  # must not kill us
     assert me.is_running()
@@ -119,9 +120,16 @@ def test_unhealthy_process_is_reported_and_stopped_by_its_pid(tmp_path: Path, fr
     # A real process in the PID file that does not answer vmagent's health check.
     offset = free_offset()
     stack = Stack(tmp_path, port_offset=offset, out=None)
-    rec = start_process("vmagent", [sys.executable, "-c", "import time; time.sleep(120)"], env=dict(os.environ),
-                        extra_env={}, ports={"http": 8429 + offset}, log_path=tmp_path / "logs" / "vmagent.log",
-                        pid_path=tmp_path / "run" / "vmagent.json", cwd=tmp_path)
+    rec = start_process(
+        "vmagent",
+        [sys.executable, "-c", "import time; time.sleep(120)"],
+        env=dict(os.environ),
+        extra_env={},
+        ports={"http": 8429 + offset},
+        log_path=tmp_path / "logs" / "vmagent.log",
+        pid_path=tmp_path / "run" / "vmagent.json",
+        cwd=tmp_path,
+    )
     try:
         row = {s.name: s for s in stack.status()}["vmagent"]
         assert (row.state, row.pid) == ("unhealthy", rec.pid)
@@ -160,9 +168,13 @@ def test_bad_component_and_offset_are_named(tmp_path: Path, monkeypatch: pytest.
     stack = Stack()
     assert stack.port_offset == 100 and stack.data_dir == tmp_path / "from-env"
     assert stack.endpoints == {
-        "otlp_grpc": "http://127.0.0.1:4417", "otlp_http": "http://127.0.0.1:4418",
-        "victoria_metrics": "http://127.0.0.1:8528", "vmagent": "http://127.0.0.1:8529",
-        "prometheus": "http://127.0.0.1:9190", "phoenix": "http://127.0.0.1:6106", "vmalert": "http://127.0.0.1:8980",
+        "otlp_grpc": "http://127.0.0.1:4417",
+        "otlp_http": "http://127.0.0.1:4418",
+        "victoria_metrics": "http://127.0.0.1:8528",
+        "vmagent": "http://127.0.0.1:8529",
+        "prometheus": "http://127.0.0.1:9190",
+        "phoenix": "http://127.0.0.1:6106",
+        "vmalert": "http://127.0.0.1:8980",
     }
 
 
@@ -191,7 +203,8 @@ def test_system_mirror_read_from_deb822_and_one_line_sources(tmp_path: Path) -> 
     (etc / "sources.list.d" / "debian.sources").write_text(
         "Types: deb\n# a comment\nURIs: http://mirror.example/debian-security\nSuites: bookworm-security\nComponents: main\n\n"
         "Types: deb\nURIs: http://disabled.example/debian\nSuites: bookworm\nEnabled: no\n\n"
-        "Types: deb\nURIs: http://mirror.example/debian/\nSuites: bookworm bookworm-updates\nComponents: main\n")
+        "Types: deb\nURIs: http://mirror.example/debian/\nSuites: bookworm bookworm-updates\nComponents: main\n"
+    )
     assert system_debian_mirror(etc) == "http://mirror.example/debian"
     (etc / "sources.list.d" / "debian.sources").unlink()
     (etc / "sources.list").write_text("# old style\ndeb [arch=amd64] http://old.example/debian bookworm main\n")
@@ -207,8 +220,7 @@ def test_scratch_apt_uses_the_system_mirror_and_never_touches_etc_apt(tmp_path: 
     mirror = system_debian_mirror()
     conf = write_scratch_apt(tmp_path / "apt", mirror=mirror)
     sources = (tmp_path / "apt" / "sources.list").read_text().splitlines()
-    assert sources == [f"deb [signed-by={DEBIAN_KEYRING}] {mirror} trixie main",
-                       f"deb [signed-by={DEBIAN_KEYRING}] {mirror} bookworm main"]
+    assert sources == [f"deb [signed-by={DEBIAN_KEYRING}] {mirror} trixie main", f"deb [signed-by={DEBIAN_KEYRING}] {mirror} bookworm main"]
     text = conf.read_text()
     assert 'Dir::Etc::SourceParts "/dev/null";' in text and f'Dir::Etc::Trusted "{DEBIAN_KEYRING}";' in text
     # apt itself reads the scratch set-up: every list, cache and state path is under tmp_path.
@@ -253,8 +265,9 @@ def test_rotel_env_errors_name_the_line() -> None:
 
 
 def test_vmalert_uses_an_empty_rules_file_without_rule_files(tmp_path: Path) -> None:
-    ctx = Context(data_dir=tmp_path, offset=0, running=frozenset(COMPONENT_NAMES), binary=lambda p, b: tmp_path / b,
-                  rules_dir=tmp_path / "no-rules")
+    ctx = Context(
+        data_dir=tmp_path, offset=0, running=frozenset(COMPONENT_NAMES), binary=lambda p, b: tmp_path / b, rules_dir=tmp_path / "no-rules"
+    )
     command = plan_launch("vmalert", ctx).command
     empty = tmp_path / "config" / "alerts-empty.yml"
     assert f"-rule={empty}" in command and "groups: []" in empty.read_text()
