@@ -29,6 +29,7 @@ from typing import Any
 
 from otel_rl import semconv
 from otel_rl._sdk.config import TelemetryConfig, resolve_config
+from otel_rl._sdk.options import AlertOptions, ExportOptions, LimitOptions, TrackerOptions, merge_groups
 from otel_rl._sdk.scopes import JoinScope, Phase, Stage, StepScope
 from otel_rl._sdk.telemetry import Telemetry
 from otel_rl._version import __version__
@@ -37,6 +38,7 @@ from otel_rl.trackers.base import Tracker, known_trackers, register_tracker
 logger = logging.getLogger("otel_rl")
 
 _current: Telemetry | None = None
+_GROUP_NAMES = ("export", "trackers", "limits", "alerts")
 _init_lock = threading.Lock()  # one init() at a time: each replaces the one before exactly once
 
 
@@ -74,6 +76,10 @@ def init(
     metrics_at_log_time: bool | None = None,
     max_queue: int | None = None,
     file_flush_interval_s: float | None = None,
+    export: ExportOptions | None = None,
+    trackers: TrackerOptions | None = None,
+    limits: LimitOptions | None = None,
+    alerts: AlertOptions | None = None,
 ) -> Telemetry:
     """Start telemetry for this process and return it.
 
@@ -82,6 +88,11 @@ def init(
     ``OTEL_RL_*``, ``RANK``/``LOCAL_RANK``/``WORLD_SIZE``), then to ``config_file`` (YAML), then
     to its default. With no endpoint, everything is written as OTLP-JSON lines into ``run_dir``
     (default ``otel-rl-runs/<run_id>``). ``exporters`` picks ``file``, ``otlp`` or both.
+
+    The options also come in groups, for code that builds them apart: ``export=ExportOptions(...)``,
+    ``trackers=TrackerOptions(...)``, ``limits=LimitOptions(...)``, ``alerts=AlertOptions(...)``
+    hold the flat keywords of their kind (same names, same variables); an option given both flat
+    and in a group raises TypeError naming it.
 
     ``track_with`` / ``tracker_kwargs`` feed experiment trackers exactly as ROLL's YAML does
     (``tensorboard``, ``wandb``, ``swanlab``, ``stdout``, ``jsonl``, ``mlflow``, or a name given to
@@ -125,7 +136,10 @@ def init(
     ``Telemetry(config)`` directly; ``init()`` never touches those.
     """
     global _current
-    options: dict[str, Any] = {k: v for k, v in locals().items() if v is not None and k not in ("tracer_provider", "on_alert")}
+    groups = (export, trackers, limits, alerts)
+    given = {k: v for k, v in locals().items() if v is not None and k not in ("tracer_provider", "groups", *_GROUP_NAMES)}
+    options = merge_groups(given, *groups)
+    on_alert = options.pop("on_alert", None)
     with _init_lock:
         tel = Telemetry(resolve_config(options), tracer_provider=tracer_provider)
         try:
@@ -170,13 +184,17 @@ def shutdown(timeout_s: float = 5.0) -> None:
 
 
 __all__ = [
+    "AlertOptions",
+    "ExportOptions",
     "JoinScope",
+    "LimitOptions",
     "Phase",
     "Stage",
     "StepScope",
     "Telemetry",
     "TelemetryConfig",
     "Tracker",
+    "TrackerOptions",
     "__version__",
     "get_telemetry",
     "init",
