@@ -23,6 +23,7 @@ examples:
   otel-rl demo --async                       async RL: rollout overlaps training, policy lag and stale samples
   otel-rl show otel-rl-runs/<run> --step 3   that step's trace as a waterfall
   otel-rl trace --step 3 --out step3.json    find a step's trace (latest run or --phoenix URL), export it for Jaeger
+  otel-rl trace RUN --steps 3-7 --format chrome --out t.json   those steps as a timeline for ui.perfetto.dev
   otel-rl semconv check                      validate the registry and the framework mappings
   otel-rl semconv generate [--check]         regenerate otel_rl/semconv/ and docs/semconv/
   otel-rl semconv resolve --framework trl kl completions/clipped_ratio
