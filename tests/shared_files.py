@@ -23,3 +23,10 @@ needs_shared = pytest.mark.skipif(
     not SHARED.is_dir() and not REQUIRED,
     reason=f"the design documents and real training logs are not here ({SHARED} is absent: it sits beside the project in CI)",
 )
+
+REFERENCE = SHARED / "reference"
+
+needs_shared_reference = pytest.mark.skipif(
+    not REFERENCE.is_dir() and not REQUIRED,
+    reason=f"the upstream reference files (weaver's JSON schema) are not here ({REFERENCE} is absent: it sits beside the project in CI)",
+)

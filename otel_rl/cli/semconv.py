@@ -25,11 +25,12 @@ def find_semconv_dir(explicit: str | None) -> Path:
 def run_check(args: argparse.Namespace) -> int:
     """``otel-rl semconv check``: validate the registry and the framework mappings."""
     from otel_rl._sdk.keys import load_mapping_files, validate_mappings
+    from otel_rl.codegen.manifest import check_manifest
     from otel_rl.codegen.registry import load_registry
 
     semconv_dir = find_semconv_dir(args.registry)
     registry = load_registry(semconv_dir)
-    problems = [str(p) for p in registry.problems]
+    problems = [str(p) for p in [*registry.problems, *check_manifest(semconv_dir)]]
     try:
         mappings = load_mapping_files(semconv_dir / "mappings")
     except ValueError as exc:

@@ -58,10 +58,13 @@ ATTRIBUTE_FIELDS = {
     "tag",
 }
 # Namespaces otel-rl may declare: its own, plus upstream names it reuses (documented as such).
-NAMESPACES = ("rl.", "hw.", "process.", "gen_ai.", "host.", "service.", "telemetry.")
+NAMESPACES = ("rl.", "hw.", "process.", "gen_ai.", "host.", "server.", "service.", "telemetry.")
 HISTOGRAM_BUCKET_SETS = ("duration", "tokens", "signed", "ratio", "count")
 DIRECTIONS = ("higher", "lower", "range")
 DANGER_FIELDS = ("above", "below", "why")
+# weaver's registry manifest (and its legacy name) sit beside the convention files; they describe
+# the registry (schema_url, dependencies), hold no groups, and weaver skips them when loading groups.
+MANIFEST_FILES = ("manifest.yaml", "registry_manifest.yaml")
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$")
 MEMBER_ID_RE = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -227,6 +230,11 @@ def _requirement(raw: Any) -> str:
     return str(raw or "recommended")
 
 
+def registry_files(registry_dir: Path) -> list[Path]:
+    """The convention files of ``registry_dir`` (``*.yaml``), sorted, without the registry manifest."""
+    return sorted(p for p in Path(registry_dir).glob("*.yaml") if p.name not in MANIFEST_FILES)
+
+
 def load_registry(semconv_dir: Path | str) -> Registry:
     """Parse ``<semconv_dir>/registry/*.yaml``, run every check, and return the model plus problems."""
     root = Path(semconv_dir)
@@ -234,7 +242,7 @@ def load_registry(semconv_dir: Path | str) -> Registry:
     problems: list[Problem] = []
     groups: list[Group] = []
     attributes: dict[str, Attribute] = {}
-    files = sorted(registry_dir.glob("*.yaml"))
+    files = registry_files(registry_dir)
     if not files:
         problems.append(Problem(str(registry_dir), 0, "no-files", "no *.yaml registry files found"))
     for path in files:
