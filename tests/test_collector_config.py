@@ -26,6 +26,7 @@ OTELCOL_DIR = REPO_ROOT / "collector-config" / "otelcol"
 AGENT = OTELCOL_DIR / "agent.yaml"
 GATEWAY = OTELCOL_DIR / "gateway.yaml"
 BRIDGE_OVERLAY = OTELCOL_DIR / "gateway-bridge.yaml"
+ENGINES_OVERLAY = OTELCOL_DIR / "agent-engines.yaml"
 README = REPO_ROOT / "collector-config" / "README.md"
 
 KINDS = ("receivers", "processors", "exporters", "connectors", "extensions")
@@ -35,7 +36,7 @@ SIGNALS = ("traces", "metrics", "logs")
 # renames) that these configurations may use, by kind. A misspelt or retired type fails here
 # instead of at the user's collector start.
 KNOWN_TYPES = {
-    "receivers": {"otlp"},
+    "receivers": {"otlp", "prometheus"},
     "processors": {"memory_limiter", "batch", "resource_detection", "filter", "transform"},
     "exporters": {"otlp_grpc", "otlp_http", "prometheus_remote_write", "prometheus", "file", "debug"},
     "connectors": {"span_metrics"},
@@ -78,11 +79,16 @@ def merge(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
 
 
 def configs() -> dict[str, dict[str, Any]]:
-    gateway = load(GATEWAY)
-    return {"agent": load(AGENT), "gateway": gateway, "gateway+bridge": merge(gateway, load(BRIDGE_OVERLAY))}
+    gateway, agent = load(GATEWAY), load(AGENT)
+    return {
+        "agent": agent,
+        "gateway": gateway,
+        "gateway+bridge": merge(gateway, load(BRIDGE_OVERLAY)),
+        "agent+engines": merge(agent, load(ENGINES_OVERLAY)),
+    }
 
 
-CONFIG_IDS = ["agent", "gateway", "gateway+bridge"]
+CONFIG_IDS = ["agent", "gateway", "gateway+bridge", "agent+engines"]
 
 
 @pytest.fixture(params=CONFIG_IDS)
@@ -155,7 +161,7 @@ def exporter(config: dict[str, Any], exporter_type: str) -> tuple[str, dict[str,
 
 def test_every_collector_config_yaml_parses() -> None:
     files = sorted((REPO_ROOT / "collector-config").rglob("*.y*ml"))
-    assert {AGENT, GATEWAY, BRIDGE_OVERLAY} <= set(files)
+    assert {AGENT, GATEWAY, BRIDGE_OVERLAY, ENGINES_OVERLAY} <= set(files)
     for path in files:
         with path.open(encoding="utf-8") as f:
             assert yaml.safe_load(f) is not None, f"{path} is empty"
@@ -279,6 +285,28 @@ def test_agent_memory_limit_is_absolute() -> None:
     assert int(with_defaults(limiter["limit_mib"])) > int(limiter["spike_limit_mib"]) > 0
 
 
+def test_engines_overlay_scrapes_only_engine_families_and_labels_them_with_the_engine_address() -> None:
+    merged = merge(load(AGENT), load(ENGINES_OVERLAY))
+    assert merged["receivers"]["otlp"] == load(AGENT)["receivers"]["otlp"], "the overlay must change nothing of agent.yaml"
+    (scrape,) = merged["receivers"]["prometheus/engines"]["config"]["scrape_configs"]
+    assert with_defaults(scrape["static_configs"][0]["targets"]) == ["127.0.0.1:8000"]
+    relabel = {r["target_label"]: r for r in scrape["relabel_configs"]}
+    # What the collector hands Prometheus after $$ -> $, applied to a target the way Prometheus does.
+    for label, expected in (("server_address", "10.0.0.5"), ("server_port", "30000")):
+        rule = relabel[label]
+        assert rule["source_labels"] == ["__address__"]
+        match = re.fullmatch(rule["regex"], "10.0.0.5:30000")
+        template = re.sub(r"\$\$\{(\d+)\}", r"\\g<\1>", rule["replacement"])  # $${1} -> Python's \g<1>
+        assert match is not None and match.expand(template) == expected
+    (keep,) = scrape["metric_relabel_configs"]
+    assert keep["action"] == "keep" and re.fullmatch(keep["regex"], "vllm:num_requests_running")
+    assert re.fullmatch(keep["regex"], "sglang:token_usage") and not re.fullmatch(keep["regex"], "process_cpu_seconds_total")
+    statements = " ".join(merged["processors"]["transform/engine_address"]["metric_statements"][0]["statements"])
+    assert f'attributes["{A.SERVER_ADDRESS}"]' in statements and f'attributes["{A.SERVER_PORT}"]' in statements
+    pipeline = merged["service"]["pipelines"]["metrics/engines"]
+    assert pipeline["receivers"] == ["prometheus/engines"] and pipeline["exporters"] == ["otlp_grpc/gateway"]
+
+
 # --------------------------------------------------------------------------- gateway
 
 
@@ -386,7 +414,7 @@ def test_bridge_is_a_separate_optional_pipeline() -> None:
 def test_readme_documents_every_variable_and_component_file() -> None:
     text = README.read_text(encoding="utf-8")
     variables = set()
-    for path in (AGENT, GATEWAY, BRIDGE_OVERLAY):
+    for path in (AGENT, GATEWAY, BRIDGE_OVERLAY, ENGINES_OVERLAY):
         variables |= {name for name, _ in _PLACEHOLDER.findall(path.read_text(encoding="utf-8"))}
         assert path.name in text, f"README does not mention {path.name}"
     missing = sorted(v for v in variables if v not in text)

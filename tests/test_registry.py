@@ -133,6 +133,8 @@ rl.step.tokens gauge {token}
 rl.run.elapsed_time gauge s
 rl.run.remaining_time gauge s
 rl.step.duration histogram s
+rl.step.goodput.duration histogram s
+rl.step.goodput.ratio gauge 1
 rl.stage.duration histogram s
 rl.stage.time_per_token gauge s/{token}
 rl.compute.duration histogram s
@@ -190,6 +192,8 @@ rl.response.non_aborted_length gauge {token}
 rl.response.non_aborted_clipped_ratio gauge 1
 rl.rollout.sample.duration gauge s
 rl.rollout.preemptions gauge {preemption}
+rl.rollout.engine.preemptions counter {preemption}
+rl.rollout.requests gauge {request}
 rl.run.flops counter {flop}
 rl.run.loss gauge 1
 rl.alert counter {alert}
