@@ -23,6 +23,7 @@ import os
 import signal
 import threading
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 logger = logging.getLogger("otel_rl")
@@ -44,6 +45,19 @@ def track(telemetry: Any) -> None:
             os.register_at_fork(after_in_child=_after_fork_in_child)
             _fork_hook_registered = True
     _install_sigterm_handler()
+
+
+def exit_hook(telemetry: Any) -> Callable[[], None]:
+    """The function ``atexit`` calls to shut ``telemetry`` down: one per instance, holding it weakly
+    (an exit hook must not keep a dropped instance alive)."""
+    ref = weakref.ref(telemetry)
+
+    def shutdown_at_exit() -> None:
+        live = ref()
+        if live is not None:
+            live.shutdown()
+
+    return shutdown_at_exit
 
 
 def _after_fork_in_child() -> None:
