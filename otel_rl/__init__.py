@@ -29,6 +29,7 @@ from typing import Any
 
 from otel_rl import semconv
 from otel_rl._sdk.config import TelemetryConfig, resolve_config
+from otel_rl._sdk.engine_scrape import scrape_engines
 from otel_rl._sdk.options import AlertOptions, ExportOptions, LimitOptions, TrackerOptions, merge_groups
 from otel_rl._sdk.scopes import JoinScope, Phase, Stage, StepScope
 from otel_rl._sdk.telemetry import Telemetry
@@ -73,9 +74,14 @@ def init(
     series_limit: int | None = None,
     attribute_value_limit: int | None = None,
     export_text: bool | None = None,
+    log_samples: int | None = None,
+    sample_text_limit: int | None = None,
     metrics_at_log_time: bool | None = None,
     max_queue: int | None = None,
     file_flush_interval_s: float | None = None,
+    engine_endpoints: str | list[str] | None = None,
+    profile_steps: str | int | list[int | str] | None = None,
+    memory_snapshot_on_alert: bool | None = None,
     export: ExportOptions | None = None,
     trackers: TrackerOptions | None = None,
     limits: LimitOptions | None = None,
@@ -111,12 +117,29 @@ def init(
     ``on_alert``: callable(s) ``(alert) -> None`` called for each alert (turns the default rules on
     when none are configured); see ``Telemetry.on_alert``, ``should_stop`` and ``take_alerts``.
 
+    ``profile_steps`` (``OTEL_RL_PROFILE_STEPS``): ``"10-12"``, ``"5"`` or ``"5,9-11"`` runs
+    torch.profiler from the first step of each window to the end of its last, writes the trace to
+    ``<run_dir>/profiles/steps-10-12.rank0.pt.trace.json``, names it in the window's ``rl.step``
+    spans (``rl.profile.path``), and makes the window's stages ``record_function`` (and, on CUDA,
+    NVTX) ranges. ``memory_snapshot_on_alert`` (``OTEL_RL_MEMORY_SNAPSHOT_ON_ALERT``): record the
+    CUDA allocator's history and dump a snapshot into ``<run_dir>/profiles/`` when ``memory_risk`` fires.
+
     OTLP exports wait in a disk spool while the collector is unreachable: ``spool_dir``
     (``OTEL_RL_SPOOL_DIR``, default ``<run_dir>/spool``), up to ``spool_max_bytes``
     (``OTEL_RL_SPOOL_MAX_BYTES``, default 256 MiB; ``"1GB"`` works; 0 turns it off). Guards:
     ``series_limit`` series per metric (``OTEL_RL_SERIES_LIMIT``, 2000), attribute values cut at
     ``attribute_value_limit`` characters (``OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT``, 1024), and text
     (prompts, completions, long strings) kept out of exported events unless ``export_text``.
+
+    ``log_samples`` (``OTEL_RL_LOG_SAMPLES``, 0: off): ``Telemetry.log_samples`` keeps up to this many
+    rollout samples (prompt, response, reward and its parts) per step as ``rl.sample`` events, which
+    trackers show as a table; each prompt / response is cut at ``sample_text_limit`` bytes
+    (``OTEL_RL_SAMPLE_TEXT_LIMIT``, 2048). Opt-in: samples carry text.
+
+    ``engine_endpoints`` (``OTEL_RL_ENGINE_ENDPOINTS``, comma-separated): vLLM / SGLang Prometheus
+    ``/metrics`` URLs that rank 0 reads every 5 s on a daemon thread into the rollout metrics
+    (requests, KV cache, tokens, preemptions, TTFT / TPOT), per engine ``server.address``; see
+    ``otel_rl.integrations.engines``.
 
     ``metrics_at_log_time`` (``OTEL_RL_METRICS_AT_LOG_TIME``): every ``log()`` value becomes its own
     data point at the call's ``time_ns`` instead of the latest value at each export, so a log
@@ -146,6 +169,8 @@ def init(
             hooks = [on_alert] if callable(on_alert) else list(on_alert or ())
             for hook in hooks:
                 tel.on_alert(hook)
+            if tel.config.engine_endpoints and not tel.rank:  # rank 0 reads them: more ranks would count each engine again
+                scrape_engines(tel, tel.config.engine_endpoints)
         except BaseException:
             tel.shutdown()
             raise

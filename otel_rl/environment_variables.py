@@ -41,6 +41,10 @@ OTEL_RL_SPOOL_MAX_BYTES = "OTEL_RL_SPOOL_MAX_BYTES"
 OTEL_RL_METRICS_AT_LOG_TIME = "OTEL_RL_METRICS_AT_LOG_TIME"
 """``true``: each ``log()`` value becomes a data point at its own time (backfilling an old log)."""
 
+OTEL_RL_ENGINE_ENDPOINTS = "OTEL_RL_ENGINE_ENDPOINTS"
+"""Inference engines whose Prometheus ``/metrics`` become the rollout metrics (vLLM, SGLang):
+comma-separated, ``http://127.0.0.1:8000/metrics`` or ``host:port``. Unset: none are read."""
+
 # -- the hot path and its limits ----------------------------------------------------------------
 OTEL_RL_CONSOLE = "OTEL_RL_CONSOLE"
 """``false`` turns off the one-line step summary on stderr."""
@@ -60,11 +64,26 @@ OTEL_RL_MAX_QUEUE = "OTEL_RL_MAX_QUEUE"
 OTEL_RL_EXPORT_TEXT = "OTEL_RL_EXPORT_TEXT"
 """``true`` lets text (prompts, completions) into the exported events."""
 
+OTEL_RL_LOG_SAMPLES = "OTEL_RL_LOG_SAMPLES"
+"""Rollout samples (prompt, response, rewards) kept per step by ``Telemetry.log_samples``: 0 (the
+default) turns them off; samples carry text, so they are opt-in."""
+
+OTEL_RL_SAMPLE_TEXT_LIMIT = "OTEL_RL_SAMPLE_TEXT_LIMIT"
+"""Bytes of a sample's prompt or response kept (cut on a UTF-8 boundary, with a marker). Default 2048."""
+
 OTEL_RL_ALERT_RULES = "OTEL_RL_ALERT_RULES"
 """Online alert rules: ``default``, ``off`` or a YAML rules file."""
 
 OTEL_RL_PEAK_FLOPS = "OTEL_RL_PEAK_FLOPS"
 """The device's peak FLOP/s, for MFU when the GPU model is not in the built-in table."""
+
+OTEL_RL_PROFILE_STEPS = "OTEL_RL_PROFILE_STEPS"
+"""Steps to run torch.profiler over: ``10-12``, ``5`` or ``5,9-11`` (one window per range); each
+window's trace goes to ``<run_dir>/profiles/``. Unset: no profiling, no cost."""
+
+OTEL_RL_MEMORY_SNAPSHOT_ON_ALERT = "OTEL_RL_MEMORY_SNAPSHOT_ON_ALERT"
+"""``true``: record the CUDA allocator's history and dump a memory snapshot into
+``<run_dir>/profiles/`` when the ``memory_risk`` alert fires (CUDA only)."""
 
 # -- trackers -----------------------------------------------------------------------------------
 OTEL_RL_TRACK_WITH = "OTEL_RL_TRACK_WITH"

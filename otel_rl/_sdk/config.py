@@ -22,6 +22,8 @@ from urllib.parse import urlsplit, urlunsplit
 import yaml
 
 import otel_rl.environment_variables as ENV
+from otel_rl._sdk.engine_scrape import parse_endpoints
+from otel_rl._sdk.profiling import parse_profile_steps
 from otel_rl.reporting import ReportOnce
 
 logger = logging.getLogger("otel_rl")
@@ -207,6 +209,9 @@ class TelemetryConfig:
     file_flush_interval_s: float = field(
         default=0.02, metadata={"env": ENV.OTEL_RL_FILE_FLUSH_INTERVAL, "parse": _parse_interval_ms, "arg_parse": _parse_positive_float}
     )
+    # Inference engines (vLLM, SGLang) whose /metrics a daemon thread reads into the rollout metrics
+    # (_sdk/engine_scrape.py).
+    engine_endpoints: tuple[str, ...] | None = field(default=None, metadata={"env": ENV.OTEL_RL_ENGINE_ENDPOINTS, "parse": parse_endpoints})
     console: bool = field(default=True, metadata={"env": ENV.OTEL_RL_CONSOLE, "parse": _parse_bool})
     strict: bool = field(default=False, metadata={"env": ENV.OTEL_RL_STRICT, "parse": _parse_bool})
     unmapped_key_limit: int = field(default=256, metadata={"env": ENV.OTEL_RL_UNMAPPED_KEY_LIMIT, "parse": _parse_non_negative_int})
@@ -236,12 +241,22 @@ class TelemetryConfig:
     # Text (prompts, completions: long strings, or strings under keys that name text) stays out of
     # the exported events unless this is on.
     export_text: bool = field(default=False, metadata={"env": ENV.OTEL_RL_EXPORT_TEXT, "parse": _parse_bool})
+    # Rollout samples kept per step by Telemetry.log_samples (0: off; opt-in, they carry text) and
+    # the bytes of each prompt / response kept.
+    log_samples: int = field(default=0, metadata={"env": ENV.OTEL_RL_LOG_SAMPLES, "parse": _parse_non_negative_int})
+    sample_text_limit: int = field(default=2048, metadata={"env": ENV.OTEL_RL_SAMPLE_TEXT_LIMIT, "parse": _parse_non_negative_int})
     # Each log()'s values become data points stamped with its time_ns (backfilling an old log:
     # otel-rl replay), instead of the latest values stamped at each periodic export.
     metrics_at_log_time: bool = field(default=False, metadata={"env": ENV.OTEL_RL_METRICS_AT_LOG_TIME, "parse": _parse_bool})
     # Online alert rules run on every log() in the telemetry worker: "default" (the built-in rules),
     # "off", or a YAML rules file; unset: off until Telemetry.on_alert() is called.
     alert_rules: str | None = field(default=None, metadata={"env": ENV.OTEL_RL_ALERT_RULES, "parse": _parse_str})
+    # torch.profiler windows over these steps ("10-12", "5,9-11"; traces in <run_dir>/profiles), and
+    # CUDA memory snapshots when the memory_risk alert fires (see _sdk/profiling.py).
+    profile_steps: tuple[tuple[int, int], ...] | None = field(
+        default=None, metadata={"env": ENV.OTEL_RL_PROFILE_STEPS, "parse": parse_profile_steps}
+    )
+    memory_snapshot_on_alert: bool = field(default=False, metadata={"env": ENV.OTEL_RL_MEMORY_SNAPSHOT_ON_ALERT, "parse": _parse_bool})
 
     @property
     def otlp_enabled(self) -> bool:

@@ -44,13 +44,15 @@ class TrackerOptions:
 @dataclass(frozen=True, kw_only=True)
 class LimitOptions:
     """What one process may put into telemetry: series per metric, unmapped keys, the worker's queue,
-    string attribute length, and whether text reaches exported events."""
+    string attribute length, whether text reaches exported events, and the rollout samples kept per step."""
 
     series_limit: int | None = None
     unmapped_key_limit: int | None = None
     max_queue: int | None = None
     attribute_value_limit: int | None = None
     export_text: bool | None = None
+    log_samples: int | None = None
+    sample_text_limit: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -23,6 +23,7 @@ from opentelemetry._logs import Logger, SeverityNumber
 from opentelemetry.context import Context
 
 from otel_rl._sdk.aggregation import Attrs, BulkHistograms, LatestValues, StampedPoints
+from otel_rl._sdk.goodput import StageInterval, StepGoodput
 from otel_rl._sdk.keys import KeyResolver
 from otel_rl._sdk.summary import HEADLINE_LABELS
 
@@ -161,6 +162,7 @@ class Pipeline:
         self._reported: set[tuple[str, str]] = set()
         self._span_measured: dict[int | None, set[tuple[str, Attrs]]] = {}
         self._headline: dict[int | None, dict[str, float]] = {}
+        self.goodput = StepGoodput(histograms, latest)  # each step's productive / overhead / idle seconds
         self._drain_lock = threading.Lock()
         self.wake = threading.Event()
         self._stopping = False
@@ -502,7 +504,15 @@ class Pipeline:
             values = values[finite]
         self._histograms.record_many(metric, values, attrs)
 
-    def _process_stage(self, step: int | None, durations: list[tuple[Attrs, float]], gauges: list[tuple[str, Attrs, float]]) -> None:
+    def _process_stage(
+        self,
+        step: int | None,
+        durations: list[tuple[Attrs, float]],
+        gauges: list[tuple[str, Attrs, float]],
+        interval: StageInterval | None = None,
+    ) -> None:
+        if interval is not None:
+            self.goodput.add_stage(interval)
         measured = self._span_measured.setdefault(step, set())
         for attrs, seconds in durations:
             self._histograms.record(M.RL_STAGE_DURATION, seconds, attrs)
@@ -510,8 +520,10 @@ class Pipeline:
         for metric, attrs, value in gauges:
             self._latest.set(metric, attrs, value)
 
-    def _process_step_end(self, step: int, seconds: float) -> None:
+    def _process_step_end(self, step: int, seconds: float, start: float | None = None) -> None:
         self._histograms.record(M.RL_STEP_DURATION, seconds, ())
+        if start is not None:
+            self.goodput.step_end(start, seconds)
         self._span_measured.setdefault(step, set()).add((M.RL_STEP_DURATION, ()))
         headline = self._headline.pop(step, {})
         if self._on_step_end is not None:

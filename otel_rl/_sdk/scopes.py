@@ -75,7 +75,7 @@ class Phase:
         if self._name == _PHASE_EXECUTE and stage._memory:
             stage._snapshot(_WHEN_END, _STATE_ONLOAD)
         _end_span(self._span, self._token, exc)
-        stage._phases.append((self._name, elapsed))
+        stage._phases.append((self._name, elapsed, self._t0))  # the start: for goodput on the worker
 
 
 class Stage:
@@ -95,6 +95,7 @@ class Stage:
         "_cpu",
         "elapsed",
         "_step",
+        "_range",  # the profiler's ranges of this stage (set only when Telemetry._profiler exists)
     )
 
     def __init__(self, tel: Any, name: str, cluster: str | None, memory: bool) -> None:
@@ -102,7 +103,7 @@ class Stage:
         self.name = name
         self.cluster = cluster
         self._memory = memory
-        self._phases: list[tuple[str, float]] = []
+        self._phases: list[tuple[str, float, float]] = []  # (phase, seconds, perf_counter start)
         self._gpu: list[tuple[str, str, GpuMemorySnapshot]] = []
         self._cpu: list[tuple[str, int, int]] = []
         self.elapsed: float | None = None
@@ -126,11 +127,15 @@ class Stage:
         self._token = context_api.attach(trace_api.set_span_in_context(self._span))
         if self._memory:
             self._snapshot(_WHEN_START, _STATE_OFFLOAD)
+        if tel._profiler is not None:  # profile_steps unset: this one check is the whole cost
+            self._range = tel._profiler.stage_enter(tel._span_name(self.name)) if tel._profiler.active else None
         self._t0 = time.perf_counter()
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.elapsed = elapsed = time.perf_counter() - self._t0
+        if self._tel._profiler is not None:
+            self._tel._profiler.stage_exit(self._range)
         if self._memory:
             self._snapshot(_WHEN_END, _STATE_OFFLOAD)
         _end_span(self._span, self._token, exc)
@@ -138,8 +143,9 @@ class Stage:
         if self.cluster is not None:
             base[A.RL_CLUSTER] = self.cluster
         durations = [(sorted_attrs({**base, A.RL_STAGE_PHASE: _PHASE_TOTAL}), elapsed)]
-        durations.extend((sorted_attrs({**base, A.RL_STAGE_PHASE: p}), s) for p, s in self._phases)
-        self._tel._submit((STAGE, self._step, durations, self._memory_gauges(base) if self._memory else ()))
+        durations.extend((sorted_attrs({**base, A.RL_STAGE_PHASE: p}), s) for p, s, _ in self._phases)
+        interval = (self.name, self._t0, self._t0 + elapsed, tuple(self._phases))  # for the step's goodput buckets
+        self._tel._submit((STAGE, self._step, durations, self._memory_gauges(base) if self._memory else (), interval))
 
     def _snapshot(self, when: str, state: str) -> None:
         tel = self._tel
@@ -186,7 +192,7 @@ class Stage:
         out: dict[str, float] = {}
         if self.elapsed is not None:
             out[f"time/{infix}/total"] = self.elapsed
-        for phase, seconds in self._phases:
+        for phase, seconds, _ in self._phases:
             out[f"time/{infix}/{phase}"] = seconds
         for when, state, snap in self._gpu:
             for kind, value in snap.by_kind().items():
@@ -218,6 +224,8 @@ class StepScope:
         self._token = context_api.attach(trace_api.set_span_in_context(self._span))
         tel._current_step = self.step
         tel._step_span_context = self._span.get_span_context()
+        if tel._profiler is not None:  # opens a profile window at its first step
+            tel._profiler.step_enter(self.step, self._span)
         self._t0 = time.perf_counter()
         return self
 
@@ -226,7 +234,9 @@ class StepScope:
         tel = self._tel
         _end_span(self._span, self._token, exc)
         tel._current_step, tel._step_span_context = self._previous
-        tel._submit((STEP_END, self.step, elapsed))
+        tel._submit((STEP_END, self.step, elapsed, self._t0))
+        if tel._profiler is not None:  # closes the window after its last step
+            tel._profiler.step_exit(self.step)
 
     @property
     def trace_id(self) -> str:

@@ -15,7 +15,6 @@ import os
 import socket
 import sys
 import time
-import weakref
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -27,12 +26,16 @@ from opentelemetry.sdk.resources import Resource
 from otel_rl._sdk.aggregation import BulkHistograms, LatestValues, StampedPoints
 from otel_rl._sdk.config import TelemetryConfig, redact_url
 from otel_rl._sdk.distributed import detect_placement
+from otel_rl._sdk.goodput import lay_out
 from otel_rl._sdk.keys import KeyResolver
+from otel_rl._sdk.lifecycle import exit_hook
 from otel_rl._sdk.lifecycle import track as track_process_events
 from otel_rl._sdk.pipeline import ADD, CALL, LOG, RECORD, Pipeline
 from otel_rl._sdk.probes import CudaMemoryProbe, NvmlProbe, ProcessProbe
+from otel_rl._sdk.profiling import Profiler
 from otel_rl._sdk.propagation import extract_context, inject_context
 from otel_rl._sdk.providers import SCOPE_NAME, bind_series_guard, build_providers, series_guard
+from otel_rl._sdk.samples import SampleLogging  # Telemetry.log_samples
 from otel_rl._sdk.scopes import NEW_TRACE_CONTEXT, JoinScope, Stage, StepScope, sorted_attrs
 from otel_rl._sdk.summary import print_summary
 from otel_rl._sdk.values import Rejected, TextPolicy, event_value, key_text, to_number
@@ -84,7 +87,7 @@ def with_placement(config: TelemetryConfig) -> TelemetryConfig:
     return dataclasses.replace(config, **fill) if fill else config
 
 
-class Telemetry:
+class Telemetry(SampleLogging):
     """A training run's telemetry: create with ``otel_rl.init()``; see the package docstring."""
 
     def __init__(self, config: TelemetryConfig, *, tracer_provider: Any = None) -> None:
@@ -165,12 +168,13 @@ class Telemetry:
         self._alerts = build_alert_engine(config.alert_rules, self._pipeline, self._latest) if config.alert_rules else None
         if self._alerts is not None:
             self._pipeline.observer = self._alerts.observe
+        self._profiler = Profiler.start(self)  # profile windows, memory snapshots on alerts; None: off
         self._write_run_info()
         # A hook of this instance's own: atexit.unregister() removes every registration equal to the
         # function it is given, so one function shared by all instances would lose the others' hooks.
         # Registered after the SDK providers' own exit hooks, so it runs before them (exit hooks run
         # last-in first-out) and the worker's queue reaches the providers before they stop.
-        self._exit_hook = _exit_hook(self)
+        self._exit_hook = exit_hook(self)
         atexit.register(self._exit_hook)
         track_process_events(self)  # fork: off in the child; SIGTERM: flush, then exit as before
 
@@ -330,7 +334,7 @@ class Telemetry:
                 f"otel-rl: trace_finished_step(step_seconds={step_seconds!r}) must be seconds >= 0; used the stages' sum",
             )
             step_ns = total_ns
-        tracer, rank, span_name = self._tracer, self.rank, self._span_name
+        tracer, rank, span_name, goodput = self._tracer, self.rank, self._span_name, self._pipeline.goodput
         step = int(step)
 
         def build() -> None:
@@ -338,16 +342,15 @@ class Telemetry:
             base = {A.RL_STEP: step, A.RL_RANK: rank, A.RL_SPAN_RECONSTRUCTED: True}
             root = tracer.start_span(N.RL_STEP_SPAN, context=NEW_TRACE_CONTEXT, attributes=base, start_time=start_ns)
             parent = trace_api.set_span_in_context(root)
-            at = start_ns
-            for name, duration_ns, cluster in parsed:
-                begin = max(start_ns, min(at, end_ns - duration_ns))
+            laid = lay_out(parsed, start_ns, end_ns)  # (name, begin, end, cluster): back to back
+            for name, begin, stage_end, cluster in laid:
                 attributes = {**base, A.RL_STAGE: name}
                 if cluster is not None:
                     attributes[A.RL_CLUSTER] = cluster
                 span = tracer.start_span(span_name(name), context=parent, attributes=attributes, start_time=begin)
-                span.end(end_time=begin + duration_ns)
-                at = begin + duration_ns
+                span.end(end_time=stage_end)
             root.end(end_time=end_ns)
+            goodput.finished_step(start_ns, end_ns, laid)  # the step's goodput buckets, from the laid-out stages
 
         self._submit((CALL, build))
 
@@ -559,6 +562,7 @@ class Telemetry:
             return
         self._closed = True
         atexit.unregister(self._exit_hook)  # this instance's hook only (see __init__)
+        Profiler.stop(self._profiler)  # a window the loop ended inside is written now
         # One clock for the whole shutdown: an unreachable collector cannot hold exit past timeout_s.
         self._providers.begin_shutdown(timeout_s)
         self._pipeline.stop(timeout_s)
@@ -584,16 +588,3 @@ class Telemetry:
 
     def __repr__(self) -> str:
         return f"<otel_rl.Telemetry service={self.config.service_name!r} run={self.config.run_id!r} rank={self.rank} -> {', '.join(self._providers.destinations) or 'nowhere'}>"
-
-
-def _exit_hook(telemetry: Telemetry) -> Callable[[], None]:
-    """The function ``atexit`` calls to shut ``telemetry`` down: one per instance, holding it weakly
-    (an exit hook must not keep a dropped instance alive)."""
-    ref = weakref.ref(telemetry)
-
-    def shutdown_at_exit() -> None:
-        live = ref()
-        if live is not None:
-            live.shutdown()
-
-    return shutdown_at_exit

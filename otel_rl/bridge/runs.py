@@ -30,7 +30,8 @@ __all__ = ["RunState", "RunTrackers"]
 
 logger = logging.getLogger("otel_rl")
 
-_EVENTS = (N.RL_LOG_EVENT, N.RL_HPARAMS_EVENT)
+_EVENTS = (N.RL_LOG_EVENT, N.RL_HPARAMS_EVENT, N.RL_SAMPLE_EVENT)
+_DELIVERED = {N.RL_LOG_EVENT: "events_delivered", N.RL_HPARAMS_EVENT: "hparams_delivered", N.RL_SAMPLE_EVENT: "samples_delivered"}
 
 
 @dataclass
@@ -80,7 +81,7 @@ class RunTrackers:
     # -- delivering ------------------------------------------------------------------------------
 
     def deliver_logs(self, request: Any) -> None:
-        """Each ``rl.log`` / ``rl.hparams`` event of an ``ExportLogsServiceRequest`` to its run's trackers."""
+        """Each ``rl.log`` / ``rl.hparams`` / ``rl.sample`` event of an ``ExportLogsServiceRequest`` to its run's trackers."""
         for resource_logs in request.resource_logs:
             resource = decode_attributes(resource_logs.resource.attributes)
             rank = as_rank(resource.get(A.RL_RANK, 0))
@@ -108,7 +109,7 @@ class RunTrackers:
                     continue
                 if deliver(fanout, name, decode_attributes(record.attributes), decode_any_value(record.body)):
                     run.dirty = True
-                    self._count("events_delivered" if name == N.RL_LOG_EVENT else "hparams_delivered")
+                    self._count(_DELIVERED[name])
 
     def deliver_metrics(self, request: Any) -> None:
         """An ``ExportMetricsServiceRequest``: one step per export of a run that sends no events."""

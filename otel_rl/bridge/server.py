@@ -82,6 +82,7 @@ class TrackerBridge:
                 "log_records",
                 "events_delivered",
                 "hparams_delivered",
+                "samples_delivered",
                 "records_ignored",
                 "records_other_ranks",
                 "metric_exports",

@@ -48,6 +48,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-staleness", type=int, metavar="K", help="with --async: samples more than K policy versions old count as stale (default 0)"
     )
+    parser.add_argument(
+        "--log-samples",
+        type=int,
+        default=0,
+        metavar="K",
+        help="keep K rollout samples (prompt, response, reward parts) per step as rl.sample events; "
+        "see them with otel-rl show RUN --step N --samples (default 0: off)",
+    )
     parser.add_argument("--quiet", action="store_true", help="no per-step progress lines")
 
 
@@ -71,6 +79,11 @@ def run(args: argparse.Namespace) -> int:
     options = {"service_name": f"otel-rl-demo-{args.algo}", "framework": "roll", "console": not args.quiet}
     if args.out:
         options["run_dir"] = args.out
+    if args.log_samples < 0:
+        print(f"otel-rl demo: --log-samples must be >= 0, not {args.log_samples}", file=sys.stderr)
+        return 2
+    if args.log_samples:
+        options["log_samples"] = args.log_samples
     demo_args = dict(
         steps=args.steps,
         algo=args.algo,
@@ -100,6 +113,8 @@ def run(args: argparse.Namespace) -> int:
     if tel.run_dir is not None:
         print(f"  telemetry: {tel.run_dir}  (traces.jsonl, metrics.jsonl, logs.jsonl)")
         print(f"  one step's trace:  otel-rl show {tel.run_dir} --step {result.steps}")
+        if args.log_samples:
+            print(f"  its rollout samples:  otel-rl show {tel.run_dir} --step {result.steps} --samples")
     else:
         print(f"  telemetry: {', '.join(tel._providers.destinations)}")
     return 0

@@ -28,7 +28,7 @@ from otel_rl.demo._config import DemoConfig
 from otel_rl.demo._dfx_metrics import DemoDfx
 from otel_rl.demo._policy import HostOffload, Rollout, TinyCausalLM, generate, response_log_probs, response_values
 from otel_rl.demo._rank_context import RankContext
-from otel_rl.demo._task import ReverseDigitsTask
+from otel_rl.demo._task import ReverseDigitsTask, sample_rows
 from otel_rl.semconv import metrics as M
 
 __all__ = ["DemoTrainer", "StepReport", "TrainState"]
@@ -425,7 +425,11 @@ class DemoTrainer:
             tel.record(M.RL_SAMPLE_RESPONSE_LENGTH, resp_len.numpy())
             tel.record(M.RL_SAMPLE_PROMPT_LENGTH, prompt_len.numpy())
             tel.record(M.RL_SAMPLE_REWARD, rewards.numpy())
-            tel.record(M.RL_SAMPLE_ADVANTAGE, alg.masked_mean(advantages, mask, dim=-1).numpy())
+            sample_advantages = alg.masked_mean(advantages, mask, dim=-1)
+            tel.record(M.RL_SAMPLE_ADVANTAGE, sample_advantages.numpy())
+            if getattr(getattr(tel, "config", None), "log_samples", 0):  # init(log_samples=K): K per step, as text
+                rows = sample_rows(prompts, rollout.responses, parts, resp_len, rollout.truncated, sample_advantages, cfg.group_size)
+                tel.log_samples(rows, step=step)
             checked = {**trained, "scores": scores, "rewards": rewards, **({"values": values} if values is not None else {})}
             d.end_step(seconds=seconds, rollout=rollout, tensors=checked)
             tel.log(logs, step=step)

@@ -100,3 +100,32 @@ class ReverseDigitsTask:
 
     def score(self, prompts: Sequence[Sequence[int]], responses: torch.Tensor) -> list[RewardParts]:
         return [score_response(p, r.tolist()) for p, r in zip(prompts, responses)]
+
+
+def sample_rows(
+    prompts: Sequence[Sequence[int]],
+    responses: torch.Tensor,
+    parts: Sequence[RewardParts],
+    lengths: torch.Tensor,
+    truncated: torch.Tensor,
+    advantages: torch.Tensor,
+    group_size: int,
+) -> list[dict[str, object]]:
+    """A step's samples for ``Telemetry.log_samples``: prompt and response as text, the rule reward
+    and its two parts, the sample's advantage, its length and truncation, and its GRPO group
+    (``group_size`` adjacent samples share a prompt)."""
+    return [
+        {
+            "prompt": decode(ReverseDigitsTask.prompt_tokens(prompt)),
+            "response": decode(response.tolist()),
+            "reward": part.score,
+            "rewards": {"accuracy": part.accuracy, "format": float(part.format_ok)},
+            "advantage": float(advantage),
+            "response_length": int(length),
+            "truncated": bool(cut),
+            "group_id": i // max(group_size, 1),
+        }
+        for i, (prompt, response, part, length, cut, advantage) in enumerate(
+            zip(prompts, responses, parts, lengths.tolist(), truncated.tolist(), advantages.tolist())
+        )
+    ]

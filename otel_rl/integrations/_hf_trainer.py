@@ -28,6 +28,7 @@ from enum import Enum
 from typing import Any
 
 import otel_rl
+from otel_rl.integrations._hf_samples import TrainerSamples
 from otel_rl.semconv import attributes as A
 
 logger = logging.getLogger("otel_rl")
@@ -491,6 +492,7 @@ class HFCallbackMixin:
         self._owned = False
         self._tracer: StepTracer | None = None
         self._reported: set[str] = set()
+        self._samples = TrainerSamples()  # GRPO's completions -> Telemetry.log_samples (when log_samples is on)
 
     # -- setup / teardown ------------------------------------------------------------------------
     def _start(self, args: Any, state: Any) -> None:
@@ -571,6 +573,7 @@ class HFCallbackMixin:
         if tel is None or not logs:
             return
         self._guard("on_log", tel.log, logs, int(state.global_step))
+        self._guard("on_log samples", self._samples.log, tel, self.trainer, state)
         if self._tracer is not None:
             self._guard("on_log", self._tracer.logged, state)
 

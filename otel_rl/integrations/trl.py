@@ -29,6 +29,10 @@ What it does:
   ``compute_rewards``, ``model_update``, ``train_step``) and the step's ``validation`` and
   ``do_checkpoint``. See :mod:`otel_rl.integrations._hf_trainer` for how the stages are found.
 * ``on_log`` forwards everything the trainer logs (``semconv/mappings/trl.yaml`` maps the keys).
+* With ``log_samples=K`` (``OTEL_RL_LOG_SAMPLES``), ``on_log`` also hands GRPO's latest completions
+  (the prompts, completions, per-function rewards and advantages its ``log_completions`` table
+  shows) to ``Telemetry.log_samples``: K per step reach the run folder and the trackers
+  (:mod:`otel_rl.integrations._hf_samples`).
 * ``on_train_end`` flushes, and shuts down the telemetry the callback started itself.
 
 The callback finds its trainer among its callers at ``on_train_begin`` (transformers hands

@@ -27,6 +27,12 @@ over, so they arrive as metrics and an ``rl.log`` event, and its ``timing_s/*`` 
 trace after the fact (``Telemetry.trace_finished_step``): an ``rl.step`` span of ``timing_s/step``
 ending at the log call, with the stage timers as children in the order verl's trainer runs them,
 each marked ``rl.span.reconstructed``. ``reconstruct_spans=False`` turns that off.
+
+Validation generations: with ``trainer.log_val_generations=N`` verl's trainer hands N
+``(input, output, score)`` samples per validation to ``ValidationGenerationsLogger.log(loggers,
+samples, step)``; when ``loggers`` names ``"otel"`` they go to ``Telemetry.log_samples`` of the
+process's telemetry (``prompt``, ``response``, ``reward``), so with ``log_samples=K`` /
+``OTEL_RL_LOG_SAMPLES=K`` up to K of them reach the run folder and the trackers.
 """
 
 from __future__ import annotations
@@ -180,6 +186,44 @@ class VerlInstrumentor(Instrumentor):
             logger.debug("otel-rl: verl's Tracking already builds the %r backend", BACKEND)
             return
         _wrap_tracking(cls, self.patches, reconstruct_spans)
+        generations = getattr(tracking, "ValidationGenerationsLogger", None)
+        if generations is not None and callable(getattr(generations, "log", None)):
+            _wrap_generations_logger(generations, self.patches)
+
+
+def log_val_generations(samples: Any, step: Any) -> None:
+    """verl's validation samples (``(input, output, score)`` tuples) to the process's telemetry."""
+    telemetry = otel_rl.get_telemetry()
+    if telemetry is None or not telemetry.config.log_samples:
+        return
+    rows: list[Any] = []
+    for sample in samples:
+        if isinstance(sample, (tuple, list)) and len(sample) >= 3:
+            rows.append({"prompt": sample[0], "response": sample[1], "reward": sample[2]})
+        else:
+            rows.append(sample)  # log_samples reports it (not a mapping)
+    telemetry.log_samples(rows, None if step is None else int(step))
+
+
+def _wrap_generations_logger(cls: Any, patches: Patches) -> None:
+    """``ValidationGenerationsLogger.log`` also hands the samples to otel-rl when ``"otel"`` is a logger."""
+    original_log = cls.log
+    reported: set[str] = set()
+
+    @functools.wraps(original_log)
+    def log(self: Any, loggers: Any, samples: Any, step: Any) -> Any:
+        result = original_log(self, loggers, samples, step)
+        names = [loggers] if isinstance(loggers, str) else list(loggers or ())
+        if BACKEND in names:
+            try:
+                log_val_generations(samples, step)
+            except Exception:  # never into verl's validation
+                if "generations" not in reported:
+                    reported.add("generations")
+                    logger.warning("otel-rl: handing verl's validation generations to log_samples failed (reported once)", exc_info=True)
+        return result
+
+    patches.replace(cls, "log", log)
 
 
 def _wrap_tracking(cls: Any, patches: Patches, reconstruct_spans: bool) -> None:

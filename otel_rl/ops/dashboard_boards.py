@@ -46,6 +46,8 @@ NOT_ON_A_BOARD: Mapping[str, str] = {
     M.RL_ALERT: _NOT_IN_DEMO + " (alerts fire only on an unhealthy run; grafana/alerts has the rules)",
     M.RL_THROUGHPUT_STEPS: _NOT_IN_DEMO + "; rl.step.duration shows the same",
     M.RL_STEP_TOKENS: _NOT_IN_DEMO + "; rl.throughput.tokens is on the timeline",
+    **{metric: _NOT_IN_DEMO + " (read from a vLLM / SGLang /metrics page; the demo runs no inference engine)"
+       for metric in (M.RL_ROLLOUT_REQUESTS, M.RL_ROLLOUT_ENGINE_PREEMPTIONS)},
     **{metric: _NOT_IN_DEMO for metric in (
         M.RL_PROGRESS_STEP, M.RL_PROGRESS_EPOCH, M.RL_PROGRESS_MAX_STEPS, M.RL_PROGRESS_RATIO, M.RL_PROGRESS_TOKENS,
         M.RL_RUN_ELAPSED_TIME, M.RL_RUN_REMAINING_TIME, M.RL_RUN_FLOPS, M.RL_RUN_LOSS, M.RL_STAGE_TIME_PER_TOKEN,
@@ -114,6 +116,11 @@ def e2e_timeline(m: Metrics) -> Board:
     # stage's share is its mean over ranks over the step time of the rank(s) that record steps.
     share = (f"avg {by(A.RL_STAGE)} (sum {by(A.RL_STAGE, A.RL_RANK)} ({grown(stage('_sum', TOTAL), '$__range')})) / "
              f"scalar(max(sum {by(A.RL_RANK)} ({grown(step_sum, '$__range')})))")
+    # Goodput: each step's seconds in the productive / overhead / idle buckets (NeMo-RL's efficiency
+    # summary, split three ways), in that stacking order, and the latest step's productive share.
+    goodput = lambda suffix, bucket: m.sel(M.RL_STEP_GOODPUT_DURATION, eq(A.RL_GOODPUT_BUCKET, enum_value(bucket)), suffix=suffix)  # noqa: E731
+    goodput_split = [Target(mean_per_call(goodput("_sum", b), goodput("_count", b), ()), enum_value(b)) for b in A.RlGoodputBucketValues]
+    goodput_ratio = m.sel(M.RL_STEP_GOODPUT_RATIO)
     return Board("e2e-timeline", "otel-rl / E2E timeline",
                  "Where each training step's time goes: rollout -> reward -> logprob/ref -> update -> checkpoint, "
                  "from rl.stage.duration by rl.stage and rl.cluster; step time, throughput and MFU.",
@@ -133,6 +140,17 @@ def e2e_timeline(m: Metrics) -> Board:
                            note="Stacked: the seconds each stage group takes per call (its stages' mean durations), in "
                                 "pipeline order; periodic stages (checkpoint, validation) appear where they ran. The line "
                                 "is the mean step time; the gap above the stack is time outside any stage."),
+                     Panel("timeseries", "Goodput: productive / overhead / idle seconds per step",
+                           goodput_split, m.unit(M.RL_STEP_GOODPUT_DURATION), w=16, h=8,
+                           stack=True, bars=True,
+                           note="Stacked: each step's seconds doing the model's work (generate, rewards, log-probs, train), "
+                                "moving or saving it (onload / offload, weight sync, checkpoint, validation) and idle (no stage, "
+                                "or a wait stage: waiting on other ranks); overlapping stages count once, productive first, so the stack's "
+                                "top is the mean step time."),
+                     Panel("timeseries", "Goodput ratio (productive / step time)",
+                           [Target(f"avg({goodput_ratio})", "mean over ranks"), Target(f"min({goodput_ratio})", "worst rank")],
+                           m.unit(M.RL_STEP_GOODPUT_RATIO), w=8, h=8, min=0, max=1,
+                           note="The latest step's productive share of its wall time, per rank: the mean and the worst rank."),
                      Panel("timeseries", "Stage duration p95", [Target(quantile(0.95, stage_buckets, [A.RL_CLUSTER, A.RL_STAGE]),
                                                                       legend(A.RL_CLUSTER, A.RL_STAGE), exemplar=True)],
                            m.unit(M.RL_STAGE_DURATION), w=16, links=trace_links(STAGE_SPAN_OF_SERIES, scope="stage"),

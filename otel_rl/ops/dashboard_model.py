@@ -72,6 +72,7 @@ FRACTIONS: frozenset[str] = frozenset(
         M.RL_ROLLOUT_KV_CACHE_UTILIZATION,
         M.RL_ASYNC_STALE_SAMPLE_RATIO,
         M.RL_PIPELINE_BUBBLE_RATIO,
+        M.RL_STEP_GOODPUT_RATIO,
         M.RL_MFU,
         M.RL_SM_ACTIVITY,
         M.HW_GPU_UTILIZATION,

@@ -98,6 +98,16 @@ Type: enum. Values: roll, verl, trl, swift, custom. Examples: roll, verl.
 
 Open enum: other framework names are allowed."""
 
+RL_GOODPUT_BUCKET: Final = "rl.goodput.bucket"
+"""Which part of a step's wall time a goodput duration counts: productive, overhead or idle.
+
+Type: enum. Values: productive, overhead, idle. Examples: productive, idle.
+
+The step's stages are classified by `rl.stage` (onload / offload phases always count as
+overhead); overlapping stages count once, productive before overhead, and idle is the
+rest of the step, so the three buckets add up to `rl.step.duration`. Like NeMo-RL's
+efficiency summary (`efficiency/productive_time_s`, `efficiency/total_waste_s`)."""
+
 RL_KEY: Final = "rl.key"
 """Original framework key of a value that no mapping knows.
 
@@ -223,6 +233,17 @@ RL_POLICY: Final = "rl.policy"
 
 Type: enum. Values: current, old, reference. Examples: old, reference."""
 
+RL_PROFILE_PATH: Final = "rl.profile.path"
+"""Path of the torch.profiler trace that covers this step (a profile window).
+
+Type: string. Examples: otel-rl-runs/run-1/profiles/steps-10-12.rank0.pt.trace.json.
+
+Set on the `rl.step` spans of the steps a profile window covers (`profile_steps`,
+`OTEL_RL_PROFILE_STEPS`): the Chrome trace written into the run folder, e.g.
+`<run_dir>/profiles/steps-10-12.rank0.pt.trace.json`. Open it in Perfetto
+(ui.perfetto.dev) or chrome://tracing; the stages appear as `rl.<stage>` ranges.
+One value per window."""
+
 RL_QUEUE_NAME: Final = "rl.queue.name"
 """Name of an async queue (rollout buffer, sample queue) between stages.
 
@@ -244,10 +265,36 @@ Type: string. Examples: Format, AnswerMatchCosine, MathAccuracy.
 Bounded by the reward functions the run configures (ms-swift ORM plugins such as
 `Format`, `AnswerMatchCosine`; TRL reward function names)."""
 
+RL_ROLLOUT_REQUEST_STATE: Final = "rl.rollout.request.state"
+"""Where a request is in the inference engine's scheduler.
+
+Type: enum. Values: running, waiting. Examples: running, waiting.
+
+Set on `rl.rollout.requests`; from the engine's scheduler gauges (vLLM
+`vllm:num_requests_running` / `_waiting`, SGLang `sglang:num_running_reqs` /
+`sglang:num_queue_reqs`)."""
+
 RL_RUN_ID: Final = "rl.run.id"
 """Unique id of the training run (resource attribute).
 
 Type: string. Examples: grpo-20251126-022444."""
+
+RL_SAMPLE_GROUP_ID: Final = "rl.sample.group_id"
+"""The group a sample belongs to: the prompt whose responses GRPO normalizes together (verl/ROLL `uid`).
+
+Type: string. Examples: 7, b2f1c0e4.
+
+Used on `rl.sample` events ONLY, never as a metric attribute (one value per prompt).
+Samples of one group share the prompt; their rewards are compared with each other."""
+
+RL_SAMPLE_INDEX: Final = "rl.sample.index"
+"""Position of the sample in the batch its step handed to `log_samples()` (0-based, counted over the step's calls).
+
+Type: int. Examples: 0, 17.
+
+Used on `rl.sample` events ONLY, never as a metric attribute (one value per sample).
+Together with `rl.step` and the run id it is what the deterministic choice of kept
+samples hashes, so a rerun with the same run id keeps the same indices."""
 
 RL_SPAN_RECONSTRUCTED: Final = "rl.span.reconstructed"
 """The span was built after the fact from logged durations, not timed as it ran.
@@ -342,6 +389,23 @@ RL_WORLD_SIZE: Final = "rl.world_size"
 """Number of processes in the job (resource attribute).
 
 Type: int. Examples: 8, 64."""
+
+SERVER_ADDRESS: Final = "server.address"
+"""Server domain name if available without reverse DNS lookup; otherwise, IP address or Unix domain socket name.
+
+Type: string. Examples: 127.0.0.1, rollout-3.cluster.local.
+
+Upstream OpenTelemetry name (stable upstream); otel-rl sets it on the rollout metrics it
+reads from an inference engine's Prometheus `/metrics` (vLLM, SGLang): the host of the
+engine's endpoint as configured (`engine_endpoints`), so each engine is its own series."""
+
+SERVER_PORT: Final = "server.port"
+"""Server port number.
+
+Type: int. Examples: 8000, 30000.
+
+Upstream OpenTelemetry name (stable upstream); with `server.address`, the port of the
+inference engine's endpoint whose `/metrics` otel-rl read."""
 
 SERVICE_NAME: Final = "service.name"
 """Logical name of the service.
@@ -465,6 +529,19 @@ class RlFrameworkValues(str, Enum):
 
     CUSTOM = 'custom'
     """A custom training loop."""
+
+
+class RlGoodputBucketValues(str, Enum):
+    """Values of `rl.goodput.bucket`: Which part of a step's wall time a goodput duration counts: productive, overhead or idle."""
+
+    PRODUCTIVE = 'productive'
+    """Time inside a stage that does the model's work (generation, rewards, log-probs, training)."""
+
+    OVERHEAD = 'overhead'
+    """Time spent moving or saving the model, not using it: onload / offload phases, weight sync, checkpoint, validation."""
+
+    IDLE = 'idle'
+    """Time inside the step covered by no stage, or by an explicit wait / barrier stage: waiting on other ranks."""
 
 
 class RlKlEstimatorValues(str, Enum):
@@ -603,6 +680,16 @@ class RlPolicyValues(str, Enum):
 
     REFERENCE = 'reference'
     """The frozen reference (initial) policy."""
+
+
+class RlRolloutRequestStateValues(str, Enum):
+    """Values of `rl.rollout.request.state`: Where a request is in the inference engine's scheduler."""
+
+    RUNNING = 'running'
+    """Scheduled in the engine's running batch (vLLM running, SGLang running)."""
+
+    WAITING = 'waiting'
+    """Queued, not yet scheduled (vLLM waiting, SGLang queue)."""
 
 
 class RlStageValues(str, Enum):
@@ -800,6 +887,7 @@ __all__ = [
     "RL_DATA_SOURCE_NAMESPACE",
     "RL_EXPERIMENT_NAME",
     "RL_FRAMEWORK",
+    "RL_GOODPUT_BUCKET",
     "RL_KEY",
     "RL_KL_ESTIMATOR",
     "RL_KL_PLACEMENT",
@@ -819,10 +907,14 @@ __all__ = [
     "RL_NODE_RANK",
     "RL_NONFINITE_KIND",
     "RL_POLICY",
+    "RL_PROFILE_PATH",
     "RL_QUEUE_NAME",
     "RL_RANK",
     "RL_REWARD_FUNCTION",
+    "RL_ROLLOUT_REQUEST_STATE",
     "RL_RUN_ID",
+    "RL_SAMPLE_GROUP_ID",
+    "RL_SAMPLE_INDEX",
     "RL_SPAN_RECONSTRUCTED",
     "RL_STAGE",
     "RL_STAGE_PHASE",
@@ -840,6 +932,7 @@ __all__ = [
     "RlClipKindValues",
     "RlComputeOpValues",
     "RlFrameworkValues",
+    "RlGoodputBucketValues",
     "RlKlEstimatorValues",
     "RlKlPlacementValues",
     "RlLossTypeValues",
@@ -849,12 +942,15 @@ __all__ = [
     "RlModelRoleValues",
     "RlNonfiniteKindValues",
     "RlPolicyValues",
+    "RlRolloutRequestStateValues",
     "RlStagePhaseValues",
     "RlStageValues",
     "RlStatisticValues",
     "RlTelemetryDropReasonValues",
     "RlTelemetryReasonValues",
     "RlTelemetrySignalValues",
+    "SERVER_ADDRESS",
+    "SERVER_PORT",
     "SERVICE_NAME",
     "SERVICE_VERSION",
     "TELEMETRY_DISTRO_NAME",

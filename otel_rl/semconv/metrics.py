@@ -24,11 +24,14 @@ GEN_AI_SERVER_REQUEST_DURATION: Final = "gen_ai.server.request.duration"
 
 Instrument: histogram
 Unit: s
-Attributes: none
+Attributes: server.address (conditionally_required), server.port (conditionally_required)
 
 Upstream OpenTelemetry name; otel-rl records the latency of each rollout generation
 request (seed 002 section 3.1 "request latency") from the inference engine (vLLM /
-SGLang) or the rollout worker. Lower is better; its tail drives the rollout stage time."""
+SGLang) or the rollout worker. Lower is better; its tail drives the rollout stage time.
+The engine scraper (`engine_endpoints`) fills it from vLLM `vllm:e2e_request_latency_seconds`
+and SGLang `sglang:e2e_request_latency_seconds`: each step's new observations, placed
+inside the engine's own bucket bounds (the engine exports buckets, not requests)."""
 
 
 def create_gen_ai_server_request_duration(meter: Meter) -> Histogram:
@@ -45,10 +48,14 @@ GEN_AI_SERVER_TIME_PER_OUTPUT_TOKEN: Final = "gen_ai.server.time_per_output_toke
 
 Instrument: histogram
 Unit: s
-Attributes: none
+Attributes: server.address (conditionally_required), server.port (conditionally_required)
 
 Upstream OpenTelemetry name; otel-rl records the rollout engine's TPOT per request
-(seed 002 section 3.1 "TPOT"), i.e. decode speed. Lower is better."""
+(seed 002 section 3.1 "TPOT"), i.e. decode speed. Lower is better.
+The engine scraper (`engine_endpoints`) fills it from vLLM
+`vllm:request_time_per_output_token_seconds` (per request), else
+`vllm:inter_token_latency_seconds` / `vllm:time_per_output_token_seconds`, and from SGLang
+`sglang:inter_token_latency_seconds` (per token gap)."""
 
 
 def create_gen_ai_server_time_per_output_token(meter: Meter) -> Histogram:
@@ -65,10 +72,13 @@ GEN_AI_SERVER_TIME_TO_FIRST_TOKEN: Final = "gen_ai.server.time_to_first_token"
 
 Instrument: histogram
 Unit: s
-Attributes: none
+Attributes: server.address (conditionally_required), server.port (conditionally_required)
 
 Upstream OpenTelemetry name; otel-rl records the rollout engine's TTFT per request
-(seed 002 section 3.1 "TTFT"), i.e. queueing plus prefill. Lower is better."""
+(seed 002 section 3.1 "TTFT"), i.e. queueing plus prefill. Lower is better.
+The engine scraper (`engine_endpoints`) fills it from `vllm:time_to_first_token_seconds` /
+`sglang:time_to_first_token_seconds` (each step's new observations, within the engine's
+bucket bounds)."""
 
 
 def create_gen_ai_server_time_to_first_token(meter: Meter) -> Histogram:
@@ -1345,16 +1355,37 @@ def create_rl_rollout_abort_ratio(meter: Meter, callbacks: Sequence[CallbackT] |
         name=RL_ROLLOUT_ABORT_RATIO, callbacks=callbacks, description='Fraction of rollout requests aborted.', unit="1"
     )
 
+RL_ROLLOUT_ENGINE_PREEMPTIONS: Final = "rl.rollout.engine.preemptions"
+"""Requests the inference engine preempted (evicted from the KV cache and re-queued).
+
+Instrument: counter
+Unit: {preemption}
+Attributes: server.address (conditionally_required), server.port (conditionally_required)
+
+The engine's own count, one increase per step read from its `/metrics` by the engine
+scraper (`engine_endpoints`): vLLM `vllm:num_preemptions_total`, SGLang
+`sglang:num_retracted_requests_total` (SGLang calls preemption retraction). Preemptions
+recompute the evicted requests' prefill and stretch the rollout; they follow a KV cache
+pinned near full (`rl.rollout.kv_cache.utilization`). The per-sample view is
+`rl.rollout.preemptions`. Lower is better."""
+
+
+def create_rl_rollout_engine_preemptions(meter: Meter) -> Counter:
+    """Create the `rl.rollout.engine.preemptions` counter ({preemption})."""
+    return meter.create_counter(name=RL_ROLLOUT_ENGINE_PREEMPTIONS, description='Requests the inference engine preempted (evicted from the KV cache and re-queued).', unit="{preemption}")
+
 RL_ROLLOUT_KV_CACHE_UTILIZATION: Final = "rl.rollout.kv_cache.utilization"
 """Fraction of the rollout engine's KV cache blocks in use.
 
 Instrument: gauge
 Unit: 1
-Attributes: none
+Attributes: server.address (conditionally_required), server.port (conditionally_required)
 
 KV cache utilization (seed 002 section 3.1), e.g. vLLM gpu_cache_usage_perc. Low values
 waste memory reserved for the cache; values pinned at 1 cause preemption and
-recomputation."""
+recomputation. The engine scraper (`engine_endpoints`) reads vLLM `vllm:kv_cache_usage_perc`
+(`vllm:gpu_cache_usage_perc` before 0.10) and SGLang `sglang:token_usage`, a fraction in both
+despite vLLM's name; an endpoint serving several engines (data parallel) reports its fullest."""
 
 
 def create_rl_rollout_kv_cache_utilization(meter: Meter, callbacks: Sequence[CallbackT] | None = None) -> ObservableGauge:
@@ -1380,6 +1411,27 @@ def create_rl_rollout_preemptions(meter: Meter, callbacks: Sequence[CallbackT] |
     """Create the `rl.rollout.preemptions` observable gauge ({preemption})."""
     return meter.create_observable_gauge(
         name=RL_ROLLOUT_PREEMPTIONS, callbacks=callbacks, description="Times a sample's generation request was preempted by the inference engine, by statistic over the batch.", unit="{preemption}"
+    )
+
+RL_ROLLOUT_REQUESTS: Final = "rl.rollout.requests"
+"""Requests the rollout engine holds, by state: running (in the batch) or waiting (queued).
+
+Instrument: gauge
+Unit: {request}
+Attributes: rl.rollout.request.state (required), server.address (conditionally_required), server.port (conditionally_required)
+
+Read from the inference engine's Prometheus `/metrics` by the engine scraper
+(`engine_endpoints`): vLLM `vllm:num_requests_running` / `vllm:num_requests_waiting`,
+SGLang `sglang:num_running_reqs` / `sglang:num_queue_reqs`, summed over the engines behind
+one endpoint (data parallel). A waiting queue that stays long while running is at the
+engine's batch limit means the rollout is bound by inference capacity; running requests
+falling to a few while the stage goes on is the long tail of slow samples."""
+
+
+def create_rl_rollout_requests(meter: Meter, callbacks: Sequence[CallbackT] | None = None) -> ObservableGauge:
+    """Create the `rl.rollout.requests` observable gauge ({request})."""
+    return meter.create_observable_gauge(
+        name=RL_ROLLOUT_REQUESTS, callbacks=callbacks, description='Requests the rollout engine holds, by state: running (in the batch) or waiting (queued).', unit="{request}"
     )
 
 RL_ROLLOUT_SAMPLE_DURATION: Final = "rl.rollout.sample.duration"
@@ -1425,11 +1477,13 @@ RL_ROLLOUT_TOKENS: Final = "rl.rollout.tokens"
 
 Instrument: counter
 Unit: {token}
-Attributes: gen_ai.token.type (required)
+Attributes: gen_ai.token.type (required), server.address (conditionally_required), server.port (conditionally_required)
 
 Prefill tokens and decode tokens of the rollout stage (seed 002 section 3.1).
 gen_ai.token.type = input for prefill (prompt) tokens, output for decode (generated)
-tokens."""
+tokens. The engine scraper (`engine_endpoints`) adds each step's increase of vLLM
+`vllm:prompt_tokens_total` / `vllm:generation_tokens_total` and SGLang
+`sglang:prompt_tokens_total` / `sglang:generation_tokens_total`."""
 
 
 def create_rl_rollout_tokens(meter: Meter) -> Counter:
@@ -1742,6 +1796,51 @@ def create_rl_step_duration(meter: Meter) -> Histogram:
         description='Wall time of one training step.',
         unit="s",
         explicit_bucket_boundaries_advisory=BUCKETS["duration"],
+    )
+
+RL_STEP_GOODPUT_DURATION: Final = "rl.step.goodput.duration"
+"""Seconds of one step spent productive, in overhead or idle (goodput buckets).
+
+Instrument: histogram
+Unit: s
+Attributes: rl.goodput.bucket (required)
+
+Computed by otel-rl when a step ends, from the step's stage spans and phases: productive
+is the time covered by stages that do the model's work (generate, rewards, log-probs,
+train_step), overhead the time covered only by onload / offload phases, weight sync
+(model_update), checkpoint or validation, idle the rest of the step (no stage running, or
+an explicit wait / barrier stage). Overlapping stages count once, productive first, so
+the three buckets of a step add up to its rl.step.duration. Steps with no stage record
+nothing. Mirrors NeMo-RL's efficiency summary (`efficiency/productive_time_s`,
+`efficiency/total_waste_s`, nemo_rl/algorithms/utils.py).
+More productive and less idle is better."""
+
+
+def create_rl_step_goodput_duration(meter: Meter) -> Histogram:
+    """Create the `rl.step.goodput.duration` histogram (s, `duration` buckets)."""
+    return meter.create_histogram(
+        name=RL_STEP_GOODPUT_DURATION,
+        description='Seconds of one step spent productive, in overhead or idle (goodput buckets).',
+        unit="s",
+        explicit_bucket_boundaries_advisory=BUCKETS["duration"],
+    )
+
+RL_STEP_GOODPUT_RATIO: Final = "rl.step.goodput.ratio"
+"""Goodput of the latest step: its productive seconds over its wall time.
+
+Instrument: gauge
+Unit: 1
+Attributes: none
+
+rl.step.goodput.duration{rl.goodput.bucket=productive} / rl.step.duration of the latest
+step with stages, between 0 and 1 (NeMo-RL `efficiency/efficiency_pct` / 100).
+Higher is better."""
+
+
+def create_rl_step_goodput_ratio(meter: Meter, callbacks: Sequence[CallbackT] | None = None) -> ObservableGauge:
+    """Create the `rl.step.goodput.ratio` observable gauge (1)."""
+    return meter.create_observable_gauge(
+        name=RL_STEP_GOODPUT_RATIO, callbacks=callbacks, description='Goodput of the latest step: its productive seconds over its wall time.', unit="1"
     )
 
 RL_STEP_TOKENS: Final = "rl.step.tokens"
@@ -2067,8 +2166,10 @@ __all__ = [
     "RL_REWARD_THROUGHPUT",
     "RL_REWARD_ZERO_STD_RATIO",
     "RL_ROLLOUT_ABORT_RATIO",
+    "RL_ROLLOUT_ENGINE_PREEMPTIONS",
     "RL_ROLLOUT_KV_CACHE_UTILIZATION",
     "RL_ROLLOUT_PREEMPTIONS",
+    "RL_ROLLOUT_REQUESTS",
     "RL_ROLLOUT_SAMPLE_DURATION",
     "RL_ROLLOUT_TIMEOUT_RATIO",
     "RL_ROLLOUT_TOKENS",
@@ -2088,6 +2189,8 @@ __all__ = [
     "RL_STAGE_DURATION",
     "RL_STAGE_TIME_PER_TOKEN",
     "RL_STEP_DURATION",
+    "RL_STEP_GOODPUT_DURATION",
+    "RL_STEP_GOODPUT_RATIO",
     "RL_STEP_TOKENS",
     "RL_STRAGGLER_MARGIN",
     "RL_STRAGGLER_RANK",
@@ -2173,8 +2276,10 @@ __all__ = [
     "create_rl_reward_throughput",
     "create_rl_reward_zero_std_ratio",
     "create_rl_rollout_abort_ratio",
+    "create_rl_rollout_engine_preemptions",
     "create_rl_rollout_kv_cache_utilization",
     "create_rl_rollout_preemptions",
+    "create_rl_rollout_requests",
     "create_rl_rollout_sample_duration",
     "create_rl_rollout_timeout_ratio",
     "create_rl_rollout_tokens",
@@ -2194,6 +2299,8 @@ __all__ = [
     "create_rl_stage_duration",
     "create_rl_stage_time_per_token",
     "create_rl_step_duration",
+    "create_rl_step_goodput_duration",
+    "create_rl_step_goodput_ratio",
     "create_rl_step_tokens",
     "create_rl_straggler_margin",
     "create_rl_straggler_rank",

@@ -17,6 +17,9 @@ RL_LOG_EVENT: Final = "rl.log"
 RL_MEMORY_SNAPSHOT_EVENT: Final = "rl.memory.snapshot"
 """Memory snapshot at a stage boundary (span event on the stage span)."""
 
+RL_SAMPLE_EVENT: Final = "rl.sample"
+"""One rollout sample of a step: prompt, response, reward and its parts (a log record; opt-in)."""
+
 RL_STRAGGLER_EVENT: Final = "rl.straggler"
 """One rank was markedly slower than the others in a step (a log record)."""
 
@@ -34,6 +37,7 @@ __all__ = [
     "RL_HPARAMS_EVENT",
     "RL_LOG_EVENT",
     "RL_MEMORY_SNAPSHOT_EVENT",
+    "RL_SAMPLE_EVENT",
     "RL_STRAGGLER_EVENT",
     "RL_PHASE_SPAN_TEMPLATE",
     "RL_STAGE_SPAN_TEMPLATE",

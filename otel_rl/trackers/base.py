@@ -156,6 +156,11 @@ class Tracker(abc.ABC):
     def log_hparams(self, hparams: Mapping[str, Any]) -> None:
         """Record the run's configuration. Default: nothing."""
 
+    def log_samples(self, rows: Sequence[Mapping[str, Any]], step: int | None) -> None:
+        """Show one step's rollout samples (``rl.sample`` bodies: prompt, response, reward,
+        ``rewards/<part>``, ...; see :mod:`otel_rl.trackers.samples`) as the backend's users expect
+        them: a table. A step's samples usually come in one call, rarely in two. Default: nothing."""
+
     def flush(self) -> None:
         """Push buffered data to the backend's storage. Default: nothing."""
 

@@ -1,10 +1,15 @@
 """Feed experiment trackers from the per-step events: every ``rl.log`` record becomes one
-``tracker.log(values, step)`` call, ``rl.hparams`` becomes ``log_hparams``.
+``tracker.log(values, step)`` call, ``rl.hparams`` becomes ``log_hparams``, and a step's
+``rl.sample`` records become one ``tracker.log_samples(rows, step)`` call.
 
 In a training process this is a LogRecordExporter behind the SDK's batch processor, so tracker
 writes happen on the processor's thread, never the training thread. The bridge feeds the same
 ``TrackerFanout`` from OTLP it receives. A tracker that fails is reported once and skipped for
 that call; it never stops the run or the other trackers.
+
+Samples are held until that step's ``rl.log`` arrives (or a flush, after each export batch), so a
+tracker gets a step's samples in one call and before that step's values (W&B drops rows logged at
+a step it has passed).
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ class TrackerFanout:
         self._key_namer = key_namer
         self._names: dict[str, str] = {}
         self._failed: set[tuple[str, str]] = set()
+        self._samples: dict[int | None, list[Mapping[str, Any]]] = {}  # rl.sample bodies per step, not yet delivered
 
     def _call(self, tracker: Tracker, what: str, fn: Callable[..., Any], *args: Any) -> None:
         try:
@@ -63,6 +69,8 @@ class TrackerFanout:
         return out
 
     def log(self, values: Mapping[str, Any], step: int | None = None) -> None:
+        if self._samples:
+            self.deliver_samples(step)
         values = self._renamed(values)
         for tracker in self.trackers:
             self._call(tracker, "log", tracker.log, values, step)
@@ -71,11 +79,28 @@ class TrackerFanout:
         for tracker in self.trackers:
             self._call(tracker, "log_hparams", tracker.log_hparams, hparams)
 
+    def add_sample(self, row: Mapping[str, Any], step: int | None) -> None:
+        """Hold one ``rl.sample`` body until its step is delivered."""
+        self._samples.setdefault(step, []).append(row)
+
+    def deliver_samples(self, up_to: int | None = None) -> None:
+        """Hand the held samples to the trackers, one call per step in step order: those of steps up
+        to ``up_to`` (and those without a step), or all when ``up_to`` is None."""
+        ready = sorted((s for s in self._samples if up_to is None or s is None or s <= up_to), key=lambda s: -1 if s is None else s)
+        for step in ready:
+            rows = self._samples.pop(step)
+            for tracker in self.trackers:
+                self._call(tracker, "log_samples", tracker.log_samples, rows, step)
+
     def flush(self) -> None:
+        if self._samples:
+            self.deliver_samples()
         for tracker in self.trackers:
             self._call(tracker, "flush", tracker.flush)
 
     def finish(self) -> None:
+        if self._samples:
+            self.deliver_samples()
         for tracker in self.trackers:
             self._call(tracker, "finish", tracker.finish)
 
@@ -102,11 +127,15 @@ def deliver(fanout: TrackerFanout, event_name: str | None, attributes: Mapping[s
     if event_name == N.RL_HPARAMS_EVENT and isinstance(body, Mapping):
         fanout.log_hparams(body)
         return True
+    if event_name == N.RL_SAMPLE_EVENT and isinstance(body, Mapping):
+        step = (attributes or {}).get(A.RL_STEP)
+        fanout.add_sample(body, int(step) if isinstance(step, (int, float)) else None)
+        return True
     return False
 
 
 class TrackerLogExporter(LogRecordExporter):
-    """The in-process route: rl.log / rl.hparams records from the SDK's batch processor."""
+    """The in-process route: rl.log / rl.hparams / rl.sample records from the SDK's batch processor."""
 
     def __init__(self, fanout: TrackerFanout) -> None:
         self.fanout = fanout

@@ -8,6 +8,10 @@ with the standard library: finite numbers as they are, bools as ``true``/``false
 text, non-finite floats as ``null``; ``None`` values and other objects are left out, so a
 ``null`` in the file always means a non-finite number.
 
+Rollout samples (``log_samples``): one line per step, ``{"step": N, "samples": [row, ...]}``, each row
+an ``rl.sample`` body (text, numbers, bools); readers of verl's format skip lines without
+``data`` (:func:`read_jsonl` does), :func:`read_jsonl_samples` reads them.
+
 Settings: ``path`` (the file), or ``log_dir`` (then ``log_dir/metrics.jsonl``); default
 ``run_dir/jsonl/metrics.jsonl`` (``run_dir/metrics.jsonl`` is the OTLP metrics file). verl's
 ``VERL_FILE_LOGGER_PATH`` environment variable is not read: the caller decides paths. Lines are
@@ -19,13 +23,13 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
 from otel_rl.trackers.base import Tracker, to_scalar
 
-__all__ = ["JsonlTracker", "read_jsonl"]
+__all__ = ["JsonlTracker", "read_jsonl", "read_jsonl_samples"]
 
 FILE_NAME = "metrics.jsonl"
 OTLP_METRICS_FILE = "metrics.jsonl"  # the run folder's OTLP metrics file, which must not be shared
@@ -61,7 +65,17 @@ class JsonlTracker(Tracker):
                 data[key] = number if isinstance(number, int) or math.isfinite(number) else None
             elif value is not None:
                 self.report_once(key, f"is left out: {type(value).__name__} is not a number or text")
-        line = json.dumps({"step": step, "data": data}, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        self._write({"step": step, "data": data})
+
+    def log_samples(self, rows: Sequence[Mapping[str, Any]], step: int | None) -> None:
+        if self._file is None:
+            raise RuntimeError("jsonl tracker: log_samples() before start()")
+        clean = [{k: v if not isinstance(v, float) or math.isfinite(v) else None for k, v in row.items()} for row in rows]
+        self._write({"step": step, "samples": clean})
+
+    def _write(self, record: Mapping[str, Any]) -> None:
+        assert self._file is not None
+        line = json.dumps(record, separators=(",", ":"), ensure_ascii=False, allow_nan=False, default=str)
         self._file.write(line.encode() + b"\n")
 
     def finish(self) -> None:
@@ -71,6 +85,12 @@ class JsonlTracker(Tracker):
 
 
 def read_jsonl(path: str | Path) -> list[tuple[int | None, dict[str, Any]]]:
-    """``(step, data)`` per line of a verl-format file (ours or verl's)."""
+    """``(step, data)`` per line of a verl-format file (ours or verl's); sample lines are skipped."""
     with open(path, encoding="utf-8") as f:
-        return [(record["step"], record["data"]) for record in map(json.loads, filter(str.strip, f))]
+        return [(record["step"], record["data"]) for record in map(json.loads, filter(str.strip, f)) if "data" in record]
+
+
+def read_jsonl_samples(path: str | Path) -> list[tuple[int | None, list[dict[str, Any]]]]:
+    """``(step, rows)`` per sample line of a file the jsonl tracker wrote."""
+    with open(path, encoding="utf-8") as f:
+        return [(record["step"], record["samples"]) for record in map(json.loads, filter(str.strip, f)) if "samples" in record]

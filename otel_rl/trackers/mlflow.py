@@ -14,6 +14,9 @@ active run, so several trackers (or the training code's own MLflow use) do not i
   -> ``_``); each renamed key is reported once.
 - Params: the hparams flattened with ``/``, values as text truncated to MLflow's length limit,
   sent in batches of MLflow's maximum size.
+- Rollout samples: one table artifact per step, ``samples/step_<N>/table.json``, with
+  ``MlflowClient.log_table`` (a step's second call appends to it, through MLflow's pandas reader,
+  which may turn numeric-looking text into numbers); read it back with ``load_table``. One folder per step keeps each call's listing of existing tables small.
 
 MLflow 3 refuses its file store unless ``MLFLOW_ALLOW_FILE_STORE=true``; when the tracking URI is
 a file store (the default ``file:`` URI or a plain path) that variable is set, if unset, for this
@@ -32,8 +35,9 @@ from typing import Any
 from urllib.parse import urlparse
 
 from otel_rl.trackers.base import Tracker, flatten, to_scalar
+from otel_rl.trackers.samples import table_rows
 
-__all__ = ["MlflowTracker", "sanitize_key"]
+__all__ = ["MlflowTracker", "samples_artifact", "sanitize_key"]
 
 _logger = logging.getLogger("otel_rl")
 
@@ -48,6 +52,11 @@ def sanitize_key(key: str) -> str:
     # MLflow also rejects names that are not normalised paths: "/a", "a/", "a/./b", "a/../b".
     parts = [part if part not in (".", "..") else part.replace(".", "_") for part in name.strip("/").split("/")]
     return "/".join(parts)[:_MAX_KEY_LENGTH] or "_"
+
+
+def samples_artifact(step: int | None) -> str:
+    """The artifact path of a step's sample table."""
+    return f"samples/step_{step if step is not None else 'none'}/table.json"
 
 
 class MlflowTracker(Tracker):
@@ -103,6 +112,14 @@ class MlflowTracker(Tracker):
             elif value is not None:
                 self.report_once(key, f"is left out: MLflow metrics are numbers ({type(value).__name__})")
         self._log_batch(metrics=metrics)
+
+    def log_samples(self, rows: Sequence[Mapping[str, Any]], step: int | None) -> None:
+        import pandas as pd  # MLflow's own dependency for tables
+
+        names, data = table_rows(rows)
+        # object columns: cells are written as given ("7" ids stay text, lengths stay integers)
+        table = pd.DataFrame(data, columns=names, dtype=object)
+        self.client.log_table(self.run_id, data=table, artifact_file=samples_artifact(step))
 
     def log_hparams(self, hparams: Mapping[str, Any]) -> None:
         limit = self._limits.MAX_PARAM_VAL_LENGTH  # MLflow rejects longer values

@@ -14,20 +14,25 @@ never writes it to its ``.netrc``. In ``local``/``offline``/``disabled`` mode no
 Values: numbers (NaN and infinities included) as scalars, bools as 0/1, strings as
 ``swanlab.Text`` (SwanLab's scalars reject strings); ``None`` and other objects are left out.
 SwanLab allows one active run per process.
+
+Rollout samples (``log_samples``): a ``swanlab.echarts.Table`` under the key ``samples`` at the step,
+one row per sample, as verl's ``ValidationGenerationsLogger`` logs ``val/generations``.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from otel_rl.trackers.base import Tracker, to_scalar
+from otel_rl.trackers.samples import table_rows
 
 __all__ = ["SwanlabTracker"]
 
 _MODE_ALIASES = {"cloud": "online"}
+SAMPLES_KEY = "samples"
 
 
 class SwanlabTracker(Tracker):
@@ -84,6 +89,7 @@ class SwanlabTracker(Tracker):
         init_kwargs = {k: v for k, v in init_kwargs.items() if v is not None}
         self.run = self.backend_call("swanlab init", swanlab.init, **init_kwargs)
         self._text = swanlab.Text
+        self._table = swanlab.echarts.Table
 
     def log(self, values: Mapping[str, Any], step: int | None = None) -> None:
         data: dict[str, Any] = {}
@@ -96,6 +102,12 @@ class SwanlabTracker(Tracker):
                 self.report_once(key, f"is left out: not a number or text ({type(value).__name__})")
         if data:
             self.backend_call("swanlab log", self.run.log, data, step=step)
+
+    def log_samples(self, rows: Sequence[Mapping[str, Any]], step: int | None) -> None:
+        names, data = table_rows(rows)
+        table = self._table()
+        table.add(headers=names, rows=data)
+        self.backend_call("swanlab log samples", self.run.log, {SAMPLES_KEY: table}, step=step)
 
     def log_hparams(self, hparams: Mapping[str, Any]) -> None:
         self.backend_call("swanlab config update", self.run.config.update, self.scrub_hparams(hparams))

@@ -10,6 +10,9 @@ tensorboardX does; reported once per key). Numbers and bools (as 0/1) become sca
 (``add_scalar``, stored as 32-bit floats, NaN and infinities included), strings become text
 (``add_text``), ``None`` and other objects are left out.
 
+Rollout samples (``log_samples``): one text per step under the tag ``samples``, a Markdown table
+(one row per sample), which TensorBoard's text plugin shows as a table.
+
 hparams go into the same run as a JSON text (``hparams`` tag) and as the HParams plugin's
 summaries. ``add_hparams`` is not used: both writers put each call into a new sub-run folder.
 """
@@ -19,15 +22,17 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from otel_rl.trackers.base import Tracker, flatten, is_finite, to_scalar
+from otel_rl.trackers.samples import markdown_table
 
 __all__ = ["TensorBoardTracker"]
 
 _INVALID_TAG_CHARS = re.compile(r"[^-/\w.]")  # tensorboardX's rule (summary._clean_tag)
+SAMPLES_TAG = "samples"
 
 
 class TensorBoardTracker(Tracker):
@@ -88,6 +93,9 @@ class TensorBoardTracker(Tracker):
                 # NaN/inf call, which would flood the log each step of a diverged run.
                 summary = self._summary(value=[self._summary.Value(tag=self._tag(key), simple_value=number)])
                 self.writer._get_file_writer().add_summary(summary, step)
+
+    def log_samples(self, rows: Sequence[Mapping[str, Any]], step: int | None) -> None:
+        self.writer.add_text(SAMPLES_TAG, markdown_table(rows), global_step=step)
 
     def log_hparams(self, hparams: Mapping[str, Any]) -> None:
         config = self.scrub_hparams(hparams)

@@ -12,20 +12,25 @@ that is not done here. In offline and disabled modes the key is not passed at al
 
 Values: numbers (NaN and infinities included) as they are, bools as 0/1, strings as W&B text
 values; ``None`` and other objects are left out. ``step`` is W&B's step (``None``: W&B counts).
+
+Rollout samples (``log_samples``): a ``wandb.Table`` under the key ``samples`` at the step, one row
+per sample, as TRL's GRPO ``log_completions`` logs its ``completions`` table.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from otel_rl.trackers.base import Tracker, to_scalar
+from otel_rl.trackers.samples import table_rows
 
 __all__ = ["WandbTracker"]
 
 _NO_LOGIN_MODES = frozenset({"offline", "dryrun", "disabled"})
+SAMPLES_KEY = "samples"
 
 
 class WandbTracker(Tracker):
@@ -52,6 +57,8 @@ class WandbTracker(Tracker):
         directory = self.settings["dir"] or self.settings["log_dir"] or self.run_dir
         self.dir = Path(directory) if directory is not None else None
         self.run: Any = None
+        self._sample_step: int | None = None
+        self._sample_rows: list[Mapping[str, Any]] = []
 
     def _api_key(self) -> str | None:
         return (self.settings["settings"] or {}).get("api_key") or self.settings["api_key"]
@@ -95,6 +102,19 @@ class WandbTracker(Tracker):
                 self.report_once(key, f"is left out: not a number or text ({type(value).__name__})")
         if data:
             self.backend_call("wandb log", self.run.log, data, step=step)
+
+    def log_samples(self, rows: Sequence[Mapping[str, Any]], step: int | None) -> None:
+        import wandb
+
+        # A step's second call (its samples came in two export batches) logs the whole step again:
+        # the same key at the same step replaces the first table in W&B's row.
+        rows = [*self._sample_rows, *rows] if step is not None and step == self._sample_step else list(rows)
+        self._sample_step, self._sample_rows = step, rows
+        names, data = table_rows(rows)
+        columns: list[Any] = names  # W&B types cells and column keys narrowly; these are text, numbers, bools
+        cells: list[Any] = data
+        table = wandb.Table(columns=columns, data=cells, allow_mixed_types=True)
+        self.backend_call("wandb log samples", self.run.log, {SAMPLES_KEY: table}, step=step)
 
     def log_hparams(self, hparams: Mapping[str, Any]) -> None:
         config = self.scrub_hparams(hparams)
