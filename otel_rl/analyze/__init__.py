@@ -68,7 +68,13 @@ def _plots(runs: list[RunAnalysis], out_dir: Path) -> None:
         for series in chosen:
             mine = [f for f in run.findings if f.metric == series.metric and f.attributes == series.attributes]
             rel = Path("plots") / f"{prefix}{slug(series.label)}.png"
-            plot_series(series, mine, out_dir / rel, title=f"{series.label}  ({series.metric})")
+            try:
+                plot_series(series, mine, out_dir / rel, title=f"{series.label}  ({series.metric})")
+            except ImportError:
+                raise  # no matplotlib: the message names the extra (or --no-plots)
+            except Exception as exc:  # noqa: BLE001 - any plot failure (matplotlib on extreme values): never cost the report
+                run.plot_failures.append(f"{series.label}: {type(exc).__name__}: {exc}")
+                continue
             run.plots.append(rel.as_posix())
 
 

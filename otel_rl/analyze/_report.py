@@ -249,10 +249,13 @@ def _run_section(doc: _Doc, run: RunAnalysis, heading: int) -> None:
         ]
     )
 
-    if run.plots:
+    if run.plots or run.plot_failures:
         doc.h(heading + 1, "Plots")
         for path in run.plots:
             doc.img(path, Path(path).stem)
+        if run.plot_failures:
+            doc.p("Plots that could not be drawn (the report does not depend on them):")
+            doc.ul(run.plot_failures)
 
     if parsed.problems:
         doc.h(heading + 1, "Lines skipped while reading")
@@ -289,6 +292,7 @@ def _run_json(run: RunAnalysis) -> dict[str, Any]:
         "alerts": [{"rule": a.name, "severity": a.severity, "step": a.step, "message": a.message} for a in run.alerts],
         "recommendations": [r.as_dict() for r in run.recommendations],
         "plots": run.plots,
+        "plot_failures": run.plot_failures,
         "problems": [{"file": p.file, "line": p.line, "reason": p.reason} for p in parsed.problems],
         "notes": parsed.notes,
     }
@@ -313,6 +317,17 @@ def _finding_json(f: Finding, run: RunAnalysis) -> dict[str, Any]:
     return out
 
 
+def _json_safe(value: Any) -> Any:
+    """NaN and infinities (a statistic of +-1e308 overflows) as the strings JSON readers know."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
+
+
 def write_reports(runs: Sequence[RunAnalysis], out_dir: Path) -> dict[str, Path]:
     """Write report.md, report.html and report.json into ``out_dir``; returns their paths."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -330,5 +345,5 @@ def write_reports(runs: Sequence[RunAnalysis], out_dir: Path) -> dict[str, Path]
     paths["md"].write_text(doc.markdown(), encoding="utf-8")
     paths["html"].write_text(doc.html(title), encoding="utf-8")
     data = {"otel_rl_version": __version__, "runs": [_run_json(r) for r in runs]}
-    paths["json"].write_text(json.dumps(data, indent=2, allow_nan=False, default=str) + "\n", encoding="utf-8")
+    paths["json"].write_text(json.dumps(_json_safe(data), indent=2, allow_nan=False, default=str) + "\n", encoding="utf-8")
     return paths

@@ -129,6 +129,7 @@ class RunAnalysis:
     recommendations: list[Recommendation]
     step_interval: int
     plots: list[str] = field(default_factory=list)
+    plot_failures: list[str] = field(default_factory=list)  # "<series>: <why>" of each plot that failed
     verdict: Verdict | None = None
 
     @property

@@ -97,7 +97,7 @@ def detect_series(
     findings.extend(_pinned(s, x, series, metric, attrs, direction, unit, cfg))
     if n <= cfg.min_baseline:
         findings.sort(key=lambda f: (f.first_step, f.series))
-        return findings
+        return [f for f in findings if _finite_stats(f)]
 
     # The metric's own scale: nothing below its registry floor, its resolution or 1% of its size.
     quantum = resolution(x)
@@ -162,7 +162,13 @@ def detect_series(
     findings.extend(lasting_changes(s, x, findings, series, metric, attrs, direction, unit, min_change, typical, scale_floor, cfg))
     findings = _merge_thresholds(findings)
     findings.sort(key=lambda f: (f.first_step, f.series))
-    return findings
+    return [f for f in findings if _finite_stats(f)]
+
+
+def _finite_stats(f: Finding) -> bool:
+    """Finite values whose statistics overflowed (medians of +-1e308) say nothing: never a finding.
+    (A non-finite value itself is one: its peak is non-finite.)"""
+    return not math.isfinite(f.peak_value) or all(math.isfinite(v) for v in (f.baseline, f.scale, f.z))
 
 
 _SEVERITY_RANK = {"info": 0, "warning": 1, "critical": 2}

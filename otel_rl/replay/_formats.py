@@ -28,11 +28,11 @@ import os
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from otel_rl._sdk.keys import TRANSFORMS
 from otel_rl.replay._checks import check_parse, settle_steps
-from otel_rl.replay._hf_console import DICT_RE, TQDM_RE, read_hf_console
+from otel_rl.replay._hf_console import TQDM_RE, find_dict, read_hf_console
 from otel_rl.replay._log import (
     ANSI_RE,
     CLOCK_ELAPSED,
@@ -51,6 +51,7 @@ from otel_rl.replay._log import (
 from otel_rl.replay._settings import apply_settings, hf_settings
 from otel_rl.replay._verl import is_step_line, read_verl_console, read_verl_jsonl
 from otel_rl.runs.folder import LOGS_FILE, Problem, read_log_records
+from otel_rl.runs.textfile import MAX_LINE_BYTES, NotRegularFileError, read_bounded, require_regular_file
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import names as N
 
@@ -159,6 +160,8 @@ def _read_trl_state(path: Path, text: str, out: ParsedLog) -> None:
         if isinstance(whole, dict):
             apply_settings(out, hf_settings(whole), "trainer_state.json")
             out.settings.update({k: whole[k] for k in _STATE_SETTINGS if whole.get(k) is not None and k not in out.settings})
+    except (RecursionError, MemoryError) as exc:
+        out.problems.append(Problem(name, 1, f"the file nests too deeply to read whole ({type(exc).__name__}); log entries are read one by one"))
     except ValueError as exc:
         out.problems.append(
             Problem(
@@ -181,12 +184,13 @@ def _read_trl_state(path: Path, text: str, out: ParsedLog) -> None:
             break
         try:
             entry, end = decoder.raw_decode(text, pos)
-        except ValueError as exc:
+        except (ValueError, RecursionError, MemoryError) as exc:
             line = line_of(starts, pos)
             # Resynchronise on the next entry that starts at this one's indentation.
             indent = pos - starts[line - 1]
             nxt = re.compile(r"\n" + r"[ \t]" * indent + r"\{").search(text, pos + 1)
-            out.problems.append(Problem(name, line, f"log_history entry is not valid JSON ({cast(json.JSONDecodeError, exc).msg})"))
+            why = exc.msg if isinstance(exc, json.JSONDecodeError) else f"nested too deeply to read: {type(exc).__name__}"
+            out.problems.append(Problem(name, line, f"log_history entry is not valid JSON ({why})"))
             if nxt is None:
                 break
             pos = nxt.start() + 1
@@ -228,6 +232,9 @@ def _read_roll_stdout(path: Path, text: str, out: ParsedLog) -> None:
         line = ANSI_RE.sub("", raw)
         try:
             parsed = parse_stdout_line(line)
+        except (RecursionError, MemoryError) as exc:
+            out.problems.append(Problem(name, number, f"metrics_tag JSON nested too deeply to read ({type(exc).__name__})"))
+            continue
         except ValueError as exc:
             out.problems.append(Problem(name, number, str(exc).split(" (")[0] if len(str(exc)) > 200 else str(exc)))
             continue
@@ -298,6 +305,13 @@ def _is_run_folder(path: Path) -> bool:
     return path.name.startswith("logs") and path.suffix == ".jsonl" and _head(path, _HEAD_BYTES).lstrip().startswith('{"resourceLogs"')
 
 
+def _require_regular(path: Path) -> None:
+    try:
+        require_regular_file(path)
+    except NotRegularFileError as exc:
+        raise FormatError(str(exc)) from None
+
+
 def _head(path: Path, size: int) -> str:
     with open(path, "rb") as f:
         return f.read(size).decode("utf-8", "replace")
@@ -321,7 +335,7 @@ def format_scores(text: str) -> dict[str, int]:
         if line[0] == "{" and line[-1] == "}" and line[1:2] == '"':
             try:
                 obj = json.loads(line)
-            except ValueError:
+            except (ValueError, RecursionError, MemoryError):
                 obj = None
             if isinstance(obj, dict):
                 if isinstance(obj.get("data"), dict) and "step" in obj:
@@ -331,7 +345,7 @@ def format_scores(text: str) -> dict[str, int]:
                 elif obj and all(isinstance(v, (int, float, str, type(None))) for v in obj.values()):
                     scores["swift"] += _WEAK  # a flat JSON metrics row: ms-swift's shape without its progress keys
                 continue
-        if "{'" in line and any(k in line for k in _HF_RECORD_KEYS) and DICT_RE.search(line):
+        if "{'" in line and any(k in line for k in _HF_RECORD_KEYS) and find_dict(line):
             scores["hf-console"] += 10 * _WEAK
         elif "%|" in line and TQDM_RE.search(line):
             scores["hf-console"] += _WEAK
@@ -341,6 +355,7 @@ def format_scores(text: str) -> dict[str, int]:
 def detect_format(path: str | os.PathLike[str], head: str | None = None) -> str:
     """The format of ``path`` from its whole content; raises :class:`FormatError` naming what it saw."""
     p = Path(path)
+    _require_regular(p)
     if _is_run_folder(p):
         return "otel-rl"
     if p.is_dir():
@@ -375,6 +390,7 @@ def parse_file(path: str | os.PathLike[str], format: str = "auto", *, segment: i
     p = Path(path)
     if not p.exists():
         raise FileNotFoundError(f"{p} does not exist")
+    _require_regular(p)  # before any read: a FIFO would block for ever, /dev/zero never end
     fmt = detect_format(p) if format == "auto" else format
     if fmt not in FRAMEWORK_OF:
         raise FormatError(f"unknown format {format!r}; use auto or one of {', '.join(FORMATS)}")
@@ -384,7 +400,9 @@ def parse_file(path: str | os.PathLike[str], format: str = "auto", *, segment: i
     elif p.is_dir():
         raise FormatError(f"{p} is a folder; format {fmt} reads a file")
     else:
-        raw = p.read_bytes()
+        raw, long_lines = read_bounded(p)
+        for number, size in long_lines:
+            out.problems.append(Problem(p.name, number, f"a line of {size:,} bytes, over the {MAX_LINE_BYTES:,}-byte limit: skipped"))
         text = raw.decode("utf-8", "replace")
         if "\ufffd" in text and b"\xef\xbf\xbd" not in raw:
             out.notes.append("bytes that are not UTF-8 were replaced")

@@ -33,8 +33,21 @@ from otel_rl.replay._settings import apply_settings, header_settings
 from otel_rl.runs.folder import Problem
 
 # tqdm's default bar: "{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_fmt}{postfix}]"
-TQDM_RE = re.compile(r"(\d+)%\|[^|\r\n]*\|\s*(\d+)/(\d+)\s*\[(?:(\d+):)?(\d+):(\d+)(?:[^\]\r\n]*\])?")
-DICT_RE = re.compile(r"\{\s*['\"].*\}")
+TQDM_RE = re.compile(r"(?<!\d)(\d+)%\|[^|\r\n]*\|\s*(\d+)/(\d+)\s*\[(?:(\d+):)?(\d+):(\d+)(?:[^\]\r\n]*\])?")
+# Where a printed dict starts; it ends at the segment's last "}". (A regex "{\s*['\"].*}" found the
+# same span but retried ".*" from every "{'", quadratic on a line of "{'a" repeated.)
+_DICT_OPEN_RE = re.compile(r"\{\s*['\"]")
+
+
+def find_dict(segment: str) -> tuple[int, int] | None:
+    """``(start, end)`` of the first ``{'...`` through the last ``}`` of ``segment``, or None (linear time)."""
+    m = _DICT_OPEN_RE.search(segment)
+    if m is None:
+        return None
+    end = segment.rfind("}")
+    return (m.start(), end + 1) if end >= m.end() else None
+
+
 _DICT_START_RE = re.compile(r"\{\s*'[^']*':")
 # Values str(dict) writes that literal_eval does not read: nan/inf, torch tensors (older
 # Trainers logged grad_norm as a tensor), numpy 2 scalars' repr.
@@ -137,9 +150,9 @@ def _scan(path: Path, text: str, out: ParsedLog) -> list[_Run]:
             resume = _RESUME_RE.search(segment) if "global step" in segment and not run.train else None
             if resume is not None:
                 run.resumed_at = int(resume.group(1))
-            dict_match = DICT_RE.search(segment) if "{" in segment else None
+            dict_span = find_dict(segment) if "{" in segment else None
             if "%|" in segment:
-                end = dict_match.start() if dict_match else len(segment)
+                end = dict_span[0] if dict_span else len(segment)
                 previous = 0
                 for bar in TQDM_RE.finditer(segment, 0, end):
                     desc = segment[previous : bar.start()].strip(" \t:]")
@@ -150,12 +163,12 @@ def _scan(path: Path, text: str, out: ParsedLog) -> list[_Run]:
                     run.bars.append(
                         (int(bar.group(2)), int(bar.group(3)), float(int(hours or 0) * 3600 + int(minutes) * 60 + int(seconds)))
                     )
-            if dict_match is None:
+            if dict_span is None:
                 start = _DICT_START_RE.search(segment) if "{" in segment else None
                 if start is not None and any(f"'{k}'" in segment for k in _TRAINER_KEYS):
                     out.problems.append(Problem(name, number, f"a dict line cut off (no closing brace): {short(segment[start.start() :])}"))
                 continue
-            body = dict_match.group(0)
+            body = segment[dict_span[0] : dict_span[1]]
             try:
                 values = literal_dict(body)
             except (ValueError, SyntaxError, MemoryError, RecursionError) as exc:

@@ -183,6 +183,10 @@ def json_lines(name: str, text: str, out: ParsedLog) -> Iterator[tuple[int, str,
             continue
         try:
             obj = json.loads(line)
+        except (RecursionError, MemoryError) as exc:
+            # nested deeper than Python's stack allows ("[[[[..."): this line is skipped, not the file
+            out.problems.append(Problem(name, number, f"JSON nested too deeply to read ({type(exc).__name__}): {short(line)}"))
+            continue
         except ValueError as exc:
             out.problems.append(Problem(name, number, f"not JSON ({cast(json.JSONDecodeError, exc).msg}): {short(line)}"))
             continue

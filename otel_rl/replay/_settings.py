@@ -83,7 +83,7 @@ _HF_NAMES: dict[str, tuple[str, ...]] = {
 # "Total batch size (2 x 4 x 1) = 8" (unsloth's banner).
 _HEADER_RE = re.compile(
     r"(Num examples|Num Epochs|Num update steps per epoch|Total optimization steps|Total steps|"
-    r"Total (?:train )?batch size[^=|\n]*|Gradient Accumulation steps|Instantaneous batch size per device|"
+    r"Total (?:train )?batch size[^=|\n]{0,80}|Gradient Accumulation steps|Instantaneous batch size per device|"
     r"Batch size per device|Logging steps)\s*=\s*([\d,]+(?:\.\d+)?)"
 )
 HEADER_NAMES: dict[str, str] = {

@@ -37,6 +37,7 @@ from otel_rl.runs.otlp_json_decode import (
     decode_trace_request,
 )
 from otel_rl.runs.records import MetricPoint, Problem, ReadResult, SpanEvent, SpanRecord, format_problems
+from otel_rl.runs.textfile import MAX_LINE_BYTES, NotRegularFileError, bounded_lines, require_regular_file
 from otel_rl.runs.waterfall import find_step_trace, format_duration, render_waterfall
 
 __all__ = [
@@ -78,14 +79,16 @@ def _resolve(run_dir: str | os.PathLike[str], file_name: str) -> list[str]:
         return [os.path.join(path, file_name), *sorted(ranks, key=lambda p: _rank_of(os.path.basename(p)))]
     if os.path.isfile(path):
         return [path]
+    if os.path.exists(path):
+        require_regular_file(path)  # a FIFO or a device: say so, rather than "not found" (or a hang)
     raise FileNotFoundError(f"run folder not found: {path}")
 
 
-def _iter_lines(path: str) -> Iterator[tuple[int, bytes]]:
+def _iter_lines(path: str) -> Iterator[tuple[int, bytes | None, int]]:
     if not os.path.exists(path):
         return
     with open(path, "rb") as f:
-        yield from enumerate(f, start=1)
+        yield from bounded_lines(f)
 
 
 def _read(
@@ -99,7 +102,17 @@ def _read(
 
 def _read_file(path: str, top_key: str, decode_request: Callable[[Mapping[str, Any]], list[T]], result: ReadResult[T]) -> None:
     base = os.path.basename(path)
-    for number, raw in _iter_lines(path):
+    try:
+        require_regular_file(path)
+    except FileNotFoundError:
+        return
+    except NotRegularFileError as error:
+        result.problems.append(Problem(base, 0, f"skipped: {error}"))
+        return
+    for number, raw, length in _iter_lines(path):
+        if raw is None:
+            result.problems.append(Problem(base, number, f"a line of {length:,} bytes, over the {MAX_LINE_BYTES:,}-byte limit"))
+            continue
         if not raw.strip():
             continue
         try:
@@ -109,6 +122,10 @@ def _read_file(path: str, top_key: str, decode_request: Callable[[Mapping[str, A
             continue
         try:
             obj = json.loads(text)
+        except (RecursionError, MemoryError) as error:
+            # nested deeper than Python's stack allows (a "[[[[..." line): this line only
+            result.problems.append(Problem(base, number, f"JSON nested too deeply to read ({type(error).__name__})"))
+            continue
         except ValueError as error:
             reason = "truncated JSON" if not text.endswith("\n") else f"not JSON ({cast(json.JSONDecodeError, error).msg})"
             result.problems.append(Problem(base, number, reason))
@@ -118,6 +135,9 @@ def _read_file(path: str, top_key: str, decode_request: Callable[[Mapping[str, A
             continue
         try:
             records = decode_request(obj)
+        except (RecursionError, MemoryError) as error:
+            result.problems.append(Problem(base, number, f"OTLP/JSON nested too deeply to read ({type(error).__name__})"))
+            continue
         except (ValueError, TypeError, KeyError, AttributeError) as error:
             result.problems.append(Problem(base, number, f"invalid OTLP/JSON: {error}"))
             continue
