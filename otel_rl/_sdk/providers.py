@@ -10,6 +10,8 @@ from __future__ import annotations
 import inspect
 import logging
 import os
+import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +27,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from otel_rl._sdk.aggregation import BulkHistograms, LatestValues, MergingMetricExporter, SeriesGuard, StampedPoints
 from otel_rl._sdk.config import TelemetryConfig
 from otel_rl._sdk.otlp_settings import check_otlp_environment, resolve_otlp_settings, sdk_exporter
+from otel_rl._sdk.redaction import redact_library_logs, redact_url
 from otel_rl._sdk.sdk_compat import (
     BatchLogRecordProcessor,
     LoggerProvider,
@@ -61,6 +64,31 @@ class Providers:
         """Start the clock that bounds delivery during shutdown (an unreachable collector)."""
         if self.spool is not None:
             self.spool.begin_shutdown(timeout_s)
+
+    def force_flush(self, timeout_s: float) -> bool:
+        """Flush every signal within ``timeout_s`` in all (each gets the time left); never raises.
+
+        The SDK's batch processors ignore their timeout and export in the caller's thread, and the
+        OTLP exporters wait their own timeout (10 s) on a peer that never answers: the flush runs
+        in a daemon thread and the caller waits for it only until the deadline (False after it).
+        """
+        deadline = time.monotonic() + timeout_s
+        result: list[bool] = []
+
+        def flush_all() -> None:
+            ok = True
+            for provider in (self.tracer_provider, self.logger_provider, self.meter_provider):
+                try:  # the meter provider raises when its readers time out
+                    ok = bool(provider.force_flush(max(0, int((deadline - time.monotonic()) * 1000)))) and ok
+                except Exception as exc:  # noqa: BLE001 - flush() never raises into the training loop
+                    logger.debug("otel-rl: flushing %s failed: %s", type(provider).__name__, exc)
+                    ok = False
+            result.append(ok)
+
+        worker = threading.Thread(target=flush_all, name="otel-rl-flush", daemon=True)
+        worker.start()
+        worker.join(max(0.0, deadline - time.monotonic()))
+        return bool(result) and result[0]
 
 
 # -- fork safety ------------------------------------------------------------------------------
@@ -226,6 +254,7 @@ def otlp_exporters(config: TelemetryConfig) -> tuple[Any, MetricExporter, Any]:
     span, metric, log = (
         sdk_exporter(resolve_otlp_settings(config.protocol, config.endpoint, signal)) for signal in (TRACES, METRICS, LOGS)
     )
+    redact_library_logs((span, metric, log))  # their retry warnings quote the URL, token and all
     return span, metric, log
 
 
@@ -288,7 +317,7 @@ def build_providers(
         # With the spool, what lies between log() and the disk obeys the same bound as the files.
         add(*exporters, config.file_flush_interval_s if spool is not None else None)
         destinations.append(
-            f"OTLP {config.protocol} to {config.endpoint or 'the OTEL_EXPORTER_OTLP_*_ENDPOINT'}"
+            f"OTLP {config.protocol} to {redact_url(config.endpoint) or 'the OTEL_EXPORTER_OTLP_*_ENDPOINT'}"
             + (f" (spool {spool.directory})" if spool is not None else "")
         )
     meter_provider = MeterProvider(resource=resource, metric_readers=readers)

@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from otel_rl._sdk.spool_delivery import BACKEND_REJECTED, SPOOL_FULL, SignalState, SignalStats, SpoolDelivery
+from otel_rl._sdk.spool_delivery import BACKEND_REJECTED, SPOOL_FULL, SignalState, SignalStats, SpoolDelivery, damage_note
 from otel_rl._sdk.spool_files import (
     CURSOR_FILE,
     FORMAT_VERSION,
@@ -50,7 +50,7 @@ from otel_rl._sdk.spool_files import (
     item_word,
     lock_folder,
     read_cursor,
-    scan_segment,
+    salvage_segment,
     segment_path,
     unlink_quietly,
     write_marker,
@@ -78,6 +78,7 @@ __all__ = [  # what other modules import from here (some defined beside it)
     "TRACES",
     "ca_setting",
     "describe_error",
+    "damage_note",
     "format_bytes",
     "item_word",
     "redact_endpoint",
@@ -152,10 +153,10 @@ class Spool(SpoolDelivery):
                     unlink_quietly(path)
                     continue
                 start = cursor_offset if seq == cursor_seq else 0
-                records, valid_end = scan_segment(path, seq, start)
-                if valid_end is not None:  # a record cut short by a crash: drop the tail
-                    with open(path, "r+b") as f:
-                        f.truncate(valid_end)
+                # a record cut short by a crash: cut out, counted; the whole records around it stay
+                records, damaged, damaged_bytes = salvage_segment(path, seq, start)
+                state.stats.damaged += damaged
+                state.stats.damaged_bytes += damaged_bytes
                 if not records:
                     unlink_quietly(path)
                     continue
@@ -168,6 +169,9 @@ class Spool(SpoolDelivery):
             if state.records:
                 state.idle.clear()
         self._next_seq = highest + 1
+        damaged = {s: st.stats for s, st in self._signals.items() if st.stats.damaged}
+        if damaged and self._announce:  # push says it itself (damage_note)
+            logger.warning("otel-rl: %s", damage_note(self.directory, self.stats()))
         recovered = {s: st.stats.recovered for s, st in self._signals.items() if st.stats.recovered}
         if recovered and self._announce:
             logger.warning(

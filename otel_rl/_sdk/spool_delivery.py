@@ -38,10 +38,23 @@ class SignalStats:
     delivered: int = 0
     dropped: dict[str, int] = field(default_factory=dict)  # by drop reason
     recovered: int = 0  # items found on disk at open (left by an earlier process)
+    damaged: int = 0  # records found torn at open (a crash mid-write), discarded
+    damaged_bytes: int = 0
 
     @property
     def dropped_total(self) -> int:
         return sum(self.dropped.values())
+
+
+def damage_note(directory: Path, stats: dict[str, SignalStats]) -> str:
+    """What recovery discarded as torn, for the start-up warning and ``otel-rl push``."""
+    torn = {s: st for s, st in stats.items() if st.damaged}
+    parts = ", ".join(f"{st.damaged} {s} record{'s' if st.damaged != 1 else ''}" for s, st in torn.items())
+    size = format_bytes(sum(st.damaged_bytes for st in torn.values()))
+    return (
+        f"discarded {sum(st.damaged for st in torn.values())} torn record(s) ({parts}; {size}) in {directory}, "
+        "cut short by a crash or a disk error; every whole record around them was kept"
+    )
 
 
 class SignalState:

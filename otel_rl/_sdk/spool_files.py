@@ -9,7 +9,8 @@ Layout of one spool folder (one per process; the lock file keeps a second proces
 
 A record is a 16-byte header (magic, payload length, item count, CRC-32) and the serialized
 ``Export{Trace,Metrics,Logs}ServiceRequest``. A record cut short by a crash fails its length or
-CRC check and is discarded, with what follows it in that segment.
+CRC check and is discarded at recovery (counted and reported); the whole records before and after
+it are kept.
 """
 
 from __future__ import annotations
@@ -102,24 +103,59 @@ def frame(payload: bytes, items: int) -> bytes:
     return _HEADER.pack(_MAGIC, len(payload), items, zlib.crc32(payload)) + payload
 
 
-def scan_segment(path: Path, seq: int, start: int) -> tuple[list[Record], int | None]:
-    """The valid records of a segment from ``start``; and where to truncate it (None if intact)."""
-    records: list[Record] = []
+def salvage_segment(path: Path, seq: int, start: int) -> tuple[list[Record], int, int]:
+    """The whole records of a segment from ``start``, every one kept, even those after a tear.
+
+    A tear (a crash mid-write, a disk error) damages bytes, not the records around it: the scan
+    skips to the next valid record header. When anything was damaged, the segment is rewritten
+    without the damaged bytes (so a later recovery neither finds nor reports them again). Returns
+    the records, the damaged records discarded (each damaged stretch counts as one) and their bytes.
+    """
     try:
         data = path.read_bytes()
     except OSError:
-        return [], None
+        return [], 0, 0
+    kept: list[tuple[int, int, int]] = []  # (old offset, length, items) of each whole record
+    damaged = damaged_bytes = 0
     offset = start
+    in_damage = False
     while offset < len(data):
-        if offset + HEADER_SIZE > len(data):
-            return records, offset
-        magic, length, items, crc = _HEADER.unpack_from(data, offset)
-        end = offset + HEADER_SIZE + length
-        if magic != _MAGIC or end > len(data) or zlib.crc32(data[offset + HEADER_SIZE : end]) != crc:
-            return records, offset
-        records.append(Record(seq, offset, length, items))
-        offset = end
-    return records, None
+        record = _record_at(data, offset)
+        if record is not None:
+            kept.append((offset, *record))
+            offset += HEADER_SIZE + record[0]
+            in_damage = False
+            continue
+        if not in_damage:
+            damaged += 1
+            in_damage = True
+        following = data.find(_MAGIC, offset + 1)
+        following = len(data) if following < 0 else following
+        damaged_bytes += following - offset
+        offset = following
+    if not damaged:
+        return [Record(seq, o, length, items) for o, length, items in kept], 0, 0
+    # Rewrite: the delivered prefix as is, then the whole records, packed (atomic replace).
+    out = bytearray(data[:start])
+    records = []
+    for old, length, items in kept:
+        records.append(Record(seq, len(out), length, items))
+        out += data[old : old + HEADER_SIZE + length]
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(bytes(out))
+    os.replace(tmp, path)
+    return records, damaged, damaged_bytes
+
+
+def _record_at(data: bytes, offset: int) -> tuple[int, int] | None:
+    """(payload length, items) of a whole, CRC-valid record at ``offset``, else None."""
+    if offset + HEADER_SIZE > len(data):
+        return None
+    magic, length, items, crc = _HEADER.unpack_from(data, offset)
+    end = offset + HEADER_SIZE + length
+    if magic != _MAGIC or end > len(data) or zlib.crc32(data[offset + HEADER_SIZE : end]) != crc:
+        return None
+    return length, items
 
 
 def read_payload(path: Path | None, record: Record) -> bytes | None:

@@ -549,12 +549,9 @@ class Telemetry(SampleLogging):
         """Process everything logged so far and export it now."""
         if self._forked_from is not None:  # the parent's locks and threads are not ours to wait on
             return False
+        deadline = time.monotonic() + timeout_s  # one clock for the whole call, not one per signal
         self._pipeline.drain()
-        ms = int(timeout_s * 1000)
-        ok = self._providers.tracer_provider.force_flush(ms)
-        ok = self._providers.logger_provider.force_flush(ms) and ok
-        ok = self._providers.meter_provider.force_flush(ms) and ok
-        return bool(ok)
+        return self._providers.force_flush(deadline - time.monotonic())
 
     def shutdown(self, timeout_s: float = 5.0) -> None:
         """Flush and stop exporting. Safe to call twice; ``atexit`` calls it too."""

@@ -41,6 +41,16 @@ __all__ = [
 _logger = logging.getLogger("otel_rl")
 
 
+def _ends_torn(path: str) -> bool:
+    """Whether the file at ``path`` is non-empty and its last byte is not a newline."""
+    with open(path, "rb") as f:
+        f.seek(0, os.SEEK_END)
+        if f.tell() == 0:
+            return False
+        f.seek(-1, os.SEEK_END)
+        return f.read(1) != b"\n"
+
+
 class _JsonLinesFile:
     """A file opened once in append mode, written one whole line per call, under a lock.
 
@@ -82,6 +92,11 @@ class _JsonLinesFile:
                 os.makedirs(parent, exist_ok=True)
             # newline="\n": no "\r\n" translation on any platform; one record per "\n".
             self._file = open(self.path, "a", encoding="utf-8", newline="\n")  # noqa: SIM115
+            if _ends_torn(self.path):
+                # A crashed writer left a torn last line: end it, so our first line stays whole
+                # (the reader then reports the torn line alone instead of losing our batch too).
+                self._file.write("\n")
+                self._file.flush()
             return True
         except Exception as error:  # noqa: BLE001 - never raise into the SDK
             self._report("open", error)

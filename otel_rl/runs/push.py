@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from otel_rl._sdk.spool import MARKER_FILE, SIGNALS, Spool, SpoolBusy, format_bytes, item_word, redact_endpoint, transport_for
+from otel_rl._sdk.spool import MARKER_FILE, SIGNALS, Spool, SpoolBusy, damage_note, format_bytes, item_word, redact_endpoint, transport_for
 
 logger = logging.getLogger("otel_rl")
 
@@ -40,6 +40,7 @@ class PushReport:
     dropped: dict[str, int] = field(default_factory=dict)
     left: dict[str, int] = field(default_factory=dict)
     skipped: str = ""  # why the folder was not pushed (in use by a live process)
+    damaged: dict[str, int] = field(default_factory=dict)  # torn records discarded at opening, per signal
 
     @property
     def complete(self) -> bool:
@@ -97,6 +98,9 @@ def push(
             report.skipped = "in use by a running process, which delivers it itself"
             say(f"{folder}: skipped ({report.skipped})")
             continue
+        if any(st.damaged for st in spool.stats().values()):
+            report.damaged = {s: st.damaged for s, st in spool.stats().items()}
+            say(f"{folder}: {damage_note(folder, spool.stats())}")
         before = spool.pending_items()
         if not any(before.values()):
             spool.close()

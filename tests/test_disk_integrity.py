@@ -1,0 +1,149 @@
+"""Issue 18, "nothing lost silently on disk" and "bounded flush": torn files, torn spool segments,
+two writers on one run folder, flush against a peer that never answers."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from otel_rl._sdk.spool import LOGS, SEGMENT_SUFFIX, Spool
+from otel_rl._sdk.spool_files import frame
+from otel_rl.runs.folder import LOGS_FILE, read_log_records
+
+
+def test_resumed_run_folder_with_torn_logs_line_keeps_every_new_record(tmp_path, make_telemetry):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    whole = json.dumps({"resourceLogs": []})
+    # A crashed writer left one whole line and a torn one (no newline at the end).
+    (run_dir / LOGS_FILE).write_text(whole + "\n" + '{"resourceLogs": [{"resource": {"attr', encoding="utf-8")
+
+    tel = make_telemetry(run_dir=str(run_dir))
+    for step in range(3):
+        tel.log({"actor/pg_loss": 0.5 + step}, step=step)
+    tel.shutdown()
+
+    records = read_log_records(run_dir)
+    steps = sorted(r["attributes"].get("rl.step") for r in records if r["event_name"] == "rl.log")
+    assert steps == [0, 1, 2]
+    assert len(records.problems) == 1
+    assert records.problems[0].line == 2
+
+
+# ----------------------------------------------------------------------------- bounded flush
+
+
+@pytest.fixture
+def silent_peer() -> Iterator[str]:
+    """A real TCP server on 127.0.0.1 that accepts every connection and never answers."""
+    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                continue
+            held.append(conn)  # kept open, never read from nor written to
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.getsockname()[1]}"
+    stop.set()
+    thread.join(2)
+    for conn in held:
+        conn.close()
+    server.close()
+
+
+@pytest.mark.parametrize("spool_max_bytes", [0, 256 * 2**20], ids=["no-spool", "spool"])
+def test_flush_timeout_bounds_the_whole_call(tmp_path, make_telemetry, silent_peer, spool_max_bytes):
+    tel = make_telemetry(exporters="otlp", endpoint=silent_peer, spool_max_bytes=spool_max_bytes, metric_export_interval_s=3600)
+    for step in range(3):
+        with tel.step(step):
+            tel.log({"actor/pg_loss": 0.5}, step=step)
+    started = time.monotonic()
+    ok = tel.flush(2)
+    elapsed = time.monotonic() - started
+    assert elapsed < 4.0, f"flush(2) took {elapsed:.1f} s"
+    assert ok is False
+    tel.shutdown(0.5)
+
+
+# ----------------------------------------------------------------------------- torn spool segments
+
+
+def _log_request(start: int, n: int) -> bytes:
+    from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
+    from opentelemetry.proto.common.v1 import common_pb2
+    from opentelemetry.proto.logs.v1 import logs_pb2
+
+    records = [
+        logs_pb2.LogRecord(
+            time_unix_nano=1, event_name="t", attributes=[common_pb2.KeyValue(key="i", value=common_pb2.AnyValue(int_value=i))]
+        )
+        for i in range(start, start + n)
+    ]
+    request = logs_service_pb2.ExportLogsServiceRequest(
+        resource_logs=[logs_pb2.ResourceLogs(scope_logs=[logs_pb2.ScopeLogs(log_records=records)])]
+    )
+    return request.SerializeToString()
+
+
+def _spool_with_torn_first_segment(folder: Path) -> Path:
+    """A crashed writer's spool: one whole record, then a torn one (a crash mid-write), then another whole one."""
+    spool = Spool(folder, 2**20)
+    assert spool.append(LOGS, _log_request(0, 5), 5)
+    [segment] = sorted(folder.rglob("*" + SEGMENT_SUFFIX))
+    whole = frame(_log_request(5, 7), 7)
+    with open(segment, "ab") as f:
+        f.write(frame(_log_request(100, 3), 3)[:-4])  # torn: the last 4 bytes never reached the disk
+        f.write(whole)
+    os.close(spool._lock_fd)  # what the crashed process's exit did (the records stay on disk)
+    return segment
+
+
+def test_a_torn_spool_record_is_cut_out_counted_and_warned_once(tmp_path, caplog):
+    folder = tmp_path / "spool" / "rank0"
+    _spool_with_torn_first_segment(folder)
+    caplog.set_level(logging.WARNING, logger="otel_rl")
+    spool = Spool(folder, 2**20)
+    assert spool.pending_items()[LOGS] == 12  # 5 before the tear, 7 after it
+    assert spool.stats()[LOGS].damaged == 1
+    warnings = [r.getMessage() for r in caplog.records if "torn record" in r.getMessage()]
+    assert len(warnings) == 1 and "discarded 1 torn record" in warnings[0] and str(folder) in warnings[0]
+    spool.close()
+    # the segment was rewritten without the torn bytes: the next opening finds nothing to report
+    caplog.clear()
+    again = Spool(folder, 2**20)
+    assert again.pending_items()[LOGS] == 12 and again.stats()[LOGS].damaged == 0
+    assert not [r for r in caplog.records if "torn record" in r.getMessage()]
+    again.close()
+
+
+def test_push_says_what_it_discarded_and_delivers_the_rest(tmp_path):
+    from otlp_sink import OtlpSink
+
+    from otel_rl.runs.push import push
+
+    folder = tmp_path / "run" / "spool" / "rank0"
+    _spool_with_torn_first_segment(folder)
+    said: list[str] = []
+    with OtlpSink() as sink:
+        [report] = push(tmp_path / "run", endpoint=sink.endpoint, protocol="http/protobuf", timeout_s=20, say=said.append)
+        assert sorted(r[1]["i"] for r in sink.received.logs) == [*range(5), *range(5, 12)]
+    assert report.damaged[LOGS] == 1
+    assert any("discarded 1 torn record" in line for line in said), said
