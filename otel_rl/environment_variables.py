@@ -102,6 +102,9 @@ OTEL_RL_BRIDGE_ENDPOINT = "OTEL_RL_BRIDGE_ENDPOINT"
 OTEL_RL_BRIDGE_CONFIG_SHA256 = "OTEL_RL_BRIDGE_CONFIG_SHA256"
 """Set by ``otel-rl stack`` on the bridge it starts: the digest of the config it was given."""
 
+OTEL_RL_BRIDGE_TOKEN = "OTEL_RL_BRIDGE_TOKEN"
+"""A bearer token the tracker bridge requires on every POST (``Authorization: Bearer <token>``); unset: none."""
+
 # -- the local stack ----------------------------------------------------------------------------
 OTEL_RL_STACK_DIR = "OTEL_RL_STACK_DIR"
 """The local stack's data folder; default ``.stack/`` in the working directory."""
@@ -111,3 +114,31 @@ OTEL_RL_STACK_CACHE = "OTEL_RL_STACK_CACHE"
 
 OTEL_RL_STACK_PORT_OFFSET = "OTEL_RL_STACK_PORT_OFFSET"
 """Added to every default port of the local stack (two stacks on one machine). Default 0."""
+
+# -- the project's own tooling (its tests, benchmarks and scripts; the package does not read these) --
+OTEL_RL_VENV = "OTEL_RL_VENV"
+"""scripts/setup.sh and test.sh: the virtual environment to create and use (default ``.venv``)."""
+
+OTEL_RL_REQUIRE_SHARED = "OTEL_RL_REQUIRE_SHARED"
+"""Tests: ``1`` turns the skip of tests that read ``../shared`` (real logs, reference files) into a failure (CI sets it)."""
+
+OTEL_RL_LOOPBACK_NETNS = "OTEL_RL_LOOPBACK_NETNS"
+"""Tests: set inside the loopback-only network namespace the Ray tests re-run in."""
+
+OTEL_RL_E2E_STACK_DIR = "OTEL_RL_E2E_STACK_DIR"
+"""End-to-end tests: the data folder of the local stack they start."""
+
+OTEL_RL_E2E_PORT_OFFSET = "OTEL_RL_E2E_PORT_OFFSET"
+"""End-to-end tests: the port offset of the local stack they start."""
+
+OTEL_RL_BENCH_STACK_DIR = "OTEL_RL_BENCH_STACK_DIR"
+"""Benchmarks: the data folder of the local stack they start."""
+
+OTEL_RL_ALERT_TOOLS_DIR = "OTEL_RL_ALERT_TOOLS_DIR"
+"""Tests: where promtool and vmalert are kept for the alert-rule checks."""
+
+OTEL_RL_GRAFANA_SCHEMA_DIR = "OTEL_RL_GRAFANA_SCHEMA_DIR"
+"""Tests: where Grafana's dashboard schema is kept for the board checks."""
+
+OTEL_RL_FAULTS_FIGURES = "OTEL_RL_FAULTS_FIGURES"
+"""Tests: a file the fault-injection tests write their measured figures to."""

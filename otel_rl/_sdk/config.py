@@ -17,13 +17,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import yaml
 
 import otel_rl.environment_variables as ENV
 from otel_rl._sdk.engine_scrape import parse_endpoints
+from otel_rl._sdk.env_names import warn_unknown_names
 from otel_rl._sdk.profiling import parse_profile_steps
+from otel_rl._sdk.redaction import redact_url as redact_url  # re-exported: the one URL redaction (redaction.py)
 from otel_rl.reporting import ReportOnce
 
 logger = logging.getLogger("otel_rl")
@@ -139,19 +140,6 @@ def _parse_str(raw: Any) -> str:
     if not isinstance(raw, str) or not raw:
         raise ValueError("expected a non-empty string")
     return raw
-
-
-def redact_url(url: str | None) -> str | None:
-    """Drop user:password from a URL so it can be printed."""
-    if not url:
-        return url
-    parts = urlsplit(url)
-    if parts.username or parts.password:
-        host = parts.hostname or ""
-        if parts.port:
-            host += f":{parts.port}"
-        return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
-    return url
 
 
 _BYTE_UNITS = {
@@ -319,6 +307,7 @@ def resolve_config(kwargs: Mapping[str, Any] | None = None, environ: Mapping[str
     if unknown:
         raise TypeError(f"otel_rl.init() got unknown option(s) {unknown}; known: {sorted(_FIELDS)}")
 
+    warn_unknown_names(environ)  # a misspelt OTEL_RL_* name would otherwise be ignored silently
     config_path = kwargs.get("config_file") or environ.get(ENV.OTEL_RL_CONFIG) or None
     from_file = load_config_file(config_path) if config_path else {}
 

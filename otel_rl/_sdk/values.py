@@ -67,12 +67,33 @@ def _event_value(raw: Any, kind: type, depth: int) -> Any:
         return raw.decode("utf-8", "replace")
     shape = getattr(raw, "shape", None)
     if shape is not None:
-        return f"<{kind.__name__} shape={tuple(shape)}>"
+        return _array_summary(raw, kind, tuple(shape))
     if isinstance(raw, (list, tuple)):
         if depth >= MAX_NESTING:  # a list that contains itself, or absurdly deep
             return "<nested too deep>"
         return [event_value(v, depth + 1) for v in raw]
     return repr(raw)
+
+
+MAX_EVENT_VALUES = 16  # a multi-element value up to this many elements keeps every value in the event
+
+
+def _array_summary(raw: Any, kind: type, shape: tuple[Any, ...]) -> Any:
+    """A multi-element tensor / array as the event keeps it: shape, element count, mean / min / max
+    and, for small ones, the values themselves (a metric cannot carry it; the event should say what it was)."""
+    try:
+        # torch: copy to host as float64 (bf16 / fp16 have no numpy type); this runs on the worker thread
+        host: Any = raw.detach().double().cpu().numpy() if callable(getattr(raw, "detach", None)) else raw
+        arr = np.asarray(host).reshape(-1)
+    except Exception:
+        return f"<{kind.__name__} shape={shape}>"
+    summary: dict[str, Any] = {"shape": [int(d) for d in shape], "len": int(arr.size)}
+    if arr.size and arr.dtype.kind in "biuf":
+        values = arr.astype(np.float64)
+        summary.update(mean=float(values.mean()), min=float(values.min()), max=float(values.max()))
+        if arr.size <= MAX_EVENT_VALUES:
+            summary["values"] = [event_value(v) for v in arr.tolist()]
+    return summary
 
 
 def key_text(key: Any) -> str:

@@ -21,7 +21,7 @@ __all__ = ["DemoDfx"]
 
 
 class DemoDfx:
-    """Seed 002's DFX metrics (sections 2, 3 and 6) for the demo, computed by ``otel_rl.dfx``
+    """The DFX metrics (correctness, performance, memory, load balance, data, stages, async) for the demo, computed by ``otel_rl.dfx``
     from what the demo already has: its tensors, its decoding loop's timestamps, its stages.
 
     All tensor-derived values of a step reach the host in ``stats.flush()`` at the end of the

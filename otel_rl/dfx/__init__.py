@@ -1,5 +1,5 @@
 """DFX metrics computed for the user: correctness, performance, memory, load balance, data
-quality, per-stage and async metrics (the RL DFX design, seed 002 sections 2, 3 and 6), from
+quality, per-stage and async metrics (design-for-observability metrics for RL), from
 the tensors and outputs a trainer already has, recorded as registry metrics.
 
 Every helper takes a ``StepStats`` (one per trainer, wrapping the ``Telemetry``). Helpers that

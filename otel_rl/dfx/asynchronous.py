@@ -1,4 +1,4 @@
-"""Asynchronous RL (seed 002 section 6): queue depth, policy lag, stale samples.
+"""Asynchronous RL: queue depth, policy lag, stale samples.
 
 A policy version is a counter the trainer bumps at every weight sync (the rollout workers'
 weights are version v after the v-th sync). Each sample carries the version that generated

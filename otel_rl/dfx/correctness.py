@@ -1,4 +1,4 @@
-"""Correctness (seed 002 section 2.1, and the shape ledger of section 6).
+"""Correctness: non-finite values, shape checksums, token / id alignment, and the shape ledger.
 
 - ``count_nonfinite``: NaN / Inf per tensor -> ``rl.tensor.nonfinite`` {tensor name, kind}.
 - ``response_mask_ratio``: share of ones in a stage's response mask -> ``rl.response.mask_ratio``.

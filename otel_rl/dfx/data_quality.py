@@ -1,4 +1,4 @@
-"""Data quality (seed 002 section 2.6): length distributions, clip and abort ratios, rewards.
+"""Data quality: length distributions, clip and abort ratios, rewards.
 
 Whole per-sample arrays go into the registry histograms (so percentiles and the mass at the
 generation limit are visible); their mean / max / min go into the statistic gauges. Everything

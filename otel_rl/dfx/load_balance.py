@@ -1,4 +1,4 @@
-"""Load balance (seed 002 section 2.5): per-rank tokens and time, straggler, queue depth.
+"""Load balance: per-rank tokens and time, straggler, queue depth.
 
 The per-rank values are what ``torch.distributed.all_gather`` (or ``gather_per_rank``) gives
 on one rank: index r of each sequence is rank r. In a single process the caller passes them.

@@ -1,4 +1,4 @@
-"""GPU memory (seed 002 section 2.4): fragmentation, activation peak, KV-cache peak, communication buffers.
+"""GPU memory: fragmentation, activation peak, KV-cache peak, communication buffers.
 
 Allocated and reserved memory themselves come from the core's stage snapshots
 (``rl.gpu.memory.usage``). Every number here is a host-side counter (torch.cuda's allocator

@@ -1,4 +1,4 @@
-"""Performance (seed 002 section 2.3): throughput, MFU, SM activity, pipeline bubble.
+"""Performance: throughput, MFU, SM activity, pipeline bubble.
 
 MFU counts model FLOPs the way PaLM (Chowdhery et al. 2022, appendix B) and verl's
 ``flops_counter`` do. For a batch of sequences with lengths s_i (T = sum s_i tokens), a model
@@ -82,8 +82,8 @@ PEAK_BF16_FLOPS: dict[str, float] = {
     # AMD Instinct MI300X datasheet: 1,307.4 TFLOPS BF16 dense.
     "MI300X": 1307.4e12,
     # Huawei Ascend 910B: Huawei publishes no per-SKU BF16 figure; 354 TFLOPS is the value verl's
-    # flops_counter uses (910B1-B4 differ: pass peak_flops= for yours). Seed 002 section 6 leaves
-    # the Ascend formula and data source open; this is the same FLOPs formula with this peak.
+    # flops_counter uses (910B1-B4 differ: pass peak_flops= for yours). There is no settled
+    # Ascend formula or data source yet; this is the same FLOPs formula with this peak.
     "910B": 354e12,
 }
 

@@ -1,4 +1,4 @@
-"""Reward stage (seed 002 section 3.2): latency, batch tokens, throughput, rule-reward exceptions."""
+"""Reward stage: latency, batch tokens, throughput, rule-reward exceptions."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Rollout stage (seed 002 section 3.1) from inference-engine request outputs.
+"""Rollout stage from inference-engine request outputs.
 
 Fields read (nothing else is assumed; a missing timing field leaves that latency out):
 

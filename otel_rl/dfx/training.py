@@ -1,4 +1,4 @@
-"""Old / ref log-prob stage (seed 002 section 3.3) and actor update (section 3.4).
+"""Old / ref log-prob stage and actor update.
 
 - ``logprob_stage``: log-prob shape, response-mask ratio and micro-batch token counts.
 - ``ComputeTimer``: forward / backward / optimizer_step / communication time of a stage, with

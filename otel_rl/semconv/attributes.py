@@ -68,7 +68,7 @@ ROLL's `cluster_name` (first part of `metric_infix`); verl worker group. Bounded
 the run's topology (a handful of values)."""
 
 RL_COMPUTE_OP: Final = "rl.compute.op"
-"""Compute operation a duration measures (seed 002 sections 3.3 / 3.4).
+"""Compute operation a duration measures.
 
 Type: enum. Values: forward, backward, optimizer_step, communication. Examples: forward, backward."""
 
@@ -313,7 +313,7 @@ Type: enum. Values: rollout, generate, compute_rewards, tool_calls, compute_log_
 
 A step runs rollout -> reward -> old/ref log-prob -> values/advantage -> actor
 update -> weight sync -> checkpoint. The values are ROLL's `metric_infix` stage
-names (seeds 000/001); other frameworks' stage names are renamed to them by the
+names; other frameworks' stage names are renamed to them by the
 mappings. Open enum: other values are allowed for stages a framework adds."""
 
 RL_STAGE_PHASE: Final = "rl.stage.phase"
@@ -497,7 +497,7 @@ class RlClipKindValues(str, Enum):
 
 
 class RlComputeOpValues(str, Enum):
-    """Values of `rl.compute.op`: Compute operation a duration measures (seed 002 sections 3.3 / 3.4)."""
+    """Values of `rl.compute.op`: Compute operation a duration measures."""
 
     FORWARD = 'forward'
     """Forward pass."""
@@ -548,16 +548,16 @@ class RlKlEstimatorValues(str, Enum):
     """Values of `rl.kl.estimator`: Estimator used to compute a KL divergence."""
 
     APPROX = 'approx'
-    """Approximate KL (ROLL `actor/approxkl`)."""
+    """An approximate KL of unstated form (for sources that name no estimator)."""
 
     EXACT = 'exact'
-    """Exact KL over the vocabulary (ROLL `actor/policykl`)."""
+    """Exact KL summed over the whole vocabulary; never negative."""
 
     K1 = 'k1'
-    """Schulman k1 estimator, log(p/q)."""
+    """Schulman k1 estimator, log(p/q) (ROLL `actor/policykl`, verl `actor/ppo_kl`): unbiased but signed, so a mean can be negative."""
 
     K2 = 'k2'
-    """Schulman k2 estimator, 0.5 * log(p/q)^2."""
+    """Schulman k2 estimator, 0.5 * log(p/q)^2 (ROLL `actor/approxkl`)."""
 
     K3 = 'k3'
     """Schulman k3 estimator, (q/p - 1) - log(q/p) (TRL GRPO `kl`)."""
