@@ -47,6 +47,7 @@ from urllib.parse import urlsplit, urlunsplit
 import numpy as np
 
 from otel_rl._sdk.prom_text import Exposition, Labels, parse_exposition, parse_number
+from otel_rl._sdk.redaction import redact_url
 from otel_rl.reporting import ReportOnce
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import metrics as M
@@ -359,10 +360,8 @@ class EngineScraper:
 
 
 def _redact(url: str) -> str:
-    """The URL without user:password and query (either may hold a token), for messages."""
-    parts = urlsplit(url)
-    netloc = parts.netloc.rpartition("@")[2]
-    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+    """The URL without user:password, query values or fragment (any may hold a token), for messages."""
+    return str(redact_url(url))
 
 
 def _why(exc: BaseException) -> str:

@@ -22,6 +22,7 @@ from importlib import metadata
 from typing import Any
 from urllib.parse import urlsplit
 
+from otel_rl._sdk.redaction import redact_url
 from otel_rl._sdk.sdk_compat import installed_exporter_version, otlp_log_exporter_class
 from otel_rl._version import __version__
 
@@ -335,7 +336,7 @@ def check_otlp_environment(protocol: str, endpoint: str | None, environ: Any = N
         parts = urlsplit(endpoint)
         if protocol != "grpc" and (parts.scheme not in ("http", "https") or not parts.hostname):
             problems.append(
-                f"endpoint {endpoint!r} (endpoint= or OTEL_EXPORTER_OTLP_ENDPOINT) is not an http:// or "
+                f"endpoint {redact_url(endpoint)!r} (endpoint= or OTEL_EXPORTER_OTLP_ENDPOINT) is not an http:// or "
                 f"https:// URL; OTLP/HTTP needs e.g. http://collector:4318"
             )
     for name in names("ENDPOINT")[1:]:
@@ -343,7 +344,7 @@ def check_otlp_environment(protocol: str, endpoint: str | None, environ: Any = N
         if value and protocol != "grpc":  # gRPC also takes host:port
             parts = urlsplit(value)
             if parts.scheme not in ("http", "https") or not parts.hostname:
-                problems.append(f"{name}={value!r} is not an http:// or https:// URL (e.g. http://collector:4318/v1/traces)")
+                problems.append(f"{name}={redact_url(value)!r} is not an http:// or https:// URL (e.g. http://collector:4318/v1/traces)")
     for name in names("HEADERS"):
         value = environ.get(name)
         if not value:

@@ -17,15 +17,15 @@ import zlib
 from dataclasses import dataclass
 from typing import Any
 
-from otel_rl._sdk.config import redact_url
 from otel_rl._sdk.otlp_settings import GRPC, OtlpSettings, grpc_credentials, open_grpc_channel, open_http_session, settings_of, user_agent
+from otel_rl._sdk.redaction import redact_text, redact_url
 from otel_rl._sdk.spool_files import LOGS, METRICS, TRACES
 
 __all__ = ["GrpcTransport", "HttpTransport", "Outcome", "ca_setting", "describe_error", "redact_endpoint", "transport_for"]
 
 
 def redact_endpoint(url: str | None) -> str:
-    """An endpoint without user:password, for messages."""
+    """An endpoint without user:password, query values or fragment, for messages."""
     return str(redact_url(url))
 
 
@@ -234,7 +234,8 @@ def describe_error(error: BaseException | None) -> str:
 
 
 def _short(text: str, limit: int = 300) -> str:
-    text = " ".join(str(text).split())
+    # Error texts from requests/urllib3/grpc may quote the URL with its query (a token): masked.
+    text = redact_text(" ".join(str(text).split()))
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
