@@ -161,7 +161,9 @@ def _read_trl_state(path: Path, text: str, out: ParsedLog) -> None:
             apply_settings(out, hf_settings(whole), "trainer_state.json")
             out.settings.update({k: whole[k] for k in _STATE_SETTINGS if whole.get(k) is not None and k not in out.settings})
     except (RecursionError, MemoryError) as exc:
-        out.problems.append(Problem(name, 1, f"the file nests too deeply to read whole ({type(exc).__name__}); log entries are read one by one"))
+        out.problems.append(
+            Problem(name, 1, f"the file nests too deeply to read whole ({type(exc).__name__}); log entries are read one by one")
+        )
     except ValueError as exc:
         out.problems.append(
             Problem(
