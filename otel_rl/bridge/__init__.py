@@ -33,8 +33,9 @@ held back: a run whose first event arrives in that window is an events run, and 
 ignored from then on; what is held back is written at shutdown if no event ever came.
 
 Lifecycle: one worker thread drives all trackers (a tracker is used by one thread at a time);
-a run that sends nothing for ``run_idle_timeout_s`` (an hour) has its trackers finished (so W&B
-shows it finished), and reopened if it sends again; SIGTERM, SIGINT and
+a run that sends nothing for ``run_idle_timeout_s`` (ten minutes) has its trackers finished (so W&B
+shows it finished), and reopened if it sends again; at most ``max_open_runs`` (32) runs have open
+trackers, the least recently used is finished first (and reopened if it sends again, no step lost); SIGTERM, SIGINT and
 :meth:`TrackerBridge.close` stop accepting, deliver what was accepted, and flush and finish every
 tracker. Secrets in ``tracker_kwargs`` are redacted in every line printed.
 
@@ -84,8 +85,12 @@ on GET /healthz, counters on GET /stats. SIGTERM or Ctrl-C flushes and finishes 
 The config file (YAML) takes track_with and tracker_kwargs exactly as otel_rl.init and ROLL's
 YAML do, and:
   listen                  HOST:PORT to listen on (default 127.0.0.1:4319; 0.0.0.0:4319 for a
-                          collector on another host: plain HTTP, no authentication, so on a
-                          network only the collector reaches)
+                          collector on another host: plain HTTP, so on a network only the
+                          collector reaches, and with a token)
+                          OTEL_RL_BRIDGE_TOKEN (environment variable, not a key): when set, every
+                          POST and GET /stats need "Authorization: Bearer <token>" (else 401; compared in
+                          constant time, never printed); the collector's otlphttp exporter sends
+                          it with headers: {Authorization: "Bearer ${env:OTEL_RL_BRIDGE_TOKEN}"}
   tracker_keys            original (keys as logged, default) or registry (registry metric names,
                           rl.loss{rl.loss.type="kl",...})
   ranks                   0 (default: rank 0's events only, as the frameworks log), a list of
@@ -101,8 +106,14 @@ YAML do, and:
                           working directory)
   run_name                run name prefix (default: rl.experiment.name, else service.name)
   run_idle_timeout_s      finish a run's trackers after this many seconds without data (default
-                          3600; 0: only at exit), so a finished run shows as finished in W&B;
+                          600; 0: only at exit), so a finished run shows as finished in W&B;
                           reopened (same folders and names) if it sends again
+  max_open_runs           runs with open trackers at once (default 32; each holds threads and
+                          files): the least recently used is finished first, reopened if it sends
+  max_requests_in_flight  requests read and decoded at once (default 4); beyond it 429 with
+                          Retry-After. Bodies are counted before they are decoded: over 2,000,000
+                          messages, 10,000 resources, 200,000 log records or 500,000 data points
+                          (or 64 MiB inflated, 8 MiB for JSON) is 413: the sender splits its batch
   imports                 modules to import first, e.g. [my_pkg.trackers]: third-party trackers
                           registered there with otel_rl.register_tracker can be named in track_with
   max_queue_mb            received requests held for the trackers (default 64); beyond it the

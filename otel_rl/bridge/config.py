@@ -34,7 +34,9 @@ class BridgeConfig:
     metrics_fallback: bool = True
     metrics_fallback_after: int = 3
     imports: tuple[str, ...] = ()  # modules that register third-party trackers (register_tracker)
-    run_idle_timeout_s: float = 3600.0  # finish a run's trackers after this long without data; 0: never
+    run_idle_timeout_s: float = 600.0  # finish a run's trackers after this long without data; 0: never
+    max_open_runs: int = 32  # runs with open trackers (threads, files); the least recently used is finished first
+    max_requests_in_flight: int = 4  # requests read and decoded at once; beyond it 429 with Retry-After
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], source: str = "bridge config") -> BridgeConfig:
@@ -87,9 +89,15 @@ class BridgeConfig:
         after = data.get("metrics_fallback_after", 3)
         if isinstance(after, bool) or not isinstance(after, int) or after < 0:
             raise bad("metrics_fallback_after", f"expected a non-negative integer, got {after!r}")
-        idle = data.get("run_idle_timeout_s", 3600.0)
+        idle = data.get("run_idle_timeout_s", 600.0)
         if isinstance(idle, bool) or not isinstance(idle, (int, float)) or idle < 0:
             raise bad("run_idle_timeout_s", f"expected seconds (0: never), got {idle!r}")
+        caps = {}
+        for key, default in (("max_open_runs", 32), ("max_requests_in_flight", 4)):
+            value = data.get(key, default)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise bad(key, f"expected a positive integer, got {value!r}")
+            caps[key] = value
         imports = data.get("imports") or ()
         imports = [imports] if isinstance(imports, str) else imports
         if not isinstance(imports, (list, tuple)) or not all(isinstance(m, str) and m for m in imports):
@@ -108,6 +116,8 @@ class BridgeConfig:
             metrics_fallback_after=after,
             imports=tuple(imports),
             run_idle_timeout_s=float(idle),
+            max_open_runs=caps["max_open_runs"],
+            max_requests_in_flight=caps["max_requests_in_flight"],
         )
 
     def public_dict(self) -> dict[str, Any]:

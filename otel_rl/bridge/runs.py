@@ -31,6 +31,34 @@ __all__ = ["RunState", "RunTrackers"]
 logger = logging.getLogger("otel_rl")
 
 _EVENTS = (N.RL_LOG_EVENT, N.RL_HPARAMS_EVENT, N.RL_SAMPLE_EVENT)
+_MAX_RUN_STATES = 10_000  # runs remembered (label, counts); the closed ones past it are forgotten
+_STEP_RANGE = 1 << 63  # a step or rank past int64 (1e308, inf) is not a step: the record is skipped
+
+
+def shown(text: object) -> str:
+    """A sender-chosen string (run id, service) safe for one log line: repr-escaped when it holds a
+    non-printable character, so a newline cannot start a forged line and an escape cannot recolour one."""
+    text = str(text)
+    return text if text.isprintable() else repr(text)
+
+
+def _step_of(attributes: Mapping[str, Any]) -> bool:
+    """True when the record's ``rl.step`` is absent or a whole number within int64."""
+    step = attributes.get(A.RL_STEP)
+    if step is None or isinstance(step, bool) or not isinstance(step, (int, float)):
+        return True
+    return (isinstance(step, int) or math.isfinite(step)) and -_STEP_RANGE < step < _STEP_RANGE
+
+
+def _rank_of(raw: Any) -> int | None:
+    """The resource's ``rl.rank`` as an int; None when it is not a number within int64 (nan, inf, 1e308)."""
+    if isinstance(raw, float) and not (math.isfinite(raw) and -_STEP_RANGE < raw < _STEP_RANGE):
+        return None
+    if isinstance(raw, int) and not -_STEP_RANGE < raw < _STEP_RANGE:
+        return None
+    return as_rank(raw)
+
+
 _DELIVERED = {N.RL_LOG_EVENT: "events_delivered", N.RL_HPARAMS_EVENT: "hparams_delivered", N.RL_SAMPLE_EVENT: "samples_delivered"}
 
 
@@ -73,6 +101,25 @@ class RunTrackers:
         self._resolver: Any = None
         self._runs: dict[tuple, RunState] = {}
         self._labels: dict[str, tuple] = {}
+        self._bad_logged = 0
+
+    def open_count(self) -> int:
+        """How many runs have open trackers (safe from any thread)."""
+        return sum(1 for r in list(self._runs.values()) if r.fanout is not None)
+
+    def _bad(self, records: int, why: str, resource: Mapping[str, Any]) -> None:
+        """Count skipped records; the first few are logged with the run named (escaped)."""
+        self._count("records_bad", records)
+        self._bad_logged += 1
+        if self._bad_logged <= 10:
+            logger.warning(
+                "otel-rl bridge: skipped %d record(s) of run %s (service %s): %s%s",
+                records,
+                shown(resource.get(A.RL_RUN_ID) or "?"),
+                shown(resource.get(A.SERVICE_NAME) or "?"),
+                shown(why[:200]),
+                "; further bad records are only counted (records_bad in /stats)" if self._bad_logged == 10 else "",
+            )
 
     def labels(self) -> list[str]:
         """The labels of the runs whose trackers were opened, sorted (safe from any thread)."""
@@ -84,9 +131,12 @@ class RunTrackers:
         """Each ``rl.log`` / ``rl.hparams`` / ``rl.sample`` event of an ``ExportLogsServiceRequest`` to its run's trackers."""
         for resource_logs in request.resource_logs:
             resource = decode_attributes(resource_logs.resource.attributes)
-            rank = as_rank(resource.get(A.RL_RANK, 0))
+            rank = _rank_of(resource.get(A.RL_RANK, 0))
             records = [r for s in resource_logs.scope_logs for r in s.log_records]
             self._count("log_records", len(records))
+            if rank is None:
+                self._bad(len(records), f"rl.rank {resource.get(A.RL_RANK)!r} is not a rank", resource)
+                continue
             if not self._accepts(rank):
                 self._count("records_other_ranks", len(records))
                 continue
@@ -107,47 +157,61 @@ class RunTrackers:
                 if fanout is None:
                     self._count("records_ignored")
                     continue
-                if deliver(fanout, name, decode_attributes(record.attributes), decode_any_value(record.body)):
-                    run.dirty = True
-                    self._count(_DELIVERED[name])
+                try:  # one bad record is skipped and counted; the rest of the request is still delivered
+                    attributes = decode_attributes(record.attributes)
+                    if not _step_of(attributes):
+                        self._bad(1, f"rl.step {attributes.get(A.RL_STEP)!r} is not a step", resource)
+                        continue
+                    if deliver(fanout, name, attributes, decode_any_value(record.body)):
+                        run.dirty = True
+                        self._count(_DELIVERED[name])
+                except Exception as exc:
+                    self._bad(1, f"{type(exc).__name__}: {exc}", resource)
 
     def deliver_metrics(self, request: Any) -> None:
         """An ``ExportMetricsServiceRequest``: one step per export of a run that sends no events."""
         for resource_metrics in request.resource_metrics:
             self._count("metric_exports")
-            resource = decode_attributes(resource_metrics.resource.attributes)
-            if not self.config.metrics_fallback or not resource.get(A.RL_RUN_ID) or not self._accepts(as_rank(resource.get(A.RL_RANK, 0))):
-                self._count("metric_exports_ignored")
-                continue
-            run = self._run_for(resource)
-            if run.events:
-                self._count("metric_exports_ignored")
-                continue
-            values: dict[str, Any] = {}
-            progress: float | None = None
-            for scope in resource_metrics.scope_metrics:
-                for metric in scope.metrics:
-                    kind = metric.WhichOneof("data")
-                    if kind not in ("gauge", "sum"):
+            try:  # one bad resource is counted and skipped; the others are still delivered
+                self._deliver_metrics_resource(resource_metrics)
+            except Exception as exc:
+                self._bad(0, f"{type(exc).__name__}: {exc}", decode_attributes(resource_metrics.resource.attributes))
+
+    def _deliver_metrics_resource(self, resource_metrics: Any) -> None:
+        resource = decode_attributes(resource_metrics.resource.attributes)
+        rank = _rank_of(resource.get(A.RL_RANK, 0))
+        if not self.config.metrics_fallback or not resource.get(A.RL_RUN_ID) or rank is None or not self._accepts(rank):
+            self._count("metric_exports_ignored")
+            return
+        run = self._run_for(resource)
+        if run.events:
+            self._count("metric_exports_ignored")
+            return
+        values: dict[str, Any] = {}
+        progress: float | None = None
+        for scope in resource_metrics.scope_metrics:
+            for metric in scope.metrics:
+                kind = metric.WhichOneof("data")
+                if kind not in ("gauge", "sum"):
+                    continue
+                for point in getattr(metric, kind).data_points:
+                    which = point.WhichOneof("value")
+                    if which is None:
                         continue
-                    for point in getattr(metric, kind).data_points:
-                        which = point.WhichOneof("value")
-                        if which is None:
-                            continue
-                        number = point.as_double if which == "as_double" else point.as_int
-                        values[metric_key(metric.name, decode_attributes(point.attributes))] = number
-                        if metric.name == M.RL_PROGRESS_STEP and (progress is None or number > progress):
-                            progress = number
-            if not values:
-                continue
-            run.metric_exports += 1
-            if progress is not None and math.isfinite(progress):
-                run.progress_step = int(progress)
-            step = run.progress_step if run.progress_step is not None else run.metric_exports
-            run.held.append((step, values))
-            if run.metrics_mode or len(run.held) >= self.config.metrics_fallback_after:
-                run.metrics_mode = True
-                self._write_held(run)
+                    number = point.as_double if which == "as_double" else point.as_int
+                    values[metric_key(metric.name, decode_attributes(point.attributes))] = number
+                    if metric.name == M.RL_PROGRESS_STEP and (progress is None or number > progress):
+                        progress = number
+        if not values:
+            return
+        run.metric_exports += 1
+        if progress is not None and math.isfinite(progress) and abs(progress) < _STEP_RANGE:
+            run.progress_step = int(progress)
+        step = run.progress_step if run.progress_step is not None else run.metric_exports
+        run.held.append((step, values))
+        if run.metrics_mode or len(run.held) >= self.config.metrics_fallback_after:
+            run.metrics_mode = True
+            self._write_held(run)
 
     # -- finishing -------------------------------------------------------------------------------
 
@@ -161,13 +225,35 @@ class RunTrackers:
             if run.held and run.events == 0:  # a short metrics-only run: what was held back is all it sent
                 self._write_held(run)
             if run.fanout is not None:
-                run.fanout.flush()
-                run.fanout.finish()
-                run.fanout = None
+                self._close(run)
                 self._say(
                     f"otel-rl bridge: run {run.label} idle for {now - run.last_seen:.0f} s: its trackers are "
                     "finished (reopened if it sends again)"
                 )
+
+    def _close(self, run: RunState) -> None:
+        if run.fanout is not None:
+            fanout, run.fanout = run.fanout, None
+            fanout.flush()
+            fanout.finish()
+
+    def _make_room(self, opening: RunState) -> None:
+        """Finish the least recently used runs' trackers so that at most max_open_runs are open
+        (each holds threads and files); such a run is reopened if it sends again, nothing is lost."""
+        open_runs = [r for r in self._runs.values() if r.fanout is not None and r is not opening]
+        excess = len(open_runs) + 1 - self.config.max_open_runs
+        if excess <= 0:
+            return
+        for run in sorted(open_runs, key=lambda r: r.last_seen)[:excess]:
+            if run.held and run.events == 0:
+                self._write_held(run)
+            self._close(run)
+            self._count("runs_closed_for_room")
+        # forget the states of long-closed runs past a bound (a flood of run ids must not grow memory)
+        if len(self._runs) > _MAX_RUN_STATES:
+            closed = sorted((r for r in self._runs.values() if r.fanout is None and not r.held), key=lambda r: r.last_seen)
+            for run in closed[: len(self._runs) - _MAX_RUN_STATES]:
+                del self._runs[run.key]
 
     def flush_dirty(self) -> None:
         """Flush the trackers of every run that was written since its last flush."""
@@ -248,6 +334,7 @@ class RunTrackers:
                 self._resolver = KeyResolver.default()
             resolver, framework = self._resolver, run.framework
             namer = registry_key_namer(lambda key: resolver.resolve(key, framework))
+        self._make_room(run)
         fanout = None
         try:
             fanout = TrackerFanout(create_trackers(cfg.track_with, kwargs, run_name=run_name, run_dir=run_dir), namer)
@@ -259,8 +346,8 @@ class RunTrackers:
                 fanout.finish()
             logger.error(
                 "otel-rl bridge: the trackers of run %s (service %s, rank %d) could not start: %s; its steps are dropped",
-                run.run_id or "?",
-                run.service,
+                shown(run.run_id or "?"),
+                shown(run.service),
                 run.rank,
                 self._scrub(f"{type(exc).__name__}: {exc}"),
             )
@@ -272,8 +359,8 @@ class RunTrackers:
             return fanout
         self._count("runs")
         self._say(
-            f"otel-rl bridge: new run {run.run_id or '(no rl.run.id)'} (service {run.service}, rank {run.rank}) -> "
-            f"run name {run_name}, run_dir {run_dir}; {format_tracker_kwargs(cfg.track_with, kwargs)}"
+            f"otel-rl bridge: new run {shown(run.run_id) if run.run_id else '(no rl.run.id)'} (service {shown(run.service)}, rank {run.rank}) -> "
+            f"run name {shown(run_name)}, run_dir {run_dir}; {format_tracker_kwargs(cfg.track_with, kwargs)}"
         )
         return fanout
 

@@ -7,14 +7,23 @@ Request handling follows OTLP/HTTP: protobuf or JSON bodies, gzip / deflate or n
 decode 400 with a ``google.rpc.Status`` (counted, never fatal), and 503 with ``Retry-After``
 when the queue of received requests is full, so a slow tracker slows the senders down instead
 of growing memory.
+
+Hostile input costs bounded memory (:mod:`otel_rl.bridge.limits`): at most
+``max_requests_in_flight`` requests are read at once (beyond it 429 with ``Retry-After``,
+before the body is read), a body is counted on the wire (messages, resources, log records, data
+points: 413 past a limit) before it is decoded, one body is decoded at a time, and its estimated
+decoded size is reserved in the queue first (503 when it does not fit). With
+``OTEL_RL_BRIDGE_TOKEN`` set, POSTs need ``Authorization: Bearer <token>`` (401 otherwise).
 """
 
 from __future__ import annotations
 
 import atexit
+import hmac
 import importlib
 import json
 import logging
+import os
 import socket
 import sys
 import threading
@@ -28,7 +37,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, TextIO
 
+from otel_rl import environment_variables as ENV
 from otel_rl.bridge.config import BridgeConfig, parse_listen
+from otel_rl.bridge.limits import Malformed, RequestLimits, RequestTooBig, chunk_size, count_json_objects, scan_otlp
 from otel_rl.bridge.runs import RunTrackers
 from otel_rl.bridge.tracker_settings import format_tracker_kwargs, run_tracker_kwargs, secret_strings
 from otel_rl.trackers.base import create_trackers
@@ -39,8 +50,13 @@ logger = logging.getLogger("otel_rl")
 
 _STDOUT = object()  # "print to whatever sys.stdout is at the time"
 _MAX_BODY = 64 << 20  # bytes on the wire and after decompression
+_MAX_JSON_BODY = 8 << 20  # OTLP/JSON after decompression: the JSON parser builds Python objects as it reads
 _RETRY_AFTER_S = 1
-_GRPC_INVALID_ARGUMENT, _GRPC_UNAVAILABLE = 3, 14
+_GRPC_INVALID_ARGUMENT, _GRPC_UNAVAILABLE, _GRPC_UNAUTHENTICATED = 3, 14, 16
+
+
+class _Busy(Exception):
+    """The queue has no room for the request (answered 503 with Retry-After)."""
 
 
 class _BadRequest(Exception):
@@ -73,12 +89,21 @@ class TrackerBridge:
         self._stopping = False
         self._closed = False
         self._busy = False
+        self.limits = RequestLimits()
+        self._in_flight = threading.BoundedSemaphore(config.max_requests_in_flight)
+        self._decoding = threading.Lock()  # one decode at a time: it holds the GIL anyway, and it bounds the peak
+        token = os.environ.get(ENV.OTEL_RL_BRIDGE_TOKEN, "")
+        self._token = token.encode() if token else None
+        if token:
+            self._secrets = (*self._secrets, token)
         self._stats_lock = threading.Lock()
         self._stats: dict[str, int] = dict.fromkeys(
             (
                 "requests",
                 "bad_requests",
                 "busy_responses",
+                "unauthorized",
+                "records_bad",
                 "log_records",
                 "events_delivered",
                 "hparams_delivered",
@@ -90,6 +115,7 @@ class TrackerBridge:
                 "metric_exports_ignored",
                 "runs",
                 "runs_failed",
+                "runs_closed_for_room",
                 "worker_errors",
             ),
             0,
@@ -153,6 +179,7 @@ class TrackerBridge:
         with self._cond:
             out["queued_requests"], out["queued_bytes"] = len(self._queue), self._queued_bytes
         out["run_labels"] = self._runs.labels()
+        out["runs_open"] = self._runs.open_count()
         return out
 
     def wait_idle(self, timeout_s: float = 10.0) -> bool:
@@ -202,15 +229,35 @@ class TrackerBridge:
         with self._stats_lock:
             self._stats[name] += amount
 
-    def _submit(self, kind: str, message: Any, size: int) -> bool:
-        """Queue a decoded request; False when full (or closing): the sender retries later."""
+    def _reserve(self, size: int) -> bool:
+        """Reserve queue space for a request about to be decoded; False when full (or closing)."""
         with self._cond:
+            # (like a request the worker is delivering, one reserved while the queue is empty always fits)
             if self._stopping or (self._queue and self._queued_bytes + size > self._max_bytes):
                 return False
-            self._queue.append((kind, message, size))
             self._queued_bytes += size
+            return True
+
+    def _release(self, size: int) -> None:
+        with self._cond:
+            self._queued_bytes -= size
+            self._cond.notify_all()
+
+    def _submit(self, kind: str, message: Any, size: int) -> bool:
+        """Queue a decoded request whose ``size`` was reserved; False when closing (the reservation is freed)."""
+        with self._cond:
+            if self._stopping:
+                self._queued_bytes -= size
+                return False
+            self._queue.append((kind, message, size))
             self._cond.notify_all()
             return True
+
+    def _authorized(self, header: str | None) -> bool:
+        if self._token is None:
+            return True
+        scheme, _, given = (header or "").strip().partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), self._token)
 
     # -- delivering (the worker thread) --------------------------------------------------------
 
@@ -297,7 +344,10 @@ class _Handler(BaseHTTPRequestHandler):
         for name, value in (headers or {}).items():
             self.send_header(name, value)
         self.end_headers()
-        self.wfile.write(body)
+        try:
+            self.wfile.write(body)
+        except (BrokenPipeError, ConnectionResetError):  # the sender left: nothing to answer
+            self.close_connection = True
 
     def _send_status(self, status: int, code: int, message: str, as_json: bool, headers: Mapping[str, str] | None = None) -> None:
         from google.rpc import status_pb2
@@ -312,6 +362,8 @@ class _Handler(BaseHTTPRequestHandler):
         path = self.path.split("?", 1)[0]
         if path == "/healthz":
             self._send(200, b"ok\n", "text/plain; charset=utf-8")
+        elif path == "/stats" and not self.bridge._authorized(self.headers.get("Authorization")):
+            self._send(401, b"missing or wrong bearer token\n", "text/plain; charset=utf-8", {"WWW-Authenticate": "Bearer"})
         elif path == "/stats":
             self._send(200, json.dumps(self.bridge.stats()).encode(), "application/json")
         else:
@@ -329,9 +381,30 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(404, b"not found: POST /v1/logs, /v1/metrics or /v1/traces\n", "text/plain; charset=utf-8")
             return
         bridge._count("requests")
+        if not bridge._authorized(self.headers.get("Authorization")):
+            bridge._count("unauthorized")
+            self.close_connection = True  # the body is left unread
+            self._send_status(401, _GRPC_UNAUTHENTICATED, "missing or wrong bearer token", as_json, {"WWW-Authenticate": "Bearer"})
+            return
+        if not bridge._in_flight.acquire(blocking=False):  # before the body is read: a flood costs no memory
+            bridge._count("busy_responses")
+            self.close_connection = True
+            self._send_status(
+                429, _GRPC_UNAVAILABLE, "too many requests in flight; retry later", as_json, {"Retry-After": str(_RETRY_AFTER_S)}
+            )
+            return
+        try:
+            self._post(path, types, content_type, as_json)
+        finally:
+            bridge._in_flight.release()
+
+    def _post(self, path: str, types: Mapping[str, tuple[Any, Any]], content_type: str, as_json: bool) -> None:
+        bridge = self.bridge
+        reserved = 0
         try:
             body = self._read_body()
-            body = _decompress(body, (self.headers.get("Content-Encoding") or "identity").strip().lower())
+            encoding = (self.headers.get("Content-Encoding") or "identity").strip().lower()
+            body = _decompress(body, encoding, _MAX_JSON_BODY if as_json else _MAX_BODY)
             if content_type not in ("application/x-protobuf", "application/protobuf", "application/json"):
                 raise _BadRequest(
                     HTTPStatus.UNSUPPORTED_MEDIA_TYPE,
@@ -341,17 +414,22 @@ class _Handler(BaseHTTPRequestHandler):
             if path == "/v1/traces":  # accepted and dropped: trackers take no spans
                 self._reply(response_type(), as_json)
                 return
-            message = _decode(request_type, body, as_json)
+            with bridge._decoding:
+                message, reserved = _decode(request_type, body, as_json, bridge)
         except _BadRequest as exc:
             bridge._count("bad_requests")
             logger.info("otel-rl bridge: %s %s: %s", path, int(exc.status), exc)
             self._send_status(int(exc.status), _GRPC_INVALID_ARGUMENT, str(exc), as_json)
             return
-        if not bridge._submit("logs" if path == "/v1/logs" else "metrics", message, len(body)):
+        except _Busy:
             bridge._count("busy_responses")
             self._send_status(
                 503, _GRPC_UNAVAILABLE, "the bridge's trackers are behind; retry later", as_json, {"Retry-After": str(_RETRY_AFTER_S)}
             )
+            return
+        if not bridge._submit("logs" if path == "/v1/logs" else "metrics", message, reserved):
+            bridge._count("busy_responses")
+            self._send_status(503, _GRPC_UNAVAILABLE, "the bridge is stopping; retry later", as_json, {"Retry-After": str(_RETRY_AFTER_S)})
             return
         self._reply(response_type(), as_json)
 
@@ -367,7 +445,7 @@ class _Handler(BaseHTTPRequestHandler):
             while True:
                 line = self.rfile.readline(1024)
                 try:
-                    size = int(line.split(b";", 1)[0].strip(), 16)
+                    size = chunk_size(line)  # hex digits only: int(x, 16) takes "-1", and read(-1) reads to EOF
                 except ValueError:
                     self.close_connection = True
                     raise _BadRequest(HTTPStatus.BAD_REQUEST, "malformed chunked body") from None
@@ -379,7 +457,7 @@ class _Handler(BaseHTTPRequestHandler):
                 if total > _MAX_BODY:
                     self.close_connection = True
                     raise _BadRequest(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body over {_MAX_BODY} bytes")
-                chunks.append(self.rfile.read(size))
+                chunks.append(self._read_exactly(size))
                 self.rfile.readline(1024)
         try:
             length = int(self.headers.get("Content-Length") or 0)
@@ -389,10 +467,17 @@ class _Handler(BaseHTTPRequestHandler):
         if length < 0 or length > _MAX_BODY:
             self.close_connection = True
             raise _BadRequest(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body over {_MAX_BODY} bytes")
-        return self.rfile.read(length) if length else b""
+        return self._read_exactly(length) if length else b""
+
+    def _read_exactly(self, size: int) -> bytes:
+        data = self.rfile.read(size)
+        if len(data) < size:  # the sender closed mid-body: a truncated body is not a request
+            self.close_connection = True
+            raise _BadRequest(HTTPStatus.BAD_REQUEST, f"body ended after {len(data)} of {size} bytes")
+        return data
 
 
-def _decompress(body: bytes, encoding: str) -> bytes:
+def _decompress(body: bytes, encoding: str, most: int) -> bytes:
     if encoding in ("", "identity"):
         return body
     if encoding in ("gzip", "x-gzip"):
@@ -403,22 +488,44 @@ def _decompress(body: bytes, encoding: str) -> bytes:
         raise _BadRequest(HTTPStatus.UNSUPPORTED_MEDIA_TYPE, f"unsupported Content-Encoding {encoding!r}: use gzip, deflate or none")
     try:
         inflater = zlib.decompressobj(wbits)
-        out = inflater.decompress(body, _MAX_BODY + 1)
+        out = inflater.decompress(body, most + 1)
     except zlib.error as exc:
         raise _BadRequest(HTTPStatus.BAD_REQUEST, f"body is not valid {encoding}: {exc}") from None
-    if len(out) > _MAX_BODY or inflater.unconsumed_tail:
-        raise _BadRequest(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"decompressed body over {_MAX_BODY} bytes")
+    if len(out) > most or inflater.unconsumed_tail:
+        raise _BadRequest(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"decompressed body over {most} bytes")
     return out
 
 
-def _decode(request_type: Any, body: bytes, as_json: bool) -> Any:
+def _decode(request_type: Any, body: bytes, as_json: bool, bridge: TrackerBridge) -> tuple[Any, int]:
+    """The request's message and the queue space reserved for it: counted first (413 past a limit),
+    then space reserved (:class:`_Busy` when full), then decoded (400 when it does not)."""
     from google.protobuf import json_format
     from google.protobuf.message import DecodeError
 
+    kind = "OTLP/JSON" if as_json else "OTLP protobuf"
+    limits = bridge.limits
     try:
         if as_json:
-            return json_format.Parse(body.decode("utf-8"), request_type(), ignore_unknown_fields=True)
-        return request_type.FromString(body)
-    except (DecodeError, json_format.ParseError, UnicodeDecodeError, ValueError, TypeError) as exc:
-        kind = "OTLP/JSON" if as_json else "OTLP protobuf"
+            # the JSON parser builds objects as it reads: it stops at a quarter of the message limit
+            json_limits = RequestLimits(max_messages=max(1, limits.max_messages // 4))
+            data = count_json_objects(body.decode("utf-8"), json_limits)
+            del body
+            message = json_format.ParseDict(data, request_type(), ignore_unknown_fields=True)
+            del data
+            body = message.SerializeToString()  # counted like a protobuf body (a JSON body is at most 8 MiB)
+        counts = scan_otlp(body, request_type.DESCRIPTOR, limits)
+    except RequestTooBig as exc:
+        raise _BadRequest(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, str(exc)) from None
+    except (Malformed, DecodeError, json_format.ParseError, UnicodeDecodeError, ValueError, TypeError, RecursionError) as exc:
         raise _BadRequest(HTTPStatus.BAD_REQUEST, f"body is not an {kind} {request_type.DESCRIPTOR.name}: {str(exc)[:200]}") from None
+    size = counts.decoded_bytes(len(body))
+    if not bridge._reserve(size):
+        raise _Busy
+    try:
+        return (message if as_json else request_type.FromString(body)), size
+    except DecodeError as exc:
+        bridge._release(size)
+        raise _BadRequest(HTTPStatus.BAD_REQUEST, f"body is not an {kind} {request_type.DESCRIPTOR.name}: {str(exc)[:200]}") from None
+    except BaseException:
+        bridge._release(size)
+        raise

@@ -1,0 +1,168 @@
+"""Bounds on what one request may cost the bridge, checked before anything is decoded.
+
+A 64 KB gzip body inflates to 64 MB of two-byte empty messages, and the protobuf runtime spends
+about 60 bytes of memory on each message it builds: decoding first and counting afterwards
+peaks at gigabytes. :func:`scan_otlp` walks the protobuf wire format instead (lengths and tags
+only, no objects), counts the messages, resources, log records and data points, and stops at
+the first limit crossed, so a hostile body costs a bounded scan and a 413, never a decode.
+
+:func:`chunk_size` reads one line of a chunked body strictly (hex digits only): Python's
+``int(x, 16)`` takes ``-1``, ``+5``, ``0x10`` and ``1_0``, and ``rfile.read(-1)`` reads until
+the peer closes.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["MESSAGE_COST_BYTES", "Counts", "RequestLimits", "RequestTooBig", "chunk_size", "count_json_objects", "scan_otlp"]
+
+MESSAGE_COST_BYTES = 64  # memory of one decoded protobuf message (upb measured ~60 B for an empty one)
+_MAX_DEPTH = 64  # OTLP nests about 12 deep (kvlist in array in kvlist ...); protobuf itself stops at 100
+_HEX = re.compile(rb"[0-9A-Fa-f]{1,16}")
+_RESOURCES = {"ResourceLogs", "ResourceMetrics", "ResourceSpans"}
+_RECORDS = {"LogRecord"}
+_POINTS = {"NumberDataPoint", "HistogramDataPoint", "ExponentialHistogramDataPoint", "SummaryDataPoint"}
+
+
+class RequestTooBig(ValueError):
+    """The request crosses one of :class:`RequestLimits` (answered 413: the sender should split it)."""
+
+
+class Malformed(ValueError):
+    """The body is not valid protobuf wire format (answered 400)."""
+
+
+@dataclass(frozen=True)
+class RequestLimits:
+    """Per-request bounds; the defaults leave room for a collector's large batches."""
+
+    max_messages: int = 2_000_000  # every message (KeyValue, AnyValue, ...): ~128 MB decoded
+    max_resources: int = 10_000
+    max_records: int = 200_000
+    max_points: int = 500_000
+
+
+@dataclass
+class Counts:
+    """What :func:`scan_otlp` found in a body."""
+
+    messages: int = 0
+    resources: int = 0
+    records: int = 0
+    points: int = 0
+
+    def decoded_bytes(self, body_len: int) -> int:
+        """An upper estimate of the decoded message's memory (what the request queue is charged)."""
+        return body_len + MESSAGE_COST_BYTES * self.messages
+
+
+def chunk_size(line: bytes) -> int:
+    """The size on one chunk-size line (``1a3;ext=1``); ValueError unless it is plain hex."""
+    text = line.split(b";", 1)[0].strip()
+    if not _HEX.fullmatch(text):
+        raise ValueError(f"bad chunk size {text[:20]!r}")
+    return int(text, 16)
+
+
+_fields_cache: dict[str, dict[int, Any]] = {}
+
+
+def _message_fields(descriptor: Any) -> dict[int, Any]:
+    """field number -> message descriptor, for the message-typed fields of ``descriptor`` (cached)."""
+    fields = _fields_cache.get(descriptor.full_name)
+    if fields is None:
+        fields = {f.number: f.message_type for f in descriptor.fields if f.message_type is not None}
+        _fields_cache[descriptor.full_name] = fields
+    return fields
+
+
+def _varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        if pos >= end:
+            raise Malformed("truncated varint")
+        byte = buf[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return result, pos
+        shift += 7
+        if shift > 63:
+            raise Malformed("varint over 10 bytes")
+
+
+def scan_otlp(body: bytes, descriptor: Any, limits: RequestLimits) -> Counts:
+    """Count the messages of a protobuf ``body`` of type ``descriptor`` without decoding it.
+
+    Raises :class:`RequestTooBig` at the first limit crossed (the scan stops there, so its cost
+    is bounded by the limits, not by the body) and :class:`Malformed` on broken wire format.
+    """
+    counts = Counts()
+    stack: list[tuple[dict[int, Any], int]] = [(_message_fields(descriptor), len(body))]
+    pos = 0
+    while stack:
+        fields, end = stack[-1]
+        if pos >= end:
+            if pos > end:
+                raise Malformed("a field runs past the end of its message")
+            stack.pop()
+            continue
+        key, pos = _varint(body, pos, end)
+        wire = key & 7
+        if wire == 0:
+            _, pos = _varint(body, pos, end)
+        elif wire == 1:
+            pos += 8
+        elif wire == 5:
+            pos += 4
+        elif wire == 2:
+            length, pos = _varint(body, pos, end)
+            if pos + length > end:
+                raise Malformed("a length runs past the end of its message")
+            sub = fields.get(key >> 3)
+            if sub is None:  # a string, bytes or packed scalars: skipped whole
+                pos += length
+                continue
+            counts.messages += 1
+            name = sub.name
+            if name in _RECORDS:
+                counts.records += 1
+            elif name in _POINTS:
+                counts.points += 1
+            elif name in _RESOURCES:
+                counts.resources += 1
+            _check(counts, limits)
+            if len(stack) >= _MAX_DEPTH:
+                raise Malformed(f"messages nested over {_MAX_DEPTH} deep")
+            stack.append((_message_fields(sub), pos + length))
+        else:  # groups (3, 4) are not in OTLP; 6, 7 do not exist
+            raise Malformed(f"wire type {wire}")
+    return counts
+
+
+def _check(counts: Counts, limits: RequestLimits) -> None:
+    for what, have, most in (
+        ("messages", counts.messages, limits.max_messages),
+        ("resources", counts.resources, limits.max_resources),
+        ("log records", counts.records, limits.max_records),
+        ("data points", counts.points, limits.max_points),
+    ):
+        if have > most:
+            raise RequestTooBig(f"over {most} {what} in one request: send smaller batches")
+
+
+def count_json_objects(text: str, limits: RequestLimits) -> Any:
+    """``json.loads`` that stops past ``limits.max_messages`` objects or arrays (an OTLP/JSON bomb)."""
+    seen = [0]
+
+    def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        seen[0] += 1 + sum(isinstance(v, list) for _, v in pairs)
+        if seen[0] > limits.max_messages:
+            raise RequestTooBig(f"over {limits.max_messages} objects in one request: send smaller batches")
+        return dict(pairs)
+
+    return json.loads(text, object_pairs_hook=hook)
