@@ -147,14 +147,19 @@ _STRICT: list[Any] = []
 
 def _strict(tmp_path_factory: pytest.TempPathFactory):
     if not _STRICT:
+        # a second live telemetry beside the module's: built directly (a second init() would replace the first)
         _STRICT.append(
-            otel_rl.init(
-                service_name="props-strict",
-                run_dir=str(tmp_path_factory.mktemp("strict")),
-                exporters="none",
-                console=False,
-                strict=True,
-                unmapped_key_limit=10**6,
+            otel_rl.Telemetry(
+                resolve_config(
+                    {
+                        "service_name": "props-strict",
+                        "run_dir": str(tmp_path_factory.mktemp("strict")),
+                        "exporters": "none",
+                        "console": False,
+                        "strict": True,
+                        "unmapped_key_limit": 10**6,
+                    }
+                )
             )
         )
     return _STRICT[0]

@@ -52,12 +52,12 @@ def analyze(
     if out is not None:
         out_dir = Path(out)
         if plots:
-            _plots(runs, out_dir)
+            _write_plots(runs, out_dir)
         write_reports(runs, out_dir)
     return runs
 
 
-def _plots(runs: list[RunAnalysis], out_dir: Path) -> None:
+def _write_plots(runs: list[RunAnalysis], out_dir: Path) -> None:
     from otel_rl.analyze._plots import plot_series, slug
 
     for index, run in enumerate(runs, start=1):
