@@ -11,7 +11,9 @@ import pytest
 import otel_rl
 from otel_rl._sdk.config import resolve_config
 from otel_rl.runs.folder import read_log_records, read_metrics
+from otel_rl.semconv import attributes as A
 from otel_rl.semconv import metrics as M
+from otel_rl.semconv import names as N
 
 ROLL_STEP = {
     "critic/score/mean": 0.25,  # a headline value
@@ -62,8 +64,8 @@ def test_bulk_path_matches_the_per_key_path(make_telemetry, request, tmp_path):
     assert gib == [12.5 * 1.3 * 2**30]
     fast.shutdown()
     slow.shutdown()
-    events_fast = [r["body"] for r in read_log_records(fast.run_dir) if r["event_name"] == "rl.log"]
-    events_slow = [r["body"] for r in read_log_records(slow.run_dir) if r["event_name"] == "rl.log"]
+    events_fast = [r["body"] for r in read_log_records(fast.run_dir) if r["event_name"] == N.RL_LOG_EVENT]
+    events_slow = [r["body"] for r in read_log_records(slow.run_dir) if r["event_name"] == N.RL_LOG_EVENT]
     assert events_fast == events_slow and len(events_fast) == 4
     assert all(type(v) is float for body in events_fast for v in body.values())
     assert events_fast[3]["actor/grad_norm"] == float(np.float64(0.75 * 1.3))
@@ -79,11 +81,11 @@ def test_unusual_values_take_the_per_key_path(make_telemetry, caplog):
     tel.log({"actor/pg_loss": "high", "actor/grad_norm": 4.0}, step=5)
     tel.flush()
     latest = tel._latest
-    assert latest.get(M.RL_GRAD_NORM, (("rl.model.role", "actor"),)) == 4.0
+    assert latest.get(M.RL_GRAD_NORM, ((A.RL_MODEL_ROLE, "actor"),)) == 4.0
     rejected = {a: v for a, v in latest.series(M.RL_TELEMETRY_REJECTED).items()}
     assert sum(slot[0] for slot in rejected.values()) == 2
     tel.shutdown()
-    bodies = {r["attributes"]["rl.step"]: r["body"] for r in read_log_records(tel.run_dir) if r["event_name"] == "rl.log"}
+    bodies = {r["attributes"][A.RL_STEP]: r["body"] for r in read_log_records(tel.run_dir) if r["event_name"] == N.RL_LOG_EVENT}
     assert bodies[4]["actor/pg_loss"] == 7 and type(bodies[4]["actor/pg_loss"]) is int
     assert bodies[5]["actor/pg_loss"] == "high"
     assert math.isnan(bodies[3]["actor/pg_loss"])
@@ -99,8 +101,8 @@ def test_a_series_whose_first_value_was_rejected_is_stored_once_it_has_values(ma
     for step in range(2, 8):
         tel.log({"actor/pg_loss": 0.1 * step, "actor/grad_norm": 1.0 + step}, step=step)
     tel.flush()
-    loss = tel._latest.get(M.RL_LOSS, (("rl.loss.type", "policy"), ("rl.model.role", "actor")))
-    assert loss == 0.1 * 7 and tel._latest.get(M.RL_GRAD_NORM, (("rl.model.role", "actor"),)) == 8.0
+    loss = tel._latest.get(M.RL_LOSS, ((A.RL_LOSS_TYPE, "policy"), (A.RL_MODEL_ROLE, "actor")))
+    assert loss == 0.1 * 7 and tel._latest.get(M.RL_GRAD_NORM, ((A.RL_MODEL_ROLE, "actor"),)) == 8.0
     assert any(plan is not None for plan in tel._pipeline._step_plans.values())
 
 
@@ -130,8 +132,8 @@ def test_a_timer_a_stage_span_measured_is_not_counted_twice_on_the_bulk_path(mak
     tel.flush()
     assert any(plan is not None for plan in tel._pipeline._step_plans.values())
     histograms = tel._histograms
-    measured = (("rl.cluster", "actor_train"), ("rl.stage", "train_step"), ("rl.stage.phase", "total"))
-    logged = (("rl.cluster", "actor_train"), ("rl.stage", "model_update"), ("rl.stage.phase", "total"))
+    measured = ((A.RL_CLUSTER, "actor_train"), (A.RL_STAGE, "train_step"), (A.RL_STAGE_PHASE, "total"))
+    logged = ((A.RL_CLUSTER, "actor_train"), (A.RL_STAGE, "model_update"), (A.RL_STAGE_PHASE, "total"))
     count, total, _ = histograms.snapshot(M.RL_STAGE_DURATION, measured)
     assert count == steps and total < 1.0  # the spans' own (near-zero) durations, never the logged 2.0
     count, total, _ = histograms.snapshot(M.RL_STAGE_DURATION, logged)
