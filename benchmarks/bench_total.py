@@ -3,6 +3,7 @@
     python benchmarks/bench_total.py            # the table (1, 10 and 100 ms steps)
     python benchmarks/bench_total.py --quick    # fewer steps and rounds
     python benchmarks/bench_total.py --json
+    python benchmarks/bench_total.py --keys-only   # only the target's table (250 keys, 1 ms steps)
 
 A step is a fixed amount of pure-Python work (calibrated to 1, 10 or 100 ms alone), two stage
 blocks, 250 scalar keys (ROLL's, from bench_hotpath.step_values) and one 4096-value distribution.
@@ -318,7 +319,7 @@ def _added(rows: dict[str, dict[str, float]]) -> None:
         row["vs_otel_rl"] = (row["cpu_s"] - off["cpu_s"]) / base if base > 0 else float("nan")
 
 
-def run(quick: bool = False) -> dict[str, Any]:
+def run(quick: bool = False, keys_only: bool = False) -> dict[str, Any]:
     logging.getLogger("otel_rl").setLevel(logging.ERROR)
     folder = Path(tempfile.mkdtemp(prefix="otel-rl-bench-total-"))
     values = step_values(250)
@@ -339,7 +340,7 @@ def run(quick: bool = False) -> dict[str, Any]:
             way.step(-1 - s, lambda: None)
         way.flush()
     results: dict[str, Any] = {"steps": {}}
-    for ms in STEP_MS:
+    for ms in () if keys_only else STEP_MS:
         work = calibrate(ms)
         # Each round ends with one flush (a metric export, ~20 ms): 0.5-3 s of steps per round
         # charges it about as a 10 s export interval would, a few times over.
@@ -349,7 +350,13 @@ def run(quick: bool = False) -> dict[str, Any]:
         results["steps"][f"{ms}ms"] = rows
     # The target's figure: 250 scalar keys only (no spans, no distribution), 1 ms steps.
     work = calibrate(1)
-    rows = measure([w for w in ways if "pipeline" not in w.name], work, 100 if quick else 500, 2 if quick else 3, only_keys=True)
+    rows = measure(
+        [w for w in ways if "pipeline" not in w.name],
+        work,
+        100 if quick else 500,
+        2 if quick else 3 if not keys_only else 5,
+        only_keys=True,
+    )
     _added(rows)
     results["keys_only"] = rows
     results["falls_behind"] = falls_behind(folder / "behind", values)
@@ -402,8 +409,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer steps and rounds (a smoke run)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser.add_argument("--keys-only", action="store_true", help="only the target's table: 250 keys, 1 ms steps (5 rounds)")
     args = parser.parse_args(argv)
-    results = run(quick=args.quick)
+    results = run(quick=args.quick, keys_only=args.keys_only)
     if args.json:
         print(json.dumps(results, indent=2))
     else:

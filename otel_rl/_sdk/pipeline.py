@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
+import orjson
 from opentelemetry import trace
 from opentelemetry._logs import Logger, SeverityNumber
 from opentelemetry.context import Context
@@ -30,6 +31,7 @@ from otel_rl._sdk.summary import HEADLINE_LABELS
 # Rejected and to_number are imported from here too (the analyzers coerce values as the worker does).
 from otel_rl._sdk.values import MAX_NESTING, Rejected, event_value, key_text, to_array, to_number
 from otel_rl.exporters.otlp_json import FloatBody
+from otel_rl.exporters.step_events import KeyTemplate, StepEventWriter
 from otel_rl.semconv import METRICS
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import metrics as M
@@ -71,7 +73,7 @@ class StepPlan:
     (``scaled``: index, factor) and the console summary's values (``headline``: index, label).
     Only steps whose every key is a plain gauge or a linearly transformed one get a plan."""
 
-    __slots__ = ("keys", "slots", "series", "scaled", "headline", "histograms", "histogram_rows", "histogram_values")
+    __slots__ = ("keys", "slots", "series", "scaled", "headline", "histograms", "histogram_rows", "histogram_values", "template")
 
     def __init__(
         self,
@@ -86,6 +88,7 @@ class StepPlan:
         self.keys, self.slots, self.series, self.scaled, self.headline = keys, slots, series, scaled, headline
         self.histograms = histograms  # (index, histogram state) of the keys recorded into histograms (timers)
         self.histogram_rows = histogram_rows  # where a step's row of those values goes (binned in bulk later)
+        self.template: KeyTemplate | None = None  # the step event's text around its numbers (direct writer)
         indices = [i for i, _ in histograms]
         # the row of a step's histogram values in one C call (itemgetter of one index is no tuple)
         self.histogram_values = (
@@ -136,6 +139,13 @@ class Pipeline:
     # What happens to strings in an event body before export (see values.TextPolicy); Telemetry sets it
     # from its config.
     text_policy: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    # Where float-only step events go past the SDK's log pipeline (the run folder, when it is the
+    # only destination of events); Telemetry sets it. Written after each drain of the queue.
+    step_events: StepEventWriter | None = None
+    # Exports the events that went through the SDK (Telemetry sets it), so that a direct line never
+    # lands ahead of an event emitted before it.
+    flush_sdk_events: Callable[[], Any] | None = None
+    _sdk_events = False  # an event went through the SDK since the last direct line
 
     def __init__(
         self,
@@ -234,6 +244,19 @@ class Pipeline:
                         "pipeline", type(exc).__name__, f"otel-rl: dropped one telemetry item after an internal error: {exc!r}"
                     )
                 self.processed += 1
+            if self.step_events is not None:
+                self.write_step_events()
+
+    def write_step_events(self) -> None:
+        """Write the directly written step events of this drain, after the SDK's events emitted
+        before them (the run folder's lines stay in the order the events were emitted)."""
+        assert self.step_events is not None
+        if not self.step_events.pending:
+            return
+        if self._sdk_events and self.flush_sdk_events is not None:
+            self._sdk_events = False
+            self.flush_sdk_events()
+        self.step_events.write()
 
     def stop(self, timeout_s: float) -> None:
         self._stopping = True
@@ -358,8 +381,7 @@ class Pipeline:
         total = sum(floats)
         if total - total != 0.0:  # a NaN or an infinity (or a sum past the float range): per key
             return False
-        # The event's body: checked here, so the file encoder need not check it again.
-        body = FloatBody(values if floats is raw else zip(plan.keys, floats), plan.keys, floats)
+        event_floats = floats  # the event carries the values as logged, before any conversion
         if plan.scaled:  # converted before any is stored: a metric reader never sees a raw value
             floats = list(floats)
             for index, factor in plan.scaled:
@@ -380,7 +402,15 @@ class Pipeline:
             head = self._headline.setdefault(step, {})
             for index, label in plan.headline:
                 head[label] = plan.slots[index][0]
-        self.emit_event(N.RL_LOG_EVENT, body, {A.RL_STEP: step} if step is not None else {}, time_ns, span_context, plain=True)
+        writer = self.step_events
+        if writer is not None and (step is None or type(step) is int) and plan.keys:
+            template = plan.template
+            if template is None:
+                template = plan.template = KeyTemplate(plan.keys)
+            writer.add(template, orjson.dumps(event_floats), step, time_ns, span_context)
+        else:  # the body is checked here, so the file encoder need not check it again
+            body = FloatBody(values if event_floats is raw else zip(plan.keys, event_floats), plan.keys, event_floats)
+            self.emit_event(N.RL_LOG_EVENT, body, {A.RL_STEP: step} if step is not None else {}, time_ns, span_context, plain=True)
         observer = self.observer
         if observer is not None:
             resolved = [(metric, attrs, slot[0]) for i, ((metric, attrs), slot) in enumerate(zip(plan.series, slots)) if i not in skipped]
@@ -425,6 +455,8 @@ class Pipeline:
                 self.reject(key, rej.reason, rej.detail)
             except Exception as exc:  # a transform or a foreign type failed: this value only
                 self.reject(key, _REASONS.NON_NUMERIC.value, f"{type(exc).__name__} while reading it")
+        if self.step_events is not None:  # the direct lines of earlier steps go first
+            self.write_step_events()
         self.emit_event(N.RL_LOG_EVENT, body, {A.RL_STEP: step} if step is not None else {}, time_ns, span_context)
         if resolved and stamped is not None:
             stamped.add(time_ns, resolved)
@@ -459,6 +491,7 @@ class Pipeline:
     ) -> None:
         """One otel-rl event as a log record, linked to a step's trace when given its span context.
         ``plain``: the body holds numbers only (no text to withhold)."""
+        self._sdk_events = True
         if self.text_policy is not None and not plain:
             body = self.text_policy(body)
         time_ns = time_ns or now_ns()

@@ -42,8 +42,10 @@ from otel_rl._sdk.spool_exporters import SpoolingLogExporter, SpoolingMetricExpo
 from otel_rl._version import __version__
 from otel_rl.exporters.files import LOGS_FILE, METRICS_FILE, TRACES_FILE, rank_file_name
 from otel_rl.exporters.otlp_json import OtlpJsonLogExporter, OtlpJsonMetricExporter, OtlpJsonSpanExporter
+from otel_rl.exporters.step_events import StepEventWriter
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import metrics as M
+from otel_rl.semconv import names as N
 
 SCOPE_NAME = "otel_rl"
 SPOOL_FOLDER = "spool"
@@ -59,6 +61,9 @@ class Providers:
     span_processors: list[Any] = field(default_factory=list)
     shared_tracer_provider: bool = False  # handed in by the caller, who shuts it down
     spool: Spool | None = None  # where OTLP exports wait for the collector
+    # The run folder's writer of float-only step events, when the run folder is the only place
+    # events go: the worker writes those there directly, past the SDK's log pipeline.
+    step_events: StepEventWriter | None = None
 
     def begin_shutdown(self, timeout_s: float) -> None:
         """Start the clock that bounds delivery during shutdown (an unreachable collector)."""
@@ -300,13 +305,17 @@ def build_providers(
             )
         )
 
+    step_events: StepEventWriter | None = None
     if config.file_enabled:
         run_dir = Path(str(config.run_dir))
         run_dir.mkdir(parents=True, exist_ok=True)
         files = [run_dir / rank_file_name(name, config.rank) for name in (TRACES_FILE, METRICS_FILE, LOGS_FILE)]
+        log_file = OtlpJsonLogExporter(files[2])
         # Spans and events reach the files within file_flush_interval_s: a killed process loses at most that.
-        add(OtlpJsonSpanExporter(files[0]), OtlpJsonMetricExporter(files[1]), OtlpJsonLogExporter(files[2]), config.file_flush_interval_s)
+        add(OtlpJsonSpanExporter(files[0]), OtlpJsonMetricExporter(files[1]), log_file, config.file_flush_interval_s)
         destinations.append(f"files in {run_dir}")
+        if not config.otlp_enabled and not extra_log_exporters:
+            step_events = StepEventWriter(log_file, resource, scope, N.RL_LOG_EVENT, A.RL_STEP)
     spool: Spool | None = None
     if config.otlp_enabled:
         exporters = otlp_exporters(config)
@@ -321,7 +330,7 @@ def build_providers(
             + (f" (spool {spool.directory})" if spool is not None else "")
         )
     meter_provider = MeterProvider(resource=resource, metric_readers=readers)
-    return Providers(tracer_provider, meter_provider, logger_provider, destinations, span_processors, shared, spool)
+    return Providers(tracer_provider, meter_provider, logger_provider, destinations, span_processors, shared, spool, step_events)
 
 
 def _spooled(spool: Spool, exporters: tuple[Any, MetricExporter, Any]) -> tuple[tuple[Any, MetricExporter, Any], Spool | None]:

@@ -158,6 +158,8 @@ class Telemetry(SampleLogging):
             on_step_end=print_summary if console else None,
         )
         self._pipeline.text_policy = TextPolicy(config.export_text, config.attribute_value_limit)
+        self._pipeline.step_events = self._providers.step_events
+        self._pipeline.flush_sdk_events = self._providers.logger_provider.force_flush
         self._pipeline.stamped = self._stamped
         # Bound once: log() is two attribute loads away from the queue.
         self._append = self._pipeline.queue.append

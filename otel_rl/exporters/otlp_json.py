@@ -17,7 +17,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Sequence
-from typing import IO, Any
+from typing import Any, TextIO
 
 from opentelemetry.sdk._logs import ReadableLogRecord
 from opentelemetry.sdk._logs.export import LogRecordExporter, LogRecordExportResult
@@ -62,7 +62,7 @@ class _JsonLinesFile:
         self.path = os.fspath(path)
         self._signal = signal
         self._lock = threading.Lock()
-        self._file: IO[str] | None = None
+        self._file: TextIO | None = None
         self._shutdown = False
         self._error_logged = False
         with self._lock:
@@ -120,6 +120,21 @@ class _JsonLinesFile:
             try:
                 self._file.write(line + "\n")
                 self._file.flush()
+                return True
+            except Exception as error:  # noqa: BLE001
+                self._report("write to", error)
+                return False
+
+    def write_bytes(self, line: bytes) -> bool:
+        """Append ``line`` (UTF-8, ending in a newline) as it is, after any text written before."""
+        with self._lock:
+            if self._shutdown or not self._open_locked():
+                return False
+            assert self._file is not None
+            try:
+                self._file.flush()  # the text layer's buffer first (write_line flushes: normally empty)
+                self._file.buffer.write(line)
+                self._file.buffer.flush()
                 return True
             except Exception as error:  # noqa: BLE001
                 self._report("write to", error)
@@ -215,6 +230,11 @@ class OtlpJsonLogExporter(LogRecordExporter):
     @property
     def path(self) -> str:
         return self._out.path
+
+    @property
+    def lines(self) -> _JsonLinesFile:
+        """The file this exporter appends to (a writer of other lines shares its lock)."""
+        return self._out
 
     def export(self, batch: Sequence[ReadableLogRecord]) -> LogRecordExportResult:
         def make_line() -> str | None:

@@ -1,0 +1,100 @@
+"""A step's ``rl.log`` event written straight into the run folder's ``logs.jsonl``.
+
+A step of 250 float scalars is otel-rl's commonest event and, through the SDK's log pipeline, its
+dearest: an SDK ``LogRecord`` (attribute cleaning, copies), the batch processor's queue and thread,
+then a dict tree per record for the encoder. When the run folder is the only place events go, the
+telemetry worker hands each such step here instead: the record is built as bytes from a template
+of its keys (made once per key set) and the numbers orjson formats in one call, and the records
+of one drain of the worker's queue go out as one line. The line is the same
+``ExportLogsServiceRequest`` OTLP/JSON the SDK path writes (a test holds the two equal), so every
+reader, the collector's ``otlpjsonfile`` receiver and ``otel-rl push`` read it unchanged.
+
+Used from the worker thread only; the file's own lock keeps its lines whole against the SDK
+exporter's lines for other events.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import orjson
+
+from otel_rl.exporters.otlp_json import OtlpJsonLogExporter
+from otel_rl.exporters.otlp_json_encoders import _resources
+
+# What Pipeline.emit_event gives every event: SeverityNumber.INFO.
+_SEVERITY_INFO = 9
+
+
+class KeyTemplate:
+    """The bytes around the numbers of a float-only ``kvlistValue`` body with these keys, in order:
+    ``pieces[0] + n0 + pieces[1] + n1 + ... + pieces[-1]``."""
+
+    __slots__ = ("pieces", "size")
+
+    def __init__(self, keys: list[str]) -> None:
+        pieces: list[bytes] = []
+        for key in keys:
+            prefix = b'{"key":' + orjson.dumps(key) + b',"value":{"doubleValue":'
+            pieces.append(b"}}," + prefix if pieces else b'{"kvlistValue":{"values":[' + prefix)
+            pieces.append(b"")  # the number's place
+        pieces.append(b"}}]}}")
+        self.pieces = pieces
+        self.size = len(keys)
+
+
+class StepEventWriter:
+    """Builds ``rl.log`` records of float-only steps and appends them to the run folder's logs file,
+    one line per :meth:`write` (the worker calls it after each drain of its queue)."""
+
+    def __init__(self, exporter: OtlpJsonLogExporter, resource: Any, scope: Any, event_name: str, step_key: str) -> None:
+        self._out = exporter.lines
+        marker = "\x00otel-rl record\x00"
+        records: list[Any] = [marker]  # where the records go: the SDK path's wrapper, cut around it
+        wrapper = orjson.dumps({"resourceLogs": _resources({resource: {scope: records}}, "scopeLogs", "logRecords", scope_always=True)})
+        self._head, _, self._tail = wrapper.partition(orjson.dumps(marker))
+        self._severity = b'","severityNumber":' + str(_SEVERITY_INFO).encode() + b',"body":'
+        self._event_tail = b',"eventName":' + orjson.dumps(event_name) + b"}"
+        self._step_head = b',"attributes":[{"key":' + orjson.dumps(step_key) + b',"value":{"intValue":"'
+        self._pending: list[bytes] = []
+        self._pid = os.getpid()
+
+    def add(self, template: KeyTemplate, numbers: bytes, step: int | None, time_ns: int, span_context: Any) -> None:
+        """One record: ``numbers`` is ``orjson.dumps(values)`` of the step's finite floats, in the
+        template's key order; ``step`` an int or None; ``time_ns`` the event's time."""
+        parts = list(template.pieces)
+        parts[1:-1:2] = numbers[1:-1].split(b",")
+        stamp = str(time_ns).encode()
+        head = b'{"timeUnixNano":"' + stamp + self._severity
+        tail = b"" if step is None else self._step_head + str(step).encode() + b'"}}]'
+        if span_context is not None:
+            flags = int(span_context.trace_flags)
+            if flags:
+                tail += b',"flags":' + str(flags).encode()
+            if span_context.trace_id:
+                tail += b',"traceId":"' + format(span_context.trace_id, "032x").encode() + b'"'
+            if span_context.span_id:
+                tail += b',"spanId":"' + format(span_context.span_id, "016x").encode() + b'"'
+        tail += b',"observedTimeUnixNano":"' + stamp + b'"' + self._event_tail
+        pending = self._pending
+        if pending:
+            pending.append(b",")
+        pending.append(head)
+        pending += parts
+        pending.append(tail)
+
+    @property
+    def pending(self) -> bool:
+        """Whether records were added since the last write."""
+        return bool(self._pending)
+
+    def write(self) -> bool:
+        """Append the records added since the last call as one line; True when written (or none)."""
+        pending = self._pending
+        if not pending:
+            return True
+        self._pending = []
+        if os.getpid() != self._pid:  # a forked child: the parent's file is not its to write
+            return False
+        return self._out.write_bytes(b"".join((self._head, *pending, self._tail, b"\n")))

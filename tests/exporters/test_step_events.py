@@ -1,0 +1,133 @@
+"""The direct writer of float-only step events: the same OTLP/JSON as the SDK's log pipeline."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import orjson
+import pytest
+from opentelemetry import trace
+from opentelemetry._logs import SeverityNumber
+from opentelemetry.context import Context
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs.export import SimpleLogRecordProcessor
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import SpanContext, TraceFlags
+
+import otel_rl
+from otel_rl.exporters.otlp_json import OtlpJsonLogExporter
+from otel_rl.exporters.step_events import KeyTemplate, StepEventWriter
+from otel_rl.runs.folder import read_log_records
+from otel_rl.semconv import attributes as A
+from otel_rl.semconv import names as N
+
+RESOURCE = Resource.create({"service.name": "trainer", "rl.run.id": "run-1", "rl.rank": 0})
+SCOPE = ("otel_rl", "0.1.0")
+# Keys that need escaping, one that is not ASCII, values OTLP/JSON writes in several ways.
+STEPS = [
+    ({"actor/pg_loss": 0.5, 'odd "key"\\/': -1e-05, "réponse/longueur": 1e300, "x": 3.0}, 7, 1_700_000_000_123_456_789),
+    ({"actor/pg_loss": -0.0, 'odd "key"\\/': 123456789.125, "réponse/longueur": 5e-324, "x": 2.5}, None, 1_700_000_000_223_456_789),
+]
+CONTEXTS = [
+    None,
+    SpanContext(trace_id=0x0AF7651916CD43DD8448EB211C80319C, span_id=0x00F067AA0BA902B7, is_remote=False, trace_flags=TraceFlags(1)),
+    SpanContext(trace_id=0x1, span_id=0x2, is_remote=True, trace_flags=TraceFlags(0)),
+]
+
+
+def sdk_lines(path, steps, context) -> list[str]:
+    """What the SDK's log pipeline writes for these steps (as Pipeline.emit_event emits them)."""
+    provider = LoggerProvider(resource=RESOURCE)
+    exporter = OtlpJsonLogExporter(path)
+    provider.add_log_record_processor(SimpleLogRecordProcessor(exporter))
+    logger = provider.get_logger(*SCOPE)
+    ctx = trace.set_span_in_context(trace.NonRecordingSpan(context)) if context is not None else Context()
+    for values, step, time_ns in steps:
+        logger.emit(
+            timestamp=time_ns,
+            observed_timestamp=time_ns,
+            context=ctx,
+            severity_number=SeverityNumber.INFO,
+            body=dict(values),
+            attributes={A.RL_STEP: step} if step is not None else {},
+            event_name=N.RL_LOG_EVENT,
+        )
+    provider.shutdown()
+    return path.read_text(encoding="utf-8").splitlines()
+
+
+def direct_record_lines(path, steps, context) -> list[str]:
+    exporter = OtlpJsonLogExporter(path)
+    writer = StepEventWriter(exporter, RESOURCE, InstrumentationScope(*SCOPE), N.RL_LOG_EVENT, A.RL_STEP)
+    for values, step, time_ns in steps:
+        writer.add(KeyTemplate(list(values)), orjson.dumps(list(values.values())), step, time_ns, context)
+        assert writer.write()
+    exporter.shutdown()
+    return path.read_text(encoding="utf-8").splitlines()
+
+
+@pytest.mark.parametrize("context", CONTEXTS, ids=["no-span", "sampled-span", "remote-unsampled"])
+def test_direct_records_are_the_sdk_pipelines_text(tmp_path, context):
+    sdk = sdk_lines(tmp_path / "sdk.jsonl", STEPS, context)
+    direct = direct_record_lines(tmp_path / "direct.jsonl", STEPS, context)
+    assert len(sdk) == len(direct) == 2
+    assert direct == sdk  # byte for byte, not only the same JSON
+
+
+def test_one_line_per_write_holds_every_record_in_order(tmp_path):
+    exporter = OtlpJsonLogExporter(tmp_path / "logs.jsonl")
+    writer = StepEventWriter(exporter, RESOURCE, InstrumentationScope(*SCOPE), N.RL_LOG_EVENT, A.RL_STEP)
+    template = KeyTemplate(["a", "b"])
+    for step in range(5):
+        writer.add(template, orjson.dumps([step + 0.5, -step - 0.25]), step, 1_000 + step, None)
+    assert writer.write()
+    assert writer.write()  # nothing pending: nothing written, still success
+    exporter.shutdown()
+    (line,) = (tmp_path / "logs.jsonl").read_text().splitlines()
+    records = json.loads(line)["resourceLogs"][0]["scopeLogs"][0]["logRecords"]
+    assert [r["attributes"][0]["value"]["intValue"] for r in records] == ["0", "1", "2", "3", "4"]
+    assert [v["value"]["doubleValue"] for v in records[3]["body"]["kvlistValue"]["values"]] == [3.5, -3.25]
+
+
+def test_a_line_after_shutdown_or_in_a_forked_child_is_not_written(tmp_path, monkeypatch):
+    exporter = OtlpJsonLogExporter(tmp_path / "logs.jsonl")
+    writer = StepEventWriter(exporter, RESOURCE, InstrumentationScope(*SCOPE), N.RL_LOG_EVENT, A.RL_STEP)
+    writer.add(KeyTemplate(["a"]), orjson.dumps([1.0]), 1, 1, None)
+    monkeypatch.setattr(os, "getpid", lambda: -1)  # as a forked child sees it: another pid
+    assert not writer.write()
+    monkeypatch.undo()
+    exporter.shutdown()
+    writer.add(KeyTemplate(["a"]), orjson.dumps([1.0]), 2, 2, None)
+    assert not writer.write()
+    assert (tmp_path / "logs.jsonl").read_text() == ""
+
+
+def test_the_run_folder_alone_takes_the_direct_path_and_reads_back_the_same(tmp_path):
+    """A files-only telemetry writes float steps directly; with a tracker attached the SDK path
+    stays (the tracker reads the SDK's records). Both folders read back the same events."""
+    keys = ["actor/pg_loss", "actor/entropy", "actor/grad_norm", "critic/score/mean", "critic/score/max", "time/step_generate"]
+    folders = {}
+    for name, options in {"direct": {}, "sdk": {"track_with": "stdout"}}.items():
+        folder = tmp_path / name
+        tel = otel_rl.Telemetry(
+            otel_rl.resolve_config({"service_name": "t", "console": False, "framework": "roll", "run_dir": str(folder), **options})
+        )
+        assert (tel._providers.step_events is not None) == (name == "direct")
+        for step in range(6):
+            with tel.step(step):
+                tel.log({key: step + i / 8 for i, key in enumerate(keys)})
+        tel.flush()
+        plan = tel._pipeline._step_plans[tuple(keys)]
+        assert (plan.template is not None) == (name == "direct")  # the later steps took the direct path
+        tel.shutdown()
+        folders[name] = folder
+    events = {
+        name: sorted(
+            ((r["attributes"][A.RL_STEP], tuple(r["body"].items())) for r in read_log_records(folder) if r["event_name"] == N.RL_LOG_EVENT)
+        )
+        for name, folder in folders.items()
+    }
+    assert len(events["direct"]) == 6
+    assert events["direct"] == events["sdk"]
