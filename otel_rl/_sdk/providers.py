@@ -24,6 +24,7 @@ from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
+from otel_rl import environment_variables as ENV
 from otel_rl._sdk.aggregation import BulkHistograms, LatestValues, MergingMetricExporter, SeriesGuard, StampedPoints
 from otel_rl._sdk.config import TelemetryConfig
 from otel_rl._sdk.otlp_settings import check_otlp_environment, resolve_otlp_settings, sdk_exporter
@@ -37,6 +38,7 @@ from otel_rl._sdk.sdk_compat import (
     log_encoder,
     metric_preferences,
 )
+from otel_rl._sdk.shutdown import shutdown_within
 from otel_rl._sdk.spool import LOGS, METRICS, TRACES, Spool, SpoolBusy, transport_for
 from otel_rl._sdk.spool_exporters import SpoolingLogExporter, SpoolingMetricExporter, SpoolingSpanExporter
 from otel_rl._version import __version__
@@ -69,6 +71,15 @@ class Providers:
         """Start the clock that bounds delivery during shutdown (an unreachable collector)."""
         if self.spool is not None:
             self.spool.begin_shutdown(timeout_s)
+
+    def shutdown(self, timeout_s: float) -> list[str]:
+        """Shut every signal down within ``timeout_s`` in all; the signals not delivered by then (reported)."""
+        # a tracer provider that was handed in belongs to the caller: stop only our processors
+        traces = self.span_processors if self.shared_tracer_provider else [self.tracer_provider]
+        parts = {TRACES: traces, LOGS: [self.logger_provider], METRICS: [self.meter_provider]}
+        otlp_unspooled = self.spool is None and any(d.startswith("OTLP") for d in self.destinations)
+        hint = f" A disk spool ({ENV.OTEL_RL_SPOOL_MAX_BYTES} > 0, the default) keeps them for `otel-rl push`." if otlp_unspooled else ""
+        return shutdown_within(parts, timeout_s, self.destinations, hint)
 
     def force_flush(self, timeout_s: float) -> bool:
         """Flush every signal within ``timeout_s`` in all (each gets the time left); never raises.

@@ -35,6 +35,7 @@ from otel_rl._sdk.probes import CudaMemoryProbe, NvmlProbe, ProcessProbe
 from otel_rl._sdk.profiling import Profiler
 from otel_rl._sdk.propagation import extract_context, inject_context
 from otel_rl._sdk.providers import SCOPE_NAME, bind_series_guard, build_providers, series_guard
+from otel_rl._sdk.run_lock import claim_run_dir
 from otel_rl._sdk.samples import SampleLogging  # Telemetry.log_samples
 from otel_rl._sdk.scopes import NEW_TRACE_CONTEXT, JoinScope, Stage, StepScope, sorted_attrs
 from otel_rl._sdk.summary import print_summary
@@ -91,7 +92,8 @@ class Telemetry(SampleLogging):
     """A training run's telemetry: create with ``otel_rl.init()``; see the package docstring."""
 
     def __init__(self, config: TelemetryConfig, *, tracer_provider: Any = None) -> None:
-        config = with_placement(config)
+        # One live process per run folder and rank: a busy folder moves this one to a sibling (run_lock).
+        config, self._run_lock = claim_run_dir(with_placement(config))
         self.config = config
         self.rank = config.rank or 0
         self._closed = False
@@ -563,21 +565,14 @@ class Telemetry(SampleLogging):
         atexit.unregister(self._exit_hook)  # this instance's hook only (see __init__)
         Profiler.stop(self._profiler)  # a window the loop ended inside is written now
         # One clock for the whole shutdown: an unreachable collector cannot hold exit past timeout_s.
+        deadline = time.monotonic() + timeout_s
         self._providers.begin_shutdown(timeout_s)
         self._pipeline.stop(timeout_s)
-        ms = int(timeout_s * 1000)
-        # a tracer provider that was handed in belongs to the caller: stop only our processors
-        owned = self._providers.span_processors if self._providers.shared_tracer_provider else [self._providers.tracer_provider]
-        for provider in (*owned, self._providers.logger_provider):
-            try:
-                provider.shutdown()
-            except Exception as exc:
-                logger.warning("otel-rl: shutting down %s failed: %s", type(provider).__name__, exc)
-        try:
-            self._providers.meter_provider.shutdown(timeout_millis=ms)
-        except Exception as exc:
-            logger.warning("otel-rl: shutting down the meter provider failed: %s", exc)
+        # The providers get the time left (a tenth of it at least, to write what the worker drained).
+        self._providers.shutdown(max(deadline - time.monotonic(), 0.1 * timeout_s))
         self._nvml_probe.stop()
+        if self._run_lock is not None:  # the next process of this rank may take the run folder
+            self._run_lock.release()
 
     def __enter__(self) -> Telemetry:
         return self

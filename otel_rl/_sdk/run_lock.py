@@ -1,0 +1,151 @@
+"""One live process per run folder and rank: a lock file, so two processes never merge their files.
+
+Two processes of the same rank writing one run folder (a job restarted beside its old self, two
+runs given the same ``run_dir``) would overwrite each other's ``run.json`` and interleave their
+step traces in one file. Each process takes ``<run_dir>/.lock.rank<N>`` (``flock``, non-blocking)
+for the telemetry's life. When another live process holds it, this process writes to the first
+free sibling folder (``<run_dir>-2``, ``<run_dir>-3``, ...) instead, so nothing is merged and
+nothing is lost, and says so once with both folders and both PIDs.
+
+The kernel releases the lock when its holder exits, however it exits, so a crashed run never
+blocks the next. A forked child shares its parent's lock (the same open file description): it
+never unlocks it, and an ``init()`` in the child finds the folder taken and moves to a sibling.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from otel_rl import environment_variables as ENV
+from otel_rl._sdk.config import TelemetryConfig
+
+try:
+    import fcntl
+except ImportError:  # Windows: no flock; run folders are not locked there
+    fcntl = None  # type: ignore[assignment]
+
+logger = logging.getLogger("otel_rl")
+
+LOCK_FILE_PREFIX = ".lock.rank"
+# Siblings tried before giving up on a lock (each one is a live process of the same rank).
+MAX_SIBLINGS = 64
+
+
+class RunFolderBusy(RuntimeError):
+    """Another live process holds the run folder's lock for this rank."""
+
+    def __init__(self, lock_path: Path, holder: str) -> None:
+        super().__init__(f"{lock_path} is held by process {holder}")
+        self.holder = holder
+
+
+@dataclass
+class RunLock:
+    """The lock a process holds on its run folder for one rank."""
+
+    path: Path
+    fd: int
+    owner_pid: int
+
+    def release(self) -> None:
+        """Unlock and close; idempotent. In a forked child it only closes its copy: an unlock there
+        would release the parent's lock too (flock locks belong to the shared open file description)."""
+        fd, self.fd = self.fd, -1
+        if fd < 0:
+            return
+        try:
+            if fcntl is not None and os.getpid() == self.owner_pid:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+        except OSError:
+            pass
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+    def __del__(self) -> None:  # a Telemetry whose construction failed never reaches shutdown()
+        self.release()
+
+
+def lock_path(run_dir: Path, rank: int) -> Path:
+    return run_dir / f"{LOCK_FILE_PREFIX}{rank}"
+
+
+def take(run_dir: Path, rank: int) -> RunLock:
+    """Create ``run_dir`` and lock it for ``rank``; RunFolderBusy when a live process holds it."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = lock_path(run_dir, rank)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)  # not inherited by exec'd children (PEP 446)
+    if fcntl is not None:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            holder = _holder(fd)
+            os.close(fd)
+            if exc.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                raise RunFolderBusy(path, holder) from None
+            raise
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return RunLock(path, fd, os.getpid())
+
+
+def _holder(fd: int) -> str:
+    try:
+        return os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+    except OSError:
+        return "unknown"
+
+
+def claim_run_dir(config: TelemetryConfig) -> tuple[TelemetryConfig, RunLock | None]:
+    """Lock ``config``'s run folder for its rank; a config moved to a free sibling folder when taken.
+
+    No run folder (files off), no flock, or a folder that cannot be created: the config as it is
+    and no lock (creating the folder reports its own error later, where it always did).
+    """
+    if not config.file_enabled or config.run_dir is None or fcntl is None:
+        return config, None
+    run_dir, rank = Path(str(config.run_dir)), config.rank or 0
+    try:
+        return config, take(run_dir, rank)
+    except RunFolderBusy as busy:
+        first = busy
+    except OSError as exc:
+        logger.debug("otel-rl: cannot lock the run folder %s: %s", run_dir, exc)
+        return config, None
+    for n in range(2, MAX_SIBLINGS + 2):
+        sibling = run_dir.with_name(f"{run_dir.name}-{n}")
+        try:
+            lock = take(sibling, rank)
+        except RunFolderBusy:
+            continue
+        except OSError as exc:
+            logger.debug("otel-rl: cannot lock the run folder %s: %s", sibling, exc)
+            break
+        logger.warning(
+            "otel-rl: the run folder %s is in use for rank %d by process %s; this process (%d) writes to %s "
+            "instead, so neither overwrites the other's files. Give each process its own run folder "
+            "(run_dir=, %s) or its own rank (rank=, or the launcher's RANK).",
+            run_dir,
+            rank,
+            first.holder,
+            os.getpid(),
+            sibling,
+            ENV.OTEL_RL_RUN_DIR,
+        )
+        return dataclasses.replace(config, run_dir=str(sibling)), lock
+    logger.warning(
+        "otel-rl: the run folder %s and its siblings are in use for rank %d (by process %s first); this process (%d) "
+        "writes there unlocked, and its files may mix with the other's. Give each process its own run folder (run_dir=, %s).",
+        run_dir,
+        rank,
+        first.holder,
+        os.getpid(),
+        ENV.OTEL_RL_RUN_DIR,
+    )
+    return config, None
