@@ -10,7 +10,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from otel_rl.cli import alerts, analyze, bridge, dashboards, demo, push, replay, semconv, show, stack, trace
+from otel_rl.cli import alerts, analyze, bridge, dashboards, demo, export, push, replay, semconv, show, stack, trace
 from otel_rl.cli.semconv import find_semconv_dir
 from otel_rl.cli.trace import latest_run_dir
 
@@ -21,7 +21,9 @@ examples:
   otel-rl demo --steps 20                    a real GRPO run on CPU, telemetry into otel-rl-runs/
   otel-rl demo --ranks 2 --slow-rank 1       the same on 2 processes (gloo); rank 1 is the straggler
   otel-rl demo --async                       async RL: rollout overlaps training, policy lag and stale samples
+  otel-rl show otel-rl-runs/<run>            the headline values of every step, one row each
   otel-rl show otel-rl-runs/<run> --step 3   that step's trace as a waterfall
+  otel-rl export otel-rl-runs/<run> --format csv --out steps.csv   every logged key, one row per step
   otel-rl trace --step 3 --out step3.json    find a step's trace (latest run or --phoenix URL), export it for Jaeger
   otel-rl trace RUN --steps 3-7 --format chrome --out t.json   those steps as a timeline for ui.perfetto.dev
   otel-rl semconv check                      validate the registry and the framework mappings
@@ -34,7 +36,7 @@ examples:
 """
 
 # The subcommands in the order ``otel-rl --help`` lists them.
-COMMANDS = (semconv, demo, show, trace, push, stack, bridge, replay, analyze, dashboards, alerts)
+COMMANDS = (semconv, demo, show, export, trace, push, stack, bridge, replay, analyze, dashboards, alerts)
 
 
 def build_parser() -> argparse.ArgumentParser:
