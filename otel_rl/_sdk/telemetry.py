@@ -343,7 +343,7 @@ class Telemetry(SampleLogging):
 
         def build() -> None:
             start_ns = end_ns - step_ns
-            base = {A.RL_STEP: step, A.RL_RANK: rank, A.RL_SPAN_RECONSTRUCTED: True}
+            base = {A.RL_STEP: step, A.RL_RANK: rank, A.RL_RUN_ID: str(self.config.run_id), A.RL_SPAN_RECONSTRUCTED: True}
             root = tracer.start_span(N.RL_STEP_SPAN, context=NEW_TRACE_CONTEXT, attributes=base, start_time=start_ns)
             parent = trace_api.set_span_in_context(root)
             laid = lay_out(parsed, start_ns, end_ns)  # (name, begin, end, cluster): back to back

@@ -36,7 +36,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="Phoenix project (default: default; a run picks its project with OTEL_RESOURCE_ATTRIBUTES=openinference.project.name=NAME)",
     )
     parser.add_argument(
-        "--jaeger-url", default="http://localhost:16686", help="Jaeger UI base URL for the printed link (default: the Docker stack's)"
+        "--run-id",
+        metavar="ID",
+        help="with --phoenix: the run (its rl.run.id) when several runs in the project have the step; without it they are listed",
+    )
+    parser.add_argument(
+        "--jaeger-url",
+        default="http://localhost:16686",
+        help="Jaeger query service/UI base URL (default: the Docker stack's); the link is printed only when it answers",
     )
     parser.add_argument("--out", metavar="FILE", help="write the trace to FILE (as --format says)")
     parser.add_argument(
@@ -101,11 +108,13 @@ def run(args: argparse.Namespace) -> int:
         spans = read
         source = f"run folder {run_dir}"
     else:
-        from otel_rl.runs.phoenix import PhoenixClient, PhoenixError
+        from otel_rl.runs.phoenix import AmbiguousRunError, PhoenixClient, PhoenixError
 
         client = PhoenixClient(str(phoenix_url), project=args.project)
         try:
-            spans = [span for step in steps for span in client.step_trace_spans(step)]
+            spans = [span for step in steps for span in client.step_trace_spans(step, run_id=args.run_id)]
+        except AmbiguousRunError as exc:
+            return _fail(_list_runs(str(exc), exc.choices), 2)
         except PhoenixError as exc:
             return _fail(str(exc), 1)
         source = f"Phoenix at {phoenix_url} (project {args.project})"
@@ -121,8 +130,14 @@ def run(args: argparse.Namespace) -> int:
             trace_url = client.trace_url(trace_id)
         except PhoenixError as exc:
             print(f"otel-rl trace: {exc}", file=sys.stderr)
+    from otel_rl.runs.jaeger_json import jaeger_answers
+
     print(f"step {args.step}: trace {trace_id} from {source}")
-    print(f"  Jaeger:  {args.jaeger_url.rstrip('/')}/trace/{trace_id}")
+    if jaeger_answers(args.jaeger_url):
+        print(f"  Jaeger:  {args.jaeger_url.rstrip('/')}/trace/{trace_id}")
+    else:
+        upload = f"the file --out writes ({args.out})" if args.out else "the file --out FILE writes"
+        print(f"  Jaeger:  none answers at {args.jaeger_url}; load {upload} in Jaeger's UI (Search > JSON File)")
     if trace_url:
         print(f"  Phoenix: {trace_url}")
     print(render_waterfall(trace, width=args.width))
@@ -134,6 +149,19 @@ def run(args: argparse.Namespace) -> int:
         write_jaeger_json(trace, args.out)
         print(f"wrote {args.out}: load it in Jaeger's UI (Search > JSON File) to view this step without a Jaeger server")
     return 0
+
+
+def _list_runs(message: str, choices: list[Any]) -> str:
+    """The message and one line per run: run id, first and last step time (UTC), number of steps."""
+    from datetime import datetime, timezone
+
+    def when(ns: int) -> str:
+        return datetime.fromtimestamp(ns / 1e9, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+    lines = [message, f"  {'run id (--run-id)':<36} {'first step (UTC)':<20} {'last step (UTC)':<20} steps"]
+    for c in choices:
+        lines.append(f"  {c.run_id or '(none: spans without rl.run.id)':<36} {when(c.first_ns):<20} {when(c.last_ns):<20} {c.steps}")
+    return "\n".join(lines)
 
 
 def _write_chrome(args: argparse.Namespace, spans: Any, steps: list[int], source: str) -> int:

@@ -8,6 +8,8 @@ step's trace in Jaeger without a Jaeger server holding it.
 from __future__ import annotations
 
 import json
+import urllib.error
+import urllib.request
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -85,3 +87,16 @@ def write_jaeger_json(spans: Iterable[SpanRecord], path: str) -> None:
     with open(path, "w", encoding="utf-8") as fh:
         json.dump(to_jaeger_trace(list(spans)), fh, indent=1)
         fh.write("\n")
+
+
+def jaeger_answers(base_url: str, timeout_s: float = 1.0) -> bool:
+    """Whether a Jaeger query service answers at ``base_url`` (its ``/api/services`` lists services).
+
+    Bounded by ``timeout_s``: a link to a Jaeger that does not run is never printed.
+    """
+    try:
+        with urllib.request.urlopen(f"{base_url.rstrip('/')}/api/services", timeout=timeout_s) as response:  # noqa: S310 - a user-given URL
+            body = json.loads(response.read(1_000_000).decode("utf-8"))
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+    return isinstance(body, dict) and "data" in body

@@ -11,6 +11,7 @@ import json
 import urllib.error
 import urllib.parse
 import urllib.request
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -23,6 +24,24 @@ _STATUS = {"OK": "ok", "ERROR": "error"}
 
 class PhoenixError(RuntimeError):
     """Phoenix could not be reached or answered something unexpected."""
+
+
+@dataclass(frozen=True)
+class RunChoice:
+    """One run in a Phoenix project: its ``rl.run.id`` (or "" when its spans carry none), when and how many steps."""
+
+    run_id: str
+    first_ns: int
+    last_ns: int
+    steps: int
+
+
+class AmbiguousRunError(PhoenixError):
+    """Several runs in the project have the step and none was chosen; ``choices`` lists the runs."""
+
+    def __init__(self, message: str, choices: list[RunChoice]) -> None:
+        super().__init__(message)
+        self.choices = choices
 
 
 def _iso_ns(text: str | None) -> int:
@@ -96,13 +115,38 @@ class PhoenixClient:
             if not cursor:
                 return out
 
-    def step_trace_spans(self, step: int) -> list[SpanRecord]:
-        """The spans of step ``step``'s trace (the latest, if several runs share the project)."""
+    def runs(self) -> list[RunChoice]:
+        """The runs whose ``rl.step`` root spans are in the project, oldest first."""
+        by_run: dict[str, list[SpanRecord]] = {}
+        for root in self.spans([("name", N.RL_STEP_SPAN)]):
+            if root.parent_span_id is None:
+                by_run.setdefault(str(root.attributes.get(A.RL_RUN_ID, "")), []).append(root)
+        choices = [
+            RunChoice(
+                run_id, min(r.start_ns for r in roots), max(r.start_ns for r in roots), len({r.attributes.get(A.RL_STEP) for r in roots})
+            )
+            for run_id, roots in by_run.items()
+        ]
+        return sorted(choices, key=lambda c: c.first_ns)
+
+    def step_trace_spans(self, step: int, run_id: str | None = None) -> list[SpanRecord]:
+        """The spans of step ``step``'s trace in run ``run_id`` (its ``rl.run.id``).
+
+        Without ``run_id``, raises AmbiguousRunError when roots of several runs have the step.
+        """
         roots = self.spans([("name", N.RL_STEP_SPAN), ("attribute", f"{A.RL_STEP}:{int(step)}")])
         roots = [r for r in roots if r.parent_span_id is None]
+        if run_id is not None:
+            roots = [r for r in roots if str(r.attributes.get(A.RL_RUN_ID, "")) == run_id]
+        elif len({str(r.attributes.get(A.RL_RUN_ID, "")) for r in roots}) > 1:
+            raise AmbiguousRunError(
+                f"{len({str(r.attributes.get(A.RL_RUN_ID, '')) for r in roots})} runs in Phoenix project {self.project!r} have step {step}; "
+                "choose one with --run-id ID",
+                self.runs(),
+            )
         if not roots:
             return []
-        latest = max(roots, key=lambda r: r.start_ns)
+        latest = max(roots, key=lambda r: r.start_ns)  # a run that logged the step twice (a restart): the latest
         return self.spans([("trace_id", latest.trace_id)])
 
     def trace_url(self, trace_id: str) -> str:
