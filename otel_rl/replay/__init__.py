@@ -30,6 +30,7 @@ from otel_rl.replay._run import (
     run_id_for,
 )
 from otel_rl.replay._settings import CANONICAL as SETTINGS
+from otel_rl.replay.target import ReplayNotStored, ReplayTarget
 
 __all__ = [
     "FORMATS",
@@ -38,7 +39,9 @@ __all__ = [
     "MARKER_FILE",
     "ParseCheck",
     "ParsedLog",
+    "ReplayNotStored",
     "ReplayResult",
+    "ReplayTarget",
     "SETTINGS",
     "Segment",
     "StepRecord",
@@ -69,7 +72,13 @@ Formats (detected from the content unless --format says):
 
 Time: timestamps in the log are used as they are; elapsed times (ms-swift elapsed_time, tqdm's
 elapsed, verl's summed timing_s/step) count from --start-time; a log without any time gets the
-clock --start-time + step x --step-seconds. The clock used is printed.
+clock --start-time + step x --step-seconds. Without --start-time the clock is placed so that the
+replayed run ends now (a metrics store keeps only its retention). The clock used is printed.
+
+Into the local stack's endpoint (otel-rl stack up), the points' times are checked against the
+retention its VictoriaMetrics keeps before anything is sent (outside it: refused, naming
+--start-time), and afterwards the samples stored are read back and printed; fewer stored than
+sent is an error (exit 1). For any other endpoint the retention is unknown: a warning says so.
 
 Before sending, the replay checks what it read and prints it: the step range, records per step,
 whether steps go in order, the step count against the log's own header, the share of record-like
@@ -80,9 +89,11 @@ others are listed (--segment N picks one). A resumed run's repeated steps keep t
 
 Each file is one run. Its run id, replay-<16 hex>, comes from the file's content and the resource
 (service name, framework, experiment), so replaying the same file again gives the same run id and
-series; a replay.json marker in the run folder makes a second replay of the same content a no-op
-(--force replays it again, replacing that folder's signal files). Malformed lines are skipped and
-listed with their line numbers; one bad line never stops a file.
+series; a replay.json marker in the run folder records the destinations a replay reached (the
+folder's files, an OTLP endpoint): a second replay of the same content to the same destinations is
+a no-op, one to a new destination is sent (--force replays it again; the folder's signal files are
+replaced, each named, only when the replay writes files). Malformed lines are skipped and listed
+with their line numbers; one bad line never stops a file.
 """
 
 CLI_EPILOG = """\
@@ -122,7 +133,8 @@ def add_cli(subparsers: Any) -> argparse.ArgumentParser:
         "--start-time",
         default=DEFAULT_START,
         metavar="TIME",
-        help=f"origin of elapsed and synthetic clocks, e.g. 2025-11-26T02:24:44+08:00 (default {DEFAULT_START})",
+        help="origin of elapsed and synthetic clocks, e.g. 2025-11-26T02:24:44+08:00, for repeatable times "
+        "(default: the replayed run ends now)",
     )
     parser.add_argument(
         "--step-seconds",
@@ -169,6 +181,7 @@ def run_cli(args: argparse.Namespace) -> int:
                 force=args.force,
                 progress=False if args.quiet else None,
                 segment=args.segment,
+                target_for=getattr(args, "target_for", None),
             )
         except (FileNotFoundError, IsADirectoryError, PermissionError, FormatError, ValueError) as exc:
             failed += 1

@@ -2,10 +2,15 @@
 
 One file is one run: its run id is derived from the file's content and the resource it is sent
 with (``replay-<16 hex>``), so replaying the same file again writes the same run id and series.
-The run folder gets a ``replay.json`` marker once a replay completed; a second replay of the same
-content into the same run folder is skipped (``force=True`` replays again, replacing that
-folder's signal files). The marker is kept in the run folder path even when only OTLP is
-exported, so a repeated push to a collector is caught as well.
+The run folder gets a ``replay.json`` marker once a replay completed, naming the destinations it
+reached (the folder's files, an OTLP endpoint); a second replay of the same content to the same
+destinations is skipped, one to a new destination is sent (``force=True`` replays it again; the
+folder's signal files are replaced only when this replay writes files, and each one removed is
+named). The marker is kept in the run folder path even when only OTLP is exported, so a
+repeated push to a collector is caught as well.
+
+Without ``start_time`` the clock is placed so that the replayed run ends now: a metrics store
+keeps only its retention, and a fixed origin in the past would fall outside it.
 """
 
 from __future__ import annotations
@@ -24,16 +29,20 @@ from typing import IO, Any, cast
 from opentelemetry.sdk.resources import SERVICE_INSTANCE_ID
 
 from otel_rl._sdk.config import resolve_config
+from otel_rl._sdk.redaction import redact_url
 from otel_rl.integrations.verl_timers import step_stages
 from otel_rl.replay._formats import FRAMEWORK_OF, parse_file, parse_timestamp
 from otel_rl.replay._log import CLOCK_DURATIONS, CLOCK_ELAPSED, CLOCK_NONE, CLOCK_TIMESTAMP, ParsedLog
 from otel_rl.replay.progress import Progress
+from otel_rl.replay.target import ReplayNotStored, ReplayTarget, samples_of, window_problem
 from otel_rl.runs.folder import LOGS_FILE, METRICS_FILE, TRACES_FILE, format_problems
 
 __all__ = ["DEFAULT_START", "MARKER_FILE", "ReplayResult", "parse_summary", "replay_file", "replay_files", "run_id_for"]
 
 MARKER_FILE = "replay.json"
-DEFAULT_START = "2025-01-01T00:00:00Z"  # the synthetic clock's origin: fixed, so replays are repeatable
+DEFAULT_START = None  # no fixed origin: the replayed run ends now (--start-time gives a repeatable one)
+READBACK_DEADLINE_S = 30.0  # a store makes new series searchable within seconds (VictoriaMetrics: up to ~10 s)
+FILES = "files"  # the run folder's own signal files, as a destination in the marker
 DEFAULT_STEP_SECONDS = 60.0
 # Records logged between flushes. The SDK's batch log processor holds 2048 records and drops the
 # rest, so the replay waits for the exporters well before that.
@@ -59,6 +68,8 @@ class ReplayResult:
     clock: str = CLOCK_NONE
     clock_text: str = ""
     destinations: list[str] = field(default_factory=list)
+    samples: int = 0  # metric samples sent, as a Prometheus-style store counts them
+    stored: int | None = None  # of those, read back from the target (None: not read back)
     parsed: ParsedLog | None = None
 
     @property
@@ -94,24 +105,40 @@ def _content_hash(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _clock_text(parsed: ParsedLog, start_ns: int, step_seconds: float) -> str:
+def _clock_text(parsed: ParsedLog, start_ns: int, step_seconds: float, fixed: bool = True) -> str:
     origin = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(start_ns / 1e9))
+    origin = f"{origin} (--start-time)" if fixed else f"{origin}, so that the last step is now (--start-time fixes it)"
     if parsed.clock == CLOCK_TIMESTAMP:
         return "time: the timestamps in the log"
     if parsed.clock == CLOCK_ELAPSED:
-        return f"time: the log's elapsed time, from {origin} (--start-time)"
+        return f"time: the log's elapsed time, from {origin}"
     if parsed.clock == CLOCK_DURATIONS:
-        return f"time: the sum of the log's step durations (timing_s/step), from {origin} (--start-time)"
-    return f"time: synthetic, {origin} + step x {step_seconds:g} s (--start-time, --step-seconds): the log holds no times"
+        return f"time: the sum of the log's step durations (timing_s/step), from {origin}"
+    return f"time: synthetic, step x {step_seconds:g} s (--step-seconds) from {origin}: the log holds no times"
+
+
+def _offsets(parsed: ParsedLog, step_seconds: float) -> list[int] | None:
+    """Each record's time from the clock's origin (ns); None when the log's own timestamps are the times."""
+    if parsed.clock == CLOCK_TIMESTAMP:
+        return None
+    if parsed.clock in (CLOCK_ELAPSED, CLOCK_DURATIONS):
+        return [int(round((r.elapsed_s or 0.0) * 1e9)) for r in parsed.records]
+    step_ns = int(round(step_seconds * 1e9))
+    return [r.step * step_ns for r in parsed.records]
+
+
+def _origin(parsed: ParsedLog, step_seconds: float, now_ns: int | None = None) -> int:
+    """The clock's origin that puts the replayed run's last step at ``now_ns`` (default: now)."""
+    offsets = _offsets(parsed, step_seconds)
+    now = time.time_ns() if now_ns is None else now_ns
+    return now - max(offsets, default=0) if offsets else now
 
 
 def _times(parsed: ParsedLog, start_ns: int, step_seconds: float) -> list[int]:
-    if parsed.clock == CLOCK_TIMESTAMP:
+    offsets = _offsets(parsed, step_seconds)
+    if offsets is None:
         return [int(r.time_ns or 0) for r in parsed.records]
-    if parsed.clock in (CLOCK_ELAPSED, CLOCK_DURATIONS):
-        return [start_ns + int(round((r.elapsed_s or 0.0) * 1e9)) for r in parsed.records]
-    step_ns = int(round(step_seconds * 1e9))
-    return [start_ns + r.step * step_ns for r in parsed.records]
+    return [start_ns + offset for offset in offsets]
 
 
 def _read_marker(run_dir: Path) -> dict[str, Any] | None:
@@ -133,6 +160,14 @@ def _clear_run_folder(run_dir: Path) -> list[str]:
     return removed
 
 
+def _destinations(config: Any) -> list[str]:
+    """Where this replay's data goes, as the marker records it: the folder's files, each OTLP endpoint."""
+    found = [FILES] if config.file_enabled else []
+    if config.otlp_enabled:
+        found.append(f"otlp {config.protocol} {redact_url(config.endpoint) or '(the OTLP default endpoint)'}")
+    return found
+
+
 def replay_file(
     path: str | os.PathLike[str],
     *,
@@ -144,31 +179,39 @@ def replay_file(
     endpoint: str | None = None,
     protocol: str | None = None,
     exporters: str | None = None,
-    start_time: str = DEFAULT_START,
+    start_time: str | None = DEFAULT_START,
     step_seconds: float = DEFAULT_STEP_SECONDS,
     force: bool = False,
     progress: bool | None = None,
     out: IO[str] | None = None,
     parsed: ParsedLog | None = None,
     segment: int | None = None,
+    target_for: Callable[[str | None], ReplayTarget | None] | None = None,
 ) -> ReplayResult:
     """Send every step of one log through ``otel_rl.init(...)`` telemetry with its original time.
 
-    ``progress``: a progress bar on stderr (None: only on a terminal). ``out``: where the summary
-    lines go (default stdout). ``segment``: which run of a file that holds several (1-based;
-    default: the last RL run). Returns a :class:`ReplayResult`; ``skipped`` when the run folder's
-    marker shows this content was replayed already (``force=True`` replays it again).
+    ``start_time``: the origin of elapsed and synthetic clocks (default: the replayed run ends
+    now). ``progress``: a progress bar on stderr (None: only on a terminal). ``out``: where the
+    summary lines go (default stdout). ``segment``: which run of a file that holds several
+    (1-based; default: the last RL run). ``target_for(endpoint)``: the store behind an OTLP
+    endpoint (None when unknown); with one, points outside its retention are refused before
+    anything is sent, and what it stored is read back after (ReplayNotStored when short). Returns a
+    :class:`ReplayResult`; ``skipped`` when the run folder's marker shows this content reached
+    the same destinations already (``force=True`` replays it again).
     """
     import otel_rl
 
     out = out if out is not None else cast(IO[str], sys.stdout)  # typeshed: TextIO | MaybeNone
     p = Path(path)
-    start_ns = parse_start(start_time)
+    fixed_clock = start_time is not None
     if not step_seconds > 0:
         raise ValueError(f"--step-seconds must be positive, got {step_seconds}")
+    start_ns = parse_start(start_time) if start_time is not None else 0
     t0 = time.perf_counter()
     parsed = parsed if parsed is not None else parse_file(p, format, segment=segment)
     parse_seconds = time.perf_counter() - t0
+    if not fixed_clock:
+        start_ns = _origin(parsed, step_seconds)
     for doubt in parsed.doubts:  # first, before anything is sent: the steps below may be wrong
         out.write(f"otel-rl replay: WARNING: {p}: {doubt}\n")
     framework = parsed.framework if parsed.framework else FRAMEWORK_OF.get(parsed.format)
@@ -196,7 +239,7 @@ def replay_file(
         run_id=rid,
         run_dir=folder,
         clock=parsed.clock,
-        clock_text=_clock_text(parsed, start_ns, step_seconds),
+        clock_text=_clock_text(parsed, start_ns, step_seconds, fixed_clock),
         parse_seconds=parse_seconds,
         parsed=parsed,
     )
@@ -207,26 +250,51 @@ def replay_file(
             f"{p} is the run folder being written: replaying it into itself would replace it; "
             "pass another --run-dir (or an OTLP --endpoint)"
         )
+    destinations = _destinations(config)
     marker = _read_marker(folder)
-    if marker is not None and marker.get("sha256") == content_hash and marker.get("completed") and not force:
+    reached = _reached(marker, content_hash)
+    if marker is not None and not force and destinations and set(destinations) <= reached:
         result.skipped = True
         out.write(
-            f"otel-rl replay: {p}: already replayed into {folder} ({MARKER_FILE}, {marker.get('records')} records, "
-            f"{marker.get('replayed_at')}); nothing sent. --force replays it again, replacing that folder's files.\n"
+            f"otel-rl replay: {p}: already replayed to {', '.join(_destination_text(d, folder) for d in destinations)} "
+            f"({folder / MARKER_FILE}, {marker.get('records')} records, {marker.get('replayed_at')}); nothing sent. "
+            "--force replays it again.\n"
         )
         return result
-    if marker is not None or force:
-        removed = _clear_run_folder(folder) if folder.is_dir() else []
-        why = "--force" if force else ("an unfinished replay" if not marker.get("completed") else "different content")  # type: ignore[union-attr]
+
+    times = _times(parsed, start_ns, step_seconds)
+    target = target_for(config.endpoint) if target_for is not None and config.otlp_enabled else None
+    if config.otlp_enabled and target is None:
+        _warn_unknown_retention(out)
+    if target is not None and times:
+        problem = window_problem(target, min(times), max(times), fixed_clock=fixed_clock and parsed.clock != CLOCK_TIMESTAMP)
+        if problem is not None:
+            raise ValueError(problem)
+
+    if FILES in destinations and folder.is_dir() and (marker is not None or force):
+        # This replay writes the folder's signal files: an earlier replay's are replaced, each named.
+        removed = _clear_run_folder(folder)
+        why = "--force" if force else ("an unfinished replay" if not marker.get("completed") else "a new destination or content")  # type: ignore[union-attr]
         if removed:
             out.write(f"otel-rl replay: {p}: replacing {', '.join(removed)} in {folder} ({why})\n")
     folder.mkdir(parents=True, exist_ok=True)
-    _write_marker(folder, p, parsed, content_hash, rid, completed=False)
+    keep = sorted(reached - {FILES}) if FILES in destinations else sorted(reached)  # files just replaced no longer count
+    _write_marker(folder, p, parsed, content_hash, rid, completed=False, destinations=keep)
 
-    times = _times(parsed, start_ns, step_seconds)
     with _instance_id(rid):
         tel = otel_rl.init(**options)
     result.destinations = list(getattr(tel._providers, "destinations", []))
+    # A consumer of the points stamped at log time of its own: what was sent, counted as a store counts it.
+    stamped = getattr(tel, "_stamped", None)
+    consumer = stamped.register() if stamped is not None else None
+    sent_ms: set[int] = set()
+
+    def count_sent() -> None:
+        if stamped is not None and consumer is not None:
+            n, ms = samples_of(stamped.take(consumer))
+            result.samples += n
+            sent_ms.update(ms)
+
     bar = Progress(len(parsed.records), f"replay {p.name}", enabled=progress)
     t1 = time.perf_counter()
     points = 0
@@ -246,19 +314,63 @@ def replay_file(
             pending += 1
             if pending >= CHUNK:
                 tel.flush()
+                count_sent()
                 bar.update(pending, points - bar.points)
                 pending = 0
         tel.flush()
+        count_sent()
         bar.update(pending, points - bar.points)
     finally:
         tel.shutdown()
+        count_sent()
         bar.close()
     result.seconds = time.perf_counter() - t1
     result.records = len(parsed.records)
     result.points = points
-    _write_marker(folder, p, parsed, content_hash, rid, completed=True)
+    verified = destinations
+    if target is not None:
+        result.stored = target.count_stored(rid, sorted(sent_ms), result.samples, READBACK_DEADLINE_S)
+        if result.stored < result.samples:
+            verified = [d for d in destinations if not d.startswith("otlp ")]
+    _write_marker(folder, p, parsed, content_hash, rid, completed=True, destinations=sorted(set(keep) | set(verified)))
     _summary(result, out)
+    if target is not None:
+        assert result.stored is not None
+        if result.stored < result.samples:
+            raise ReplayNotStored(
+                f"{target.description} holds {result.stored:,} of the {result.samples:,} metric samples sent "
+                f"(run id {rid}, read back for {READBACK_DEADLINE_S:.0f} s); the rest was dropped. Its log says why "
+                "(for example samples outside its retention)"
+            )
+        out.write(f"  stored: {result.stored:,} of {result.samples:,} metric samples, read back from {target.description}\n")
     return result
+
+
+_UNKNOWN_RETENTION_SAID: list[bool] = []
+
+
+def _warn_unknown_retention(out: IO[str]) -> None:
+    """Once per process: a store past an unknown endpoint may drop old points without an error reaching the replay."""
+    if not _UNKNOWN_RETENTION_SAID:
+        _UNKNOWN_RETENTION_SAID.append(True)
+        out.write(
+            "otel-rl replay: WARNING: the OTLP endpoint's retention is unknown here: a metrics store drops points older than "
+            "what it keeps, and the replay is not told. Points are not read back (they are, into the local stack's endpoint)\n"
+        )
+
+
+def _reached(marker: Mapping[str, Any] | None, content_hash: str) -> set[str]:
+    """The destinations a completed replay of this content reached (none for other content)."""
+    if marker is None or marker.get("sha256") != content_hash or not marker.get("completed"):
+        return set()  # other content, or a replay that did not finish: nothing is known to have arrived
+    found = marker.get("destinations")
+    if not isinstance(found, list):  # a marker written before destinations were recorded: the folder's files
+        return {FILES} if marker.get("completed") else set()
+    return {str(d) for d in found}
+
+
+def _destination_text(destination: str, folder: Path) -> str:
+    return str(folder) if destination == FILES else destination.removeprefix("otlp ")
 
 
 @contextlib.contextmanager
@@ -279,7 +391,9 @@ def _instance_id(run_id: str) -> Iterator[None]:
             os.environ[name] = previous
 
 
-def _write_marker(folder: Path, path: Path, parsed: ParsedLog, content_hash: str, run_id: str, *, completed: bool) -> None:
+def _write_marker(
+    folder: Path, path: Path, parsed: ParsedLog, content_hash: str, run_id: str, *, completed: bool, destinations: Sequence[str] = ()
+) -> None:
     steps = [r.step for r in parsed.records]
     marker = {
         "source": str(path.resolve()),
@@ -289,6 +403,7 @@ def _write_marker(folder: Path, path: Path, parsed: ParsedLog, content_hash: str
         "records": len(parsed.records),
         "points": parsed.points,
         "completed": completed,
+        "destinations": list(destinations),  # where a completed replay of this content arrived (OTLP: read back when possible)
         "steps": {"first": steps[0], "last": steps[-1], "count": len(steps)} if steps else None,
         "segment": next((r.segment for r in parsed.records), None),
         "segments": len(parsed.segments) or 1,

@@ -48,6 +48,7 @@ from otel_rl.reporting import LOGGER_NAME, ReportOnce
 from otel_rl.stack._components import ALL_COMPONENT_NAMES, COMPONENT_NAMES, COMPONENTS, START_ORDER, Context, component_ports, user_urls
 from otel_rl.stack._errors import HealthCheckError, InstallError, MissingBinaryError, PortInUseError, StackError
 from otel_rl.stack._install import PACKAGES, PHOENIX_VERSION, ROTEL_VERSION, Installer, default_cache_dir, format_seconds
+from otel_rl.stack.replay_target import retention_of as _retention_of
 
 __all__ = [
     "ALL_COMPONENT_NAMES",
@@ -109,8 +110,7 @@ def free_port_offset(*, avoid: Iterable[int] = ()) -> int:
     for offset in range(10000, 32768 - max(defaults), 500):
         if offset in skip:
             continue
-        # Phoenix's gRPC port binds every interface, so check it on all of them.
-        if all(_process.port_free(p + offset) for p in defaults) and _process.port_free(COMPONENTS["phoenix"].ports["grpc"] + offset, "::"):
+        if all(_process.port_free(p + offset) for p in defaults):
             return offset
     raise StackError("no port offset between 10000 and 32768 has every stack port free; stop a stack with `otel-rl stack down`")
 
@@ -436,13 +436,11 @@ class Stack:
 
     def _check_ports(self, name: str, ports: dict[str, int]) -> None:
         for role, port in ports.items():
-            every = role in COMPONENTS[name].all_interfaces
-            if _process.port_free(port, "::" if every else _process.LOOPBACK):
+            if _process.port_free(port):
                 continue
             holder = _process.port_holder(port)
-            where = "on any interface (this server binds all of them)" if every else f"on {_process.LOOPBACK}"
             raise PortInUseError(
-                f"{name} cannot start: port {port} ({name} {role}) {where} is in use"
+                f"{name} cannot start: port {port} ({name} {role}) on {_process.LOOPBACK} is in use"
                 f"{' by ' + holder if holder else ''}. If it is a stack of yours, stop it with `otel-rl stack down` "
                 f"(with its --dir); or move this stack's ports with --port-offset N (OTEL_RL_STACK_PORT_OFFSET; "
                 f"now {self.port_offset})",
@@ -509,11 +507,7 @@ class Stack:
     def _wait_ports_free(self, name: str, ports: dict[str, int], deadline_s: float) -> list[int]:
         end = time.monotonic() + deadline_s
         while True:
-            busy = [
-                port
-                for role, port in ports.items()
-                if not _process.port_free(port, "::" if role in COMPONENTS[name].all_interfaces else _process.LOOPBACK)
-            ]
+            busy = [port for port in ports.values() if not _process.port_free(port)]
             if not busy or time.monotonic() > end:
                 return busy
             time.sleep(0.1)
@@ -542,9 +536,10 @@ class Stack:
             )
         state = "healthy" if _components.check_health(name, ports) else "unhealthy"
         note = "" if state == "healthy" else f"{COMPONENTS[name].health} failed; see {log}"
+        if name == "victoria-metrics" and state == "healthy":  # what replays and old data can rely on
+            note = f"keeps samples for {_retention_of(rec.command)} (-retentionPeriod); older ones are dropped"
         return ComponentStatus(name, state, rec.pid, ports, user_urls(name, ports), note, log)
 
 
 def _ports_text(name: str, ports: dict[str, int]) -> str:
-    every = COMPONENTS[name].all_interfaces
-    return ", ".join(f"{role} {'*' if role in every else _process.LOOPBACK}:{port}" for role, port in ports.items())
+    return ", ".join(f"{role} {_process.LOOPBACK}:{port}" for role, port in ports.items())

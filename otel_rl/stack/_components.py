@@ -34,6 +34,9 @@ OPTIONAL_COMPONENTS = ("bridge",)
 ALL_COMPONENT_NAMES = COMPONENT_NAMES + OPTIONAL_COMPONENTS
 START_ORDER = ("victoria-metrics", "prometheus", "phoenix", "vmagent", "vmalert", "bridge", "rotel")
 LOGS_BRIDGE_PORT = 4319  # the tracker bridge's OTLP/HTTP receiver; rotel.env names it ${LOGS_BRIDGE_PORT}
+# VictoriaMetrics drops samples older than its retention (default 1 month) without failing the
+# request: replayed logs carry their own, older times, so the stack keeps ten years.
+VM_RETENTION = "10y"
 
 
 @dataclass(frozen=True)
@@ -43,7 +46,6 @@ class Component:
     ports: Mapping[str, int]  # role -> default port
     deadline_s: float  # how long `up` waits for it to become healthy
     health: str  # what the health check does, for messages
-    all_interfaces: tuple[str, ...] = ()  # port roles the server binds on every interface, not 127.0.0.1
     description: str = ""
 
 
@@ -91,7 +93,6 @@ COMPONENTS: dict[str, Component] = {
             {"http": 6006, "grpc": 4327},
             90.0,
             "GET /healthz",
-            all_interfaces=("grpc",),
             description="trace store with a web UI (Arize Phoenix)",
         ),
         Component(
@@ -197,6 +198,42 @@ ROTEL_EXPORTER_LOGS_PROTOCOL=http
 ROTEL_EXPORTER_LOGS_ENDPOINT=http://127.0.0.1:${LOGS_BRIDGE_PORT}
 """
 
+# Phoenix (arize-phoenix 20.x, src/phoenix/server/grpc_server.py) calls
+# ``grpc.aio.server(...).add_insecure_port(f"[::]:{port}")`` (add_secure_port with TLS): its gRPC
+# receiver listens on every interface whatever PHOENIX_HOST says, and no variable changes that.
+# The stack sends Phoenix its traces over HTTP, so the receiver only has to stay off the network:
+# this launcher keeps Phoenix's port and replaces the host with 127.0.0.1.
+PHOENIX_LAUNCHER = f"""\
+\"\"\"Written by otel-rl stack: `phoenix serve` with its OTLP/gRPC receiver on {LOOPBACK} only.\"\"\"
+
+import sys
+
+import grpc.aio
+
+_make_server = grpc.aio.server
+
+
+def _loopback(address):
+    port = address.rpartition(":")[2]
+    return "{LOOPBACK}:" + port
+
+
+def _server_on_loopback(*args, **kwargs):
+    server = _make_server(*args, **kwargs)
+    insecure, secure = server.add_insecure_port, server.add_secure_port
+    server.add_insecure_port = lambda address: insecure(_loopback(address))
+    server.add_secure_port = lambda address, credentials: secure(_loopback(address), credentials)
+    return server
+
+
+grpc.aio.server = _server_on_loopback
+
+from phoenix.server.main import main  # noqa: E402 - after the patch, which Phoenix's import must see
+
+sys.argv[0] = "phoenix"
+sys.exit(main())
+"""
+
 _PLACEHOLDER = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
@@ -284,6 +321,7 @@ def plan_launch(name: str, ctx: Context) -> Launch:
             f"-httpListenAddr={LOOPBACK}:{ports['http']}",
             "-search.latencyOffset=0s",
             "-opentelemetry.usePrometheusNaming",
+            f"-retentionPeriod={VM_RETENTION}",
         ]
         return Launch(name, command, {}, ports, [folder])
 
@@ -351,7 +389,13 @@ def plan_launch(name: str, ctx: Context) -> Launch:
             "PHOENIX_WORKING_DIR": str(folder),
             "PHOENIX_TELEMETRY_ENABLED": "false",
         }
-        return Launch(name, [str(ctx.binary("phoenix", "phoenix")), "serve"], env, ports, [folder], drop_env_prefixes=("PHOENIX_",))
+        # Phoenix binds its OTLP/gRPC receiver to every interface and has no setting for that address,
+        # so it runs through a launcher (in its own venv's Python) that puts the receiver on 127.0.0.1.
+        launcher = conf / "phoenix_loopback.py"
+        launcher.parent.mkdir(parents=True, exist_ok=True)
+        launcher.write_text(PHOENIX_LAUNCHER)
+        python = ctx.binary("phoenix", "phoenix").parent / "python"
+        return Launch(name, [str(python), str(launcher), "serve"], env, ports, [folder], drop_env_prefixes=("PHOENIX_",))
 
     if name == "bridge":
         if ctx.bridge_config is None:

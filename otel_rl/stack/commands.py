@@ -16,7 +16,7 @@ Debian's archive into the data folder (nothing is installed on the system), data
   vmagent          OTLP metrics in on 8429, remote write to VictoriaMetrics and Prometheus
   vmalert          evaluates grafana/alerts/*.yml against VictoriaMetrics, UI on 8880
   prometheus       Prometheus 2.42 with the remote-write receiver on 9090
-  phoenix          Arize Phoenix trace store with a web UI on 6006 (its OTLP gRPC on 4327, all interfaces)
+  phoenix          Arize Phoenix trace store with a web UI on 6006 (its OTLP gRPC on 4327)
   bridge           the otel-rl tracker bridge on 4319 (OTLP/HTTP logs in, TensorBoard/W&B/... out);
                    only with `up --bridge-config FILE`
 

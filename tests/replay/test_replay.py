@@ -44,7 +44,7 @@ def step_events(run_dir: Path) -> list[dict]:
 def test_real_swift_log_replays_with_elapsed_times_and_mapped_metrics(tmp_path):
     src = LOGS / "swift_grpo_logging_lines_from_issues.jsonl"
     out = io.StringIO()
-    result = replay_file(src, out=out, progress=False, segment=1)  # the first of the file's three runs
+    result = replay_file(src, out=out, progress=False, segment=1, start_time="2025-01-01T00:00:00Z")  # the first of three runs
     assert not result.skipped and result.records == 2 and result.format == "swift"
     events = step_events(result.run_dir)
     rows = [json.loads(line) for line in src.read_text().splitlines() if line.strip()]

@@ -49,15 +49,18 @@ def test_port_in_use_names_port_component_holder_and_fix(tmp_path: Path) -> None
     assert not list(tmp_path.glob("run/*.json"))
 
 
-def test_port_on_another_interface_blocks_phoenix_grpc(tmp_path: Path) -> None:
-    # Phoenix's gRPC server binds every interface, so a listener on 0.0.0.0 is a conflict too.
-    with _listen("0.0.0.0") as sock:
-        port = sock.getsockname()[1]
-        stack = Stack(tmp_path, port_offset=port - 4327, only="phoenix", out=None)
-        with pytest.raises(PortInUseError) as err:
-            stack.up(install=False)
-    assert err.value.port == port and err.value.component == "phoenix"
-    assert "any interface" in str(err.value)
+def test_phoenix_starts_through_the_launcher_that_keeps_its_grpc_port_on_loopback(tmp_path: Path) -> None:
+    # Phoenix binds its gRPC receiver to [::] whatever PHOENIX_HOST says; the launcher rewrites the address
+    # (tests/e2e/test_stack_truth_e2e.py checks the sockets of the real stack).
+    from otel_rl.stack._components import Context, plan_launch
+
+    ctx = Context(tmp_path, 0, frozenset({"phoenix"}), lambda package, name: tmp_path / "venvs" / package / "bin" / name)
+    launch = plan_launch("phoenix", ctx)
+    assert launch.command == [str(tmp_path / "venvs/phoenix/bin/python"), str(tmp_path / "config/phoenix_loopback.py"), "serve"]
+    text = (tmp_path / "config/phoenix_loopback.py").read_text()
+    compile(text, "phoenix_loopback.py", "exec")
+    assert 'return "127.0.0.1:" + port' in text and "from phoenix.server.main import main" in text
+    assert launch.env["PHOENIX_HOST"] == "127.0.0.1"
 
 
 def test_missing_binary_names_the_path_and_the_install_command(tmp_path: Path, free_offset) -> None:
