@@ -331,9 +331,7 @@ def _two_step_run(run_dir):
 def test_trace_prints_the_url_and_tree_and_writes_jaeger_json(tmp_path, capsys):
     run_dir = _two_step_run(tmp_path / "run")
     out = tmp_path / "step2.json"
-    assert (
-        cli.main(["trace", "--step", "2", "--run-dir", str(run_dir), "--out", str(out), "--jaeger-url", "http://127.0.0.1:9/"]) == 0
-    )
+    assert cli.main(["trace", "--step", "2", "--run-dir", str(run_dir), "--out", str(out), "--jaeger-url", "http://127.0.0.1:9/"]) == 0
     printed = capsys.readouterr().out
     trace = json.loads(out.read_text())["data"][0]
     trace_id = trace["traceID"]

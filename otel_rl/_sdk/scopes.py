@@ -219,7 +219,9 @@ class StepScope:
         tel = self._tel
         self._previous = (tel._current_step, tel._step_span_context)
         self._span = tel._tracer.start_span(
-            N.RL_STEP_SPAN, context=NEW_TRACE_CONTEXT, attributes={A.RL_STEP: self.step, A.RL_RANK: tel.rank, A.RL_RUN_ID: str(tel.config.run_id)}
+            N.RL_STEP_SPAN,
+            context=NEW_TRACE_CONTEXT,
+            attributes={A.RL_STEP: self.step, A.RL_RANK: tel.rank, A.RL_RUN_ID: str(tel.config.run_id)},
         )
         self._token = context_api.attach(trace_api.set_span_in_context(self._span))
         tel._current_step = self.step

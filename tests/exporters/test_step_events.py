@@ -125,7 +125,7 @@ def test_the_run_folder_alone_takes_the_direct_path_and_reads_back_the_same(tmp_
         folders[name] = folder
     events = {
         name: sorted(
-            ((r["attributes"][A.RL_STEP], tuple(r["body"].items())) for r in read_log_records(folder) if r["event_name"] == N.RL_LOG_EVENT)
+            (r["attributes"][A.RL_STEP], tuple(r["body"].items())) for r in read_log_records(folder) if r["event_name"] == N.RL_LOG_EVENT
         )
         for name, folder in folders.items()
     }

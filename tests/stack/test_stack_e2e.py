@@ -88,9 +88,7 @@ def _assert_all_stopped(stack: Stack, records: dict) -> None:
             f"{name} (pid {rec.pid}) still runs after down()"
         )
         for role, port in rec.ports.items():
-            assert port_free(port, "127.0.0.1"), (
-                f"{name}'s port {port} is still taken after down()"
-            )
+            assert port_free(port, "127.0.0.1"), f"{name}'s port {port} is still taken after down()"
     assert not list((stack.data_dir / "run").glob("*.json"))
 
 
