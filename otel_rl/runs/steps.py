@@ -24,6 +24,7 @@ from otel_rl._sdk.summary import HEADLINE_LABELS, HEADLINE_ORDER
 from otel_rl.reporting import LOGGER_NAME
 from otel_rl.runs.folder import read_log_records, read_spans
 from otel_rl.runs.records import ReadResult
+from otel_rl.runs.waterfall import whole_number
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import names as N
 
@@ -65,21 +66,6 @@ class StepRows(ReadResult[StepRow]):
         return sorted({row.rank for row in self})
 
 
-def _integer(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str):
-        try:
-            return int(value)
-        except ValueError:
-            return None
-    return None
-
-
 def read_step_rows(run_dir: str | os.PathLike[str]) -> StepRows:
     """The steps' ``rl.log`` events of every rank's logs file, one row per (step, rank)."""
     records = read_log_records(run_dir)
@@ -88,17 +74,17 @@ def read_step_rows(run_dir: str | os.PathLike[str]) -> StepRows:
     for record in records:
         if record.get("event_name") != N.RL_LOG_EVENT:
             continue
-        step = _integer((record.get("attributes") or {}).get(A.RL_STEP))
+        step = whole_number((record.get("attributes") or {}).get(A.RL_STEP))
         body = record.get("body")
         if step is None or not isinstance(body, Mapping):
             result.without_step += 1
             continue
         resource = record.get("resource") or {}
-        rank = _integer(resource.get(A.RL_RANK)) or 0
+        rank = whole_number(resource.get(A.RL_RANK)) or 0
         row = rows.get((step, rank))
         if row is None:
             framework = resource.get(A.RL_FRAMEWORK)
-            time_ns = _integer(record.get("timestamp")) or 0
+            time_ns = whole_number(record.get("timestamp")) or 0
             row = rows[(step, rank)] = StepRow(step, rank, time_ns, framework=framework if isinstance(framework, str) else None)
         row.values.update(body)
     result.extend(rows[key] for key in sorted(rows))
@@ -111,9 +97,9 @@ def read_step_seconds(run_dir: str | os.PathLike[str]) -> dict[tuple[int, int], 
     for span in read_spans(run_dir):
         if span.name != N.RL_STEP_SPAN or span.parent_span_id is not None:
             continue
-        step = _integer(span.attributes.get(A.RL_STEP))
+        step = whole_number(span.attributes.get(A.RL_STEP))
         if step is not None:
-            rank = _integer(span.attributes.get(A.RL_RANK, span.resource.get(A.RL_RANK))) or 0
+            rank = whole_number(span.attributes.get(A.RL_RANK, span.resource.get(A.RL_RANK))) or 0
             seconds[(step, rank)] = span.duration_ns / 1e9
     return seconds
 

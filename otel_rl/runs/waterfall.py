@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from otel_rl.runs.records import SpanRecord
 from otel_rl.semconv import attributes as A
@@ -23,7 +24,12 @@ MEMORY_SNAPSHOT_EVENT = N.RL_MEMORY_SNAPSHOT_EVENT
 
 
 def _step_of(span: SpanRecord) -> int | None:
-    value = span.attributes.get(STEP_ATTRIBUTE)
+    return whole_number(span.attributes.get(STEP_ATTRIBUTE))
+
+
+def whole_number(value: Any) -> int | None:
+    """A step, rank or time read back from a file: an int, a whole float or a decimal string; None
+    for anything else (a bool included)."""
     if isinstance(value, bool):
         return None
     if isinstance(value, int):

@@ -21,21 +21,6 @@ from otel_rl.semconv import metrics as M
 from otel_rl.semconv import names as N
 
 
-@pytest.fixture(autouse=True)
-def _isolated(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    for name in (
-        "OTEL_EXPORTER_OTLP_ENDPOINT",
-        "OTEL_RL_EXPORTERS",
-        "OTEL_SERVICE_NAME",
-        "OTEL_RL_RUN_ID",
-        "OTEL_RL_RUN_DIR",
-        "OTEL_RESOURCE_ATTRIBUTES",
-        "OTEL_RL_CONFIG",
-    ):
-        monkeypatch.delenv(name, raising=False)
-
-
 def step_events(run_dir: Path) -> list[dict]:
     return [r for r in read_log_records(run_dir) if r["event_name"] == N.RL_LOG_EVENT]
 

@@ -25,23 +25,6 @@ from otel_rl.stack.process import PidRecord, write_pid_file
 from otel_rl.stack.replay_target import StackTarget, retention_of, retention_seconds, target_for_endpoint
 
 
-@pytest.fixture(autouse=True)
-def _isolated(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    for name in (
-        "OTEL_EXPORTER_OTLP_ENDPOINT",
-        "OTEL_EXPORTER_OTLP_PROTOCOL",
-        "OTEL_RL_EXPORTERS",
-        "OTEL_SERVICE_NAME",
-        "OTEL_RL_RUN_ID",
-        "OTEL_RL_RUN_DIR",
-        "OTEL_RESOURCE_ATTRIBUTES",
-        "OTEL_RL_CONFIG",
-        "OTEL_RL_STACK_DIR",
-    ):
-        monkeypatch.delenv(name, raising=False)
-
-
 class _Collector(http.server.BaseHTTPRequestHandler):
     """An OTLP/HTTP receiver on 127.0.0.1 that accepts every export and counts the requests."""
 
