@@ -9,7 +9,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
-from otel_rl._sdk.aggregation import BulkHistograms, LatestValues, MergingMetricExporter
+from otel_rl._sdk.aggregation import BulkHistograms, LatestValues, MergingMetricExporter, SlotRow
 from otel_rl.semconv import BUCKETS
 
 
@@ -47,6 +47,44 @@ def test_latest_values_keep_the_last_set_and_accumulate_adds():
     assert latest.get("g", (("a", "1"),)) == 2.0 and latest.get("c") == 3
     observations = list(latest.callback("g")(None))
     assert [(o.value, dict(o.attributes)) for o in observations] == [(2.0, {"a": "1"})]
+
+
+def _row(latest: LatestValues, series: list[tuple[str, tuple]], scaled: list[tuple[int, float]] = ()) -> SlotRow:
+    for metric, attrs in series:
+        latest.set(metric, attrs, 0.0)
+    return SlotRow([latest.series(m)[a] for m, a in series], list(scaled), frozenset(series))
+
+
+def test_a_deferred_step_is_stored_converted_when_read():
+    latest = LatestValues()
+    row = _row(latest, [("g", (("k", "a"),)), ("h", ())], scaled=[(1, 1e-3)])
+    latest.defer(row, [1.5, 2500.0])
+    assert latest.series("h")[()][0] == 0.0  # nothing written per step ...
+    assert [(o.value, dict(o.attributes)) for o in latest.callback("g")(None)] == [(1.5, {"k": "a"})]  # ... until read
+    assert latest.get("h") == 2500.0 * 1e-3
+    latest.defer(row, [3.0, 1000.0])
+    latest.defer(row, [4.0, 2000.0])  # only the latest step of a key set is kept
+    assert latest.get("g", (("k", "a"),)) == 4.0 and latest.get("h") == 2.0
+
+
+def test_the_latest_write_of_a_series_wins_across_key_sets_and_single_writes():
+    latest = LatestValues()
+    shared = ("loss", ())
+    train = _row(latest, [shared, ("kl", ())])
+    validation = _row(latest, [shared])
+    latest.defer(train, [1.0, 0.1])
+    latest.defer(validation, [2.0])
+    latest.defer(train, [3.0, 0.2])  # the train key set again: its loss is the latest
+    assert latest.get("loss") == 3.0
+    latest.defer(validation, [4.0])
+    latest.set("loss", (), 5.0)  # a single write after a deferred step of that series
+    latest.defer(train, [6.0, 0.3])
+    latest.set("other", (), 1.0)  # a series no key set holds: the deferred step stays deferred
+    assert latest.series("loss")[()][0] == 5.0
+    assert latest.get("loss") == 6.0 and latest.get("kl") == 0.3
+    latest.defer(train, [7.0, 0.4])
+    latest.add("kl", (), 1.0)
+    assert latest.get("kl") == 1.4 and latest.get("loss") == 7.0
 
 
 class _Capture:
@@ -119,3 +157,20 @@ def test_histogram_rows_bin_later_to_the_same_points_as_single_records():
             list(want.bucket_counts),
         )
     assert by_name["b"].count == 5  # the NaN row left b out
+
+
+def test_histogram_rows_convert_each_column_by_its_factor_when_binned():
+    bounds = (0.0, 0.5, 1.0, 2.5)
+    one, rows = BulkHistograms(), BulkHistograms()
+    for bulk in (one, rows):
+        for name in ("ms", "s"):
+            bulk.declare(name, "", "s", bounds)
+            bulk.record(name, 0.25)
+    sink = rows.rows([rows.series_state("ms"), rows.series_state("s")], factors=[1e-3, 1.0])
+    for ms, s in [(500.0, 0.75), (2500.0, float("nan")), (1234.5, 2.5)]:
+        one.record("ms", ms * 1e-3)
+        if not np.isnan(s):
+            one.record("s", s)
+        sink.add([ms, s])  # as logged: milliseconds
+    for name in ("ms", "s"):
+        assert rows.snapshot(name) == one.snapshot(name)

@@ -76,16 +76,49 @@ class SeriesGuard:
 _NO_GUARD = SeriesGuard(0, 0)
 
 
+class SlotRow:
+    """The latest-value slots of one step plan (a key set), in key order, and the linear
+    conversions of its keys (``scaled``: index, factor): where a whole step's values go."""
+
+    __slots__ = ("slots", "scaled", "covers")
+
+    def __init__(self, slots: list[list[Any]], scaled: list[tuple[int, float]], covers: frozenset[tuple[str, Attrs]]) -> None:
+        self.slots = slots
+        self.scaled = scaled
+        self.covers = covers  # the (metric, attributes) series whose slots these are
+
+    def converted(self, values: list[float]) -> list[float]:
+        """The values as the metrics take them (after each key's conversion)."""
+        if not self.scaled:
+            return values
+        out = list(values)
+        for index, factor in self.scaled:
+            out[index] *= factor
+        return out
+
+    def store(self, values: list[float]) -> None:
+        for slot, value in zip(self.slots, self.converted(values)):
+            slot[0] = value
+
+
 class LatestValues:
     """Latest value per (metric, attribute set), read by observable instruments at collection time.
 
-    Writers are the telemetry worker thread; the reader is the SDK's metric reader thread. Each
-    per-metric dict is only ever assigned to (never resized while iterated: readers copy first).
+    Writers are the telemetry worker thread (and, for otel-rl's own counters, the exporters'
+    threads); the reader is the SDK's metric reader thread. Each per-metric dict is only ever
+    assigned to (never resized while iterated: readers copy first).
+
+    A step of a known key set is stored with :meth:`defer`: its values wait, one list per key set,
+    until something reads a slot (a collection, :meth:`get`) or writes one of its series, so a
+    step costs a reference instead of a write per key; a collection every few seconds stores the
+    latest step of each key set once.
     """
 
     def __init__(self, guard: SeriesGuard | None = None) -> None:
         self._series: dict[str, dict[Attrs, list[Any]]] = {}
         self.guard = guard or _NO_GUARD
+        self._deferred: dict[SlotRow, list[float]] = {}  # in the order the steps came (latest last)
+        self._deferred_lock = threading.Lock()
 
     def series(self, metric: str) -> dict[Attrs, list[Any]]:
         found = self._series.get(metric)
@@ -93,7 +126,29 @@ class LatestValues:
             found = self._series.setdefault(metric, {})
         return found
 
+    def defer(self, row: SlotRow, values: list[float]) -> None:
+        """Store ``values`` (as logged, in the row's key order) into the row's slots when next read."""
+        with self._deferred_lock:
+            deferred = self._deferred
+            deferred.pop(row, None)  # to the end: a later key set sharing a series must win
+            deferred[row] = values
+
+    def settle(self) -> None:
+        """Store every deferred step into its slots (in step order)."""
+        if self._deferred:
+            with self._deferred_lock:
+                for row, values in self._deferred.items():
+                    row.store(values)
+                self._deferred.clear()
+
+    def _settle_if_deferred(self, metric: str, attrs: Attrs) -> None:
+        series = (metric, attrs)
+        if any(series in row.covers for row in list(self._deferred)):
+            self.settle()  # a deferred step holds an older value of this series: store it first
+
     def set(self, metric: str, attrs: Attrs, value: float) -> None:
+        if self._deferred:
+            self._settle_if_deferred(metric, attrs)
         series = self.series(metric)
         slot = series.get(attrs)
         if slot is None:
@@ -103,6 +158,8 @@ class LatestValues:
             slot[0] = value
 
     def add(self, metric: str, attrs: Attrs, amount: float) -> None:
+        if self._deferred:
+            self._settle_if_deferred(metric, attrs)
         series = self.series(metric)
         slot = series.get(attrs)
         if slot is None:
@@ -112,6 +169,7 @@ class LatestValues:
             slot[0] += amount
 
     def get(self, metric: str, attrs: Attrs = ()) -> float | None:
+        self.settle()
         slot = self._series.get(metric, {}).get(attrs)
         return None if slot is None else slot[0]
 
@@ -123,6 +181,7 @@ class LatestValues:
         series = self.series(metric)
 
         def observe(_options: CallbackOptions) -> Iterable[Observation]:
+            self.settle()
             return [Observation(slot[0], slot[1]) for slot in list(series.values())]
 
         return observe
@@ -157,10 +216,14 @@ class HistogramRows:
     of a bisect and five updates each. NaN marks a state with no value in that row. Histograms
     are order-free (counts, sum, min, max), so binning later gives the same points."""
 
-    __slots__ = ("states", "pending", "lock", "owner_lock", "limit")
+    __slots__ = ("states", "factors", "pending", "lock", "owner_lock", "limit")
 
-    def __init__(self, states: tuple[_HistogramState, ...], owner_lock: Any, limit: int = 512) -> None:
+    def __init__(
+        self, states: tuple[_HistogramState, ...], owner_lock: Any, limit: int = 512, factors: Sequence[float] | None = None
+    ) -> None:
         self.states = states
+        # Each column's conversion (a timer's ms -> s), applied when binned: rows hold values as logged.
+        self.factors = None if factors is None or all(f == 1.0 for f in factors) else np.array(factors, dtype=np.float64)
         self.pending: list[list[float]] = []
         self.lock = threading.Lock()
         self.owner_lock = owner_lock  # the lock every other update of these states holds
@@ -181,6 +244,8 @@ class HistogramRows:
         if not pending:
             return
         table = np.array(pending, dtype=np.float64)
+        if self.factors is not None:
+            table *= self.factors
         for column, state in zip(table.T, self.states):
             values = column[~np.isnan(column)]
             if values.size:
@@ -227,9 +292,10 @@ class BulkHistograms:
         with self._lock:
             return self._states.get(name, {}).get(attrs)
 
-    def rows(self, states: Sequence[_HistogramState]) -> HistogramRows:
-        """A sink for rows of one value per state (a step's timers, in ``states`` order)."""
-        rows = HistogramRows(tuple(states), self._lock)
+    def rows(self, states: Sequence[_HistogramState], factors: Sequence[float] | None = None) -> HistogramRows:
+        """A sink for rows of one value per state (a step's timers, in ``states`` order), each
+        value multiplied by its column's factor when binned."""
+        rows = HistogramRows(tuple(states), self._lock, factors=factors)
         with self._lock:
             self._row_sinks.append(rows)
             if len(self._row_sinks) > 64:  # sinks of forgotten step plans: bin what they hold, let them go

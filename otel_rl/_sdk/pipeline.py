@@ -14,7 +14,7 @@ import operator
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -23,7 +23,7 @@ from opentelemetry import trace
 from opentelemetry._logs import Logger, SeverityNumber
 from opentelemetry.context import Context
 
-from otel_rl._sdk.aggregation import Attrs, BulkHistograms, LatestValues, StampedPoints
+from otel_rl._sdk.aggregation import Attrs, BulkHistograms, LatestValues, SlotRow, StampedPoints
 from otel_rl._sdk.goodput import StageInterval, StepGoodput
 from otel_rl._sdk.keys import KeyResolver
 from otel_rl._sdk.summary import HEADLINE_LABELS
@@ -69,11 +69,12 @@ _FLOATS = frozenset({float, np.float64, np.float32, np.float16})
 
 class StepPlan:
     """What a step whose keys are exactly ``keys`` does, built once from the per-key plans after the
-    first step with those keys took the per-key path: the latest-value slot each value goes to, the linear transforms
-    (``scaled``: index, factor) and the console summary's values (``headline``: index, label).
+    first step with those keys took the per-key path: the latest-value slots its values go to and
+    the linear transforms (``row``: a SlotRow), the timers' histograms, and the console summary's
+    values (``headline``: index, label, factor).
     Only steps whose every key is a plain gauge or a linearly transformed one get a plan."""
 
-    __slots__ = ("keys", "slots", "series", "scaled", "headline", "histograms", "histogram_rows", "histogram_values", "template")
+    __slots__ = ("keys", "row", "series", "headline", "histograms", "histogram_rows", "histogram_values", "template")
 
     def __init__(
         self,
@@ -85,7 +86,10 @@ class StepPlan:
         histograms: list[tuple[int, Any]],
         histogram_rows: Any = None,
     ) -> None:
-        self.keys, self.slots, self.series, self.scaled, self.headline = keys, slots, series, scaled, headline
+        self.keys, self.series = keys, series
+        self.row = SlotRow(slots, scaled, frozenset(series))
+        factors = dict(scaled)
+        self.headline = [(index, label, factors.get(index, 1.0)) for index, label in headline]
         self.histograms = histograms  # (index, histogram state) of the keys recorded into histograms (timers)
         self.histogram_rows = histogram_rows  # where a step's row of those values goes (binned in bulk later)
         self.template: KeyTemplate | None = None  # the step event's text around its numbers (direct writer)
@@ -129,7 +133,12 @@ class StepPlan:
             label = HEADLINE_LABELS.get(plan.metric)
             if label is not None:
                 headline.append((index, label(plan.attrs)))
-        rows = pipeline._histograms.rows([state for _, state in histograms]) if histograms else None
+        factors = dict(scaled)
+        rows = (
+            pipeline._histograms.rows([state for _, state in histograms], [factors.get(i, 1.0) for i, _ in histograms])
+            if histograms
+            else None
+        )
         return cls(keys, slots, series, scaled, headline, histograms, rows)
 
 
@@ -146,6 +155,8 @@ class Pipeline:
     # lands ahead of an event emitted before it.
     flush_sdk_events: Callable[[], Any] | None = None
     _sdk_events = False  # an event went through the SDK since the last direct line
+    # The run folder's spans and events the SDK queued (file_exports.QueuedExport): written after each drain.
+    file_exports: Sequence[Any] = ()
 
     def __init__(
         self,
@@ -156,8 +167,8 @@ class Pipeline:
         histograms: BulkHistograms,
         event_logger: Logger,
         on_step_end: Callable[[int, float, dict[str, float]], None] | None = None,
-        poll_interval_s: float = 0.2,
-        gather_s: float = 0.01,
+        poll_interval_s: float = 0.5,
+        gather_s: float = 0.02,
     ) -> None:
         self.queue: deque[tuple] = deque()
         self._resolver = resolver
@@ -196,12 +207,18 @@ class Pipeline:
         if not self.wake.is_set():
             self.wake.set()
 
+    def wake_soon(self) -> None:
+        """Wake the worker (a span or an event was queued for the run folder)."""
+        if not self.wake.is_set():
+            self.wake.set()
+
     def _run(self) -> None:
         while not self._stopping:
             if self.wake.wait(self._poll) and self._gather and not self._stopping:
                 # Let the next steps gather: one wake-up and one GIL hand-off per batch instead of
                 # one per log() call (the wake stays set meanwhile, so callers skip Event.set()).
-                # What a killed process loses grows by at most this.
+                # What a killed process loses grows by at most this (file_flush_interval_s). A timed
+                # wait costs tens of microseconds of CPU on a virtual machine: fewer is cheaper.
                 time.sleep(self._gather)
             self.wake.clear()
             self.drain()
@@ -246,6 +263,8 @@ class Pipeline:
                 self.processed += 1
             if self.step_events is not None:
                 self.write_step_events()
+            for queued in self.file_exports:
+                queued.write()
 
     def write_step_events(self) -> None:
         """Write the directly written step events of this drain, after the SDK's events emitted
@@ -381,39 +400,36 @@ class Pipeline:
         total = sum(floats)
         if total - total != 0.0:  # a NaN or an infinity (or a sum past the float range): per key
             return False
-        event_floats = floats  # the event carries the values as logged, before any conversion
-        if plan.scaled:  # converted before any is stored: a metric reader never sees a raw value
-            floats = list(floats)
-            for index, factor in plan.scaled:
-                floats[index] *= factor
-        slots = plan.slots
-        for slot, value in zip(slots, floats):
-            slot[0] = value
+        # The slots take the step's values (converted) when next read: a metric reader never sees a raw value.
+        self._latest.defer(plan.row, floats)
         skipped: set[int] = set()
         if plan.histograms:
             assert plan.histogram_values is not None  # set whenever there are histograms
-            row = plan.histogram_values(floats)
+            row = plan.histogram_values(floats)  # as logged: the rows convert them when binned
             measured = self._span_measured.get(step)
             if measured:  # a stage span of this step already measured these series: NaN leaves them out
                 skipped = {i for i, _ in plan.histograms if plan.series[i] in measured}
                 row = [math.nan if i in skipped else value for (i, _), value in zip(plan.histograms, row)]
             plan.histogram_rows.add(row)
-        if plan.headline:
+        if plan.headline and self._on_step_end is not None:  # only the console summary reads it
             head = self._headline.setdefault(step, {})
-            for index, label in plan.headline:
-                head[label] = plan.slots[index][0]
+            for index, label, factor in plan.headline:
+                head[label] = floats[index] * factor
         writer = self.step_events
         if writer is not None and (step is None or type(step) is int) and plan.keys:
             template = plan.template
             if template is None:
                 template = plan.template = KeyTemplate(plan.keys)
-            writer.add(template, orjson.dumps(event_floats), step, time_ns, span_context)
+            writer.add(template, orjson.dumps(floats), step, time_ns, span_context)
         else:  # the body is checked here, so the file encoder need not check it again
-            body = FloatBody(values if event_floats is raw else zip(plan.keys, event_floats), plan.keys, event_floats)
+            body = FloatBody(values if floats is raw else zip(plan.keys, floats), plan.keys, floats)
             self.emit_event(N.RL_LOG_EVENT, body, {A.RL_STEP: step} if step is not None else {}, time_ns, span_context, plain=True)
         observer = self.observer
         if observer is not None:
-            resolved = [(metric, attrs, slot[0]) for i, ((metric, attrs), slot) in enumerate(zip(plan.series, slots)) if i not in skipped]
+            converted = plan.row.converted(floats)
+            resolved = [
+                (metric, attrs, value) for i, ((metric, attrs), value) in enumerate(zip(plan.series, converted)) if i not in skipped
+            ]
             try:
                 observer(step, time_ns, resolved, span_context)
             except Exception as exc:  # detectors must never stop telemetry

@@ -326,7 +326,7 @@ def build_providers(
         add(OtlpJsonSpanExporter(files[0]), OtlpJsonMetricExporter(files[1]), log_file, config.file_flush_interval_s)
         destinations.append(f"files in {run_dir}")
         if not config.otlp_enabled and not extra_log_exporters:
-            step_events = StepEventWriter(log_file, resource, scope, N.RL_LOG_EVENT, A.RL_STEP)
+            step_events = StepEventWriter(log_file, resource, scope, N.RL_LOG_EVENT, A.RL_STEP, A.RL_LOG_KEY_SET)
     spool: Spool | None = None
     if config.otlp_enabled:
         exporters = otlp_exporters(config)

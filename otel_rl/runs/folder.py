@@ -30,6 +30,7 @@ from typing import Any, TypeVar, cast
 
 from otel_rl.exporters.files import LOGS_FILE, METRICS_FILE, TRACES_FILE, rank_file_name
 from otel_rl.runs.otlp_json_decode import (
+    StepKeySets,
     decode_any_value,
     decode_attributes,
     decode_logs_request,
@@ -92,15 +93,27 @@ def _iter_lines(path: str) -> Iterator[tuple[int, bytes | None, int]]:
 
 
 def _read(
-    run_dir: str | os.PathLike[str], file_name: str, top_key: str, decode_request: Callable[[Mapping[str, Any]], list[T]]
+    run_dir: str | os.PathLike[str],
+    file_name: str,
+    top_key: str,
+    decode_request: Callable[[Mapping[str, Any]], list[T]],
+    restorer: Callable[[], Callable[[list[T]], str | None]] | None = None,
 ) -> ReadResult[T]:
+    """``restorer``: makes, per file, what completes each line's records in place (returning a
+    problem to report, or None)."""
     result: ReadResult[T] = ReadResult()
     for path in _resolve(run_dir, file_name):
-        _read_file(path, top_key, decode_request, result)
+        _read_file(path, top_key, decode_request, result, restorer() if restorer is not None else None)
     return result
 
 
-def _read_file(path: str, top_key: str, decode_request: Callable[[Mapping[str, Any]], list[T]], result: ReadResult[T]) -> None:
+def _read_file(
+    path: str,
+    top_key: str,
+    decode_request: Callable[[Mapping[str, Any]], list[T]],
+    result: ReadResult[T],
+    restore: Callable[[list[T]], str | None] | None = None,
+) -> None:
     base = os.path.basename(path)
     try:
         require_regular_file(path)
@@ -141,6 +154,10 @@ def _read_file(path: str, top_key: str, decode_request: Callable[[Mapping[str, A
         except (ValueError, TypeError, KeyError, AttributeError) as error:
             result.problems.append(Problem(base, number, f"invalid OTLP/JSON: {error}"))
             continue
+        if restore is not None:
+            problem = restore(records)
+            if problem is not None:
+                result.problems.append(Problem(base, number, problem))
         result.extend(records)
 
 
@@ -153,8 +170,9 @@ def read_log_records(run_dir: str | os.PathLike[str]) -> ReadResult[dict[str, An
     """All log records of ``run_dir/logs.jsonl`` as dicts with keys ``timestamp``,
     ``observed_timestamp``, ``event_name``, ``body`` (kvlist decoded to a dict), ``attributes``,
     ``trace_id``, ``span_id`` (hex or None), ``severity_number``, ``severity_text``,
-    ``resource``, ``scope``."""
-    return _read(run_dir, LOGS_FILE, "resourceLogs", decode_logs_request)
+    ``resource``, ``scope``. The compact step records of a run folder (``rl.log.key_set``) come
+    back with their key -> value map."""
+    return _read(run_dir, LOGS_FILE, "resourceLogs", decode_logs_request, lambda: StepKeySets().restore)
 
 
 def read_metrics(run_dir: str | os.PathLike[str]) -> ReadResult[MetricPoint]:

@@ -12,8 +12,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from otel_rl.runs.records import MetricPoint, SpanEvent, SpanRecord
+from otel_rl.semconv import attributes as A
 
-__all__ = ["decode_any_value", "decode_attributes", "decode_logs_request", "decode_metrics_request", "decode_trace_request"]
+__all__ = ["StepKeySets", "decode_any_value", "decode_attributes", "decode_logs_request", "decode_metrics_request", "decode_trace_request"]
 
 
 def _int(value: Any, default: int = 0) -> int:
@@ -198,6 +199,43 @@ def decode_logs_request(obj: Mapping[str, Any]) -> list[dict[str, Any]]:
                     }
                 )
     return records
+
+
+class StepKeySets:
+    """Restores the key -> value map of a run folder's compact ``rl.log`` records (written by
+    ``otel_rl.exporters.step_events``): the first record of a key set carries the map and the
+    ``rl.log.key_set`` attribute, later ones the attribute and the values alone, in key order.
+    One instance per file, fed its records in file order; the attribute is dropped, so a record
+    reads as the SDK path would have written it."""
+
+    def __init__(self) -> None:
+        self._keys: dict[str, list[str]] = {}
+
+    def restore(self, records: list[dict[str, Any]]) -> str | None:
+        """Restore ``records`` in place; a record whose keys no earlier line of the file holds is
+        removed, and the return value says how many and which key set (None when all were read)."""
+        lost: dict[str, int] = {}
+        kept: list[dict[str, Any]] = []
+        for record in records:
+            attributes = record["attributes"]
+            key_set = attributes.get(A.RL_LOG_KEY_SET)
+            body = record["body"]
+            if isinstance(key_set, str) and isinstance(body, dict):
+                self._keys[key_set] = list(body)
+                del attributes[A.RL_LOG_KEY_SET]
+            elif isinstance(key_set, str) and isinstance(body, list):
+                keys = self._keys.get(key_set)
+                if keys is None or len(keys) != len(body):
+                    lost[key_set] = lost.get(key_set, 0) + 1
+                    continue
+                record["body"] = dict(zip(keys, body))
+                del attributes[A.RL_LOG_KEY_SET]
+            kept.append(record)
+        if not lost:
+            return None
+        records[:] = kept
+        what = ", ".join(f"{count} of key set {key_set}" for key_set, count in lost.items())
+        return f"skipped {sum(lost.values())} rl.log record(s) whose keys no earlier line holds ({what})"
 
 
 # ---- metrics

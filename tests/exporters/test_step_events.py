@@ -1,4 +1,5 @@
-"""The direct writer of float-only step events: the same OTLP/JSON as the SDK's log pipeline."""
+"""The direct writer of float-only step events: the keys once per key set, the values alone after
+that, and read back as the very records the SDK's log pipeline writes."""
 
 from __future__ import annotations
 
@@ -58,9 +59,13 @@ def sdk_lines(path, steps, context) -> list[str]:
     return path.read_text(encoding="utf-8").splitlines()
 
 
+def writer_for(exporter: OtlpJsonLogExporter) -> StepEventWriter:
+    return StepEventWriter(exporter, RESOURCE, InstrumentationScope(*SCOPE), N.RL_LOG_EVENT, A.RL_STEP, A.RL_LOG_KEY_SET)
+
+
 def direct_record_lines(path, steps, context) -> list[str]:
     exporter = OtlpJsonLogExporter(path)
-    writer = StepEventWriter(exporter, RESOURCE, InstrumentationScope(*SCOPE), N.RL_LOG_EVENT, A.RL_STEP)
+    writer = writer_for(exporter)
     for values, step, time_ns in steps:
         writer.add(KeyTemplate(list(values)), orjson.dumps(list(values.values())), step, time_ns, context)
         assert writer.write()
@@ -68,17 +73,42 @@ def direct_record_lines(path, steps, context) -> list[str]:
     return path.read_text(encoding="utf-8").splitlines()
 
 
+def body_text(line: str) -> str:
+    start = line.index('"body":{"kvlistValue"')
+    return line[start : line.index("}}]}}", start) + 5]
+
+
+def only_record(line: str) -> dict:
+    (record,) = json.loads(line)["resourceLogs"][0]["scopeLogs"][0]["logRecords"]
+    return record
+
+
 @pytest.mark.parametrize("context", CONTEXTS, ids=["no-span", "sampled-span", "remote-unsampled"])
-def test_direct_records_are_the_sdk_pipelines_text(tmp_path, context):
+def test_direct_records_read_back_as_the_sdk_pipelines_records(tmp_path, context):
     sdk = sdk_lines(tmp_path / "sdk.jsonl", STEPS, context)
     direct = direct_record_lines(tmp_path / "direct.jsonl", STEPS, context)
     assert len(sdk) == len(direct) == 2
-    assert direct == sdk  # byte for byte, not only the same JSON
+    key_set = KeyTemplate(list(STEPS[0][0])).key_set
+    tag = {"key": A.RL_LOG_KEY_SET, "value": {"stringValue": key_set}}
+    # The key set's first record: the SDK's record with the key set named.
+    first, expected = only_record(direct[0]), only_record(sdk[0])
+    expected["attributes"] = [*expected.get("attributes", []), tag]
+    assert first == expected
+    assert body_text(direct[0]) == body_text(sdk[0])  # the map's text byte for byte, not only the same JSON
+    # The next step of the same keys: its values alone, in key order, as doubles.
+    second, expected = only_record(direct[1]), only_record(sdk[1])
+    expected["attributes"] = [*expected.get("attributes", []), tag]
+    expected["body"] = {"arrayValue": {"values": [{"doubleValue": v} for v in STEPS[1][0].values()]}}
+    assert second == expected
+    assert len(direct[1]) < len(sdk[1])
+    # Read back, both files give the same records (the map restored, the key set attribute gone).
+    assert read_log_records(tmp_path / "direct.jsonl") == read_log_records(tmp_path / "sdk.jsonl")
+    assert not read_log_records(tmp_path / "direct.jsonl").problems
 
 
 def test_one_line_per_write_holds_every_record_in_order(tmp_path):
     exporter = OtlpJsonLogExporter(tmp_path / "logs.jsonl")
-    writer = StepEventWriter(exporter, RESOURCE, InstrumentationScope(*SCOPE), N.RL_LOG_EVENT, A.RL_STEP)
+    writer = writer_for(exporter)
     template = KeyTemplate(["a", "b"])
     for step in range(5):
         writer.add(template, orjson.dumps([step + 0.5, -step - 0.25]), step, 1_000 + step, None)
@@ -88,12 +118,77 @@ def test_one_line_per_write_holds_every_record_in_order(tmp_path):
     (line,) = (tmp_path / "logs.jsonl").read_text().splitlines()
     records = json.loads(line)["resourceLogs"][0]["scopeLogs"][0]["logRecords"]
     assert [r["attributes"][0]["value"]["intValue"] for r in records] == ["0", "1", "2", "3", "4"]
-    assert [v["value"]["doubleValue"] for v in records[3]["body"]["kvlistValue"]["values"]] == [3.5, -3.25]
+    assert [v["key"] for v in records[0]["body"]["kvlistValue"]["values"]] == ["a", "b"]
+    assert [v["doubleValue"] for v in records[3]["body"]["arrayValue"]["values"]] == [3.5, -3.25]
+    back = read_log_records(tmp_path / "logs.jsonl")
+    assert [r["body"] for r in back] == [{"a": step + 0.5, "b": -step - 0.25} for step in range(5)]
+
+
+def test_each_writer_names_its_key_sets_again_and_a_reader_restores_every_one(tmp_path):
+    """Two processes one after the other (a resumed run) and two key sets taking turns: each
+    writer starts with the map of each key set; the reader restores every record by its own keys."""
+    path = tmp_path / "logs.jsonl"
+    train, validation = KeyTemplate(["loss", "kl"]), KeyTemplate(["val/score"])
+    expected = []
+    for process in range(2):
+        exporter = OtlpJsonLogExporter(path)
+        writer = writer_for(exporter)
+        for step in range(4):
+            s = process * 10 + step
+            writer.add(train, orjson.dumps([s + 0.5, s / 4]), s, 1_000 + s, None)
+            expected.append({"loss": s + 0.5, "kl": s / 4})
+            if step % 2:
+                writer.add(validation, orjson.dumps([s * 1.5]), s, 1_000 + s, None)
+                expected.append({"val/score": s * 1.5})
+            assert writer.write()
+        exporter.shutdown()
+    text = path.read_text()
+    assert text.count('"kvlistValue"') == 4 and text.count('"arrayValue"') == 8
+    back = read_log_records(path)
+    assert [r["body"] for r in back] == expected
+    assert all(A.RL_LOG_KEY_SET not in r["attributes"] for r in back) and not back.problems
+
+
+def test_values_whose_keys_no_earlier_line_holds_are_skipped_and_said(tmp_path):
+    """A file whose first lines are gone (cut by hand, a copy of its tail): the records that
+    carry values alone cannot be read as maps; they are skipped, named, and the rest is read."""
+    path = tmp_path / "logs.jsonl"
+    exporter = OtlpJsonLogExporter(path)
+    writer = writer_for(exporter)
+    template = KeyTemplate(["a"])
+    for step in range(3):
+        writer.add(template, orjson.dumps([float(step)]), step, 1_000 + step, None)
+        assert writer.write()
+    writer.add(KeyTemplate(["b"]), orjson.dumps([9.0]), 3, 1_003, None)
+    assert writer.write()
+    exporter.shutdown()
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(lines[1:]))  # the line with key set "a"'s map is gone
+    back = read_log_records(path)
+    assert [r["body"] for r in back] == [{"b": 9.0}]
+    assert [(p.line, p.reason) for p in back.problems] == [
+        (n, f"skipped 1 rl.log record(s) whose keys no earlier line holds (1 of key set {template.key_set})") for n in (1, 2)
+    ]
+
+
+def test_a_line_that_failed_to_write_has_its_maps_written_again(tmp_path, monkeypatch):
+    exporter = OtlpJsonLogExporter(tmp_path / "logs.jsonl")
+    writer = writer_for(exporter)
+    template = KeyTemplate(["a"])
+    writer.add(template, orjson.dumps([1.0]), 1, 1, None)
+    monkeypatch.setattr(exporter.lines, "write_bytes", lambda line: False)  # a full disk, say
+    assert not writer.write()
+    monkeypatch.undo()
+    writer.add(template, orjson.dumps([2.0]), 2, 2, None)
+    assert writer.write()
+    exporter.shutdown()
+    back = read_log_records(tmp_path / "logs.jsonl")
+    assert [r["body"] for r in back] == [{"a": 2.0}] and not back.problems
 
 
 def test_a_line_after_shutdown_or_in_a_forked_child_is_not_written(tmp_path, monkeypatch):
     exporter = OtlpJsonLogExporter(tmp_path / "logs.jsonl")
-    writer = StepEventWriter(exporter, RESOURCE, InstrumentationScope(*SCOPE), N.RL_LOG_EVENT, A.RL_STEP)
+    writer = writer_for(exporter)
     writer.add(KeyTemplate(["a"]), orjson.dumps([1.0]), 1, 1, None)
     monkeypatch.setattr(os, "getpid", lambda: -1)  # as a forked child sees it: another pid
     assert not writer.write()
