@@ -20,13 +20,14 @@ from typing import Any
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult, MetricsData, PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import SpanLimits, TracerProvider
+from opentelemetry.sdk.trace import SpanLimits, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from otel_rl import environment_variables as ENV
 from otel_rl._sdk.aggregation import BulkHistograms, LatestValues, MergingMetricExporter, SeriesGuard, StampedPoints
 from otel_rl._sdk.config import TelemetryConfig
+from otel_rl._sdk.file_exports import QueuedExport, QueuedLogExport, QueuedSpanExport
 from otel_rl._sdk.otlp_settings import check_otlp_environment, resolve_otlp_settings, sdk_exporter
 from otel_rl._sdk.redaction import redact_library_logs, redact_url
 from otel_rl._sdk.sdk_compat import (
@@ -35,6 +36,7 @@ from otel_rl._sdk.sdk_compat import (
     LogRecordExporter,
     LogRecordExportResult,
     LogRecordLimits,
+    SimpleLogRecordProcessor,
     log_encoder,
     metric_preferences,
 )
@@ -66,6 +68,8 @@ class Providers:
     # The run folder's writer of float-only step events, when the run folder is the only place
     # events go: the worker writes those there directly, past the SDK's log pipeline.
     step_events: StepEventWriter | None = None
+    # The run folder's spans and events, queued for the telemetry worker to write (no SDK thread).
+    file_exports: list[QueuedExport] = field(default_factory=list)
 
     def begin_shutdown(self, timeout_s: float) -> None:
         """Start the clock that bounds delivery during shutdown (an unreachable collector)."""
@@ -186,6 +190,35 @@ class _SpanProcessor(BatchSpanProcessor):
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         ok = super().force_flush(timeout_millis)
         return bool(self._otel_rl_exporter.force_flush(timeout_millis)) and ok
+
+
+class _QueuedSpanProcessor(SpanProcessor):
+    """Hands each ended (sampled) span to a QueuedExport: no thread of its own."""
+
+    def __init__(self, exporter: SpanExporter) -> None:
+        self._exporter = exporter
+
+    def on_end(self, span: Any) -> None:
+        if span.context.trace_flags.sampled:
+            self._exporter.export((span,))
+
+    def shutdown(self) -> None:
+        self._exporter.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return bool(self._exporter.force_flush(timeout_millis))
+
+
+class _QueuedLogProcessor(SimpleLogRecordProcessor):
+    """The SDK's simple processor (it makes the record the exporter takes) in front of a
+    QueuedExport; flushing writes the queue."""
+
+    def __init__(self, exporter: LogRecordExporter) -> None:
+        super().__init__(exporter)
+        self._otel_rl_exporter = exporter
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return bool(self._otel_rl_exporter.force_flush(timeout_millis))
 
 
 class _LogProcessor(BatchLogRecordProcessor):
@@ -309,6 +342,9 @@ def build_providers(
         span_processors.append(_SpanProcessor(_ForkSafeSpanExporter(span_exporter), delay_s))
         tracer_provider.add_span_processor(span_processors[-1])
         logger_provider.add_log_record_processor(_LogProcessor(_ForkSafeLogExporter(log_exporter), delay_s))
+        add_metrics(metric_exporter)
+
+    def add_metrics(metric_exporter: MetricExporter) -> None:
         readers.append(
             PeriodicExportingMetricReader(
                 _ForkSafeMetricExporter(MergingMetricExporter(metric_exporter, histograms, resource, scope, stamped)),
@@ -317,13 +353,20 @@ def build_providers(
         )
 
     step_events: StepEventWriter | None = None
+    file_exports: list[QueuedExport] = []
     if config.file_enabled:
         run_dir = Path(str(config.run_dir))
         run_dir.mkdir(parents=True, exist_ok=True)
         files = [run_dir / rank_file_name(name, config.rank) for name in (TRACES_FILE, METRICS_FILE, LOGS_FILE)]
         log_file = OtlpJsonLogExporter(files[2])
-        # Spans and events reach the files within file_flush_interval_s: a killed process loses at most that.
-        add(OtlpJsonSpanExporter(files[0]), OtlpJsonMetricExporter(files[1]), log_file, config.file_flush_interval_s)
+        # Spans and events reach the files at the telemetry worker's next drain (within its gather
+        # interval): a killed process loses at most that. No thread of their own (file_exports).
+        queued_spans, queued_logs = QueuedSpanExport(OtlpJsonSpanExporter(files[0])), QueuedLogExport(log_file)
+        file_exports = [queued_spans, queued_logs]
+        span_processors.append(_QueuedSpanProcessor(_ForkSafeSpanExporter(queued_spans)))
+        tracer_provider.add_span_processor(span_processors[-1])
+        logger_provider.add_log_record_processor(_QueuedLogProcessor(_ForkSafeLogExporter(queued_logs)))
+        add_metrics(OtlpJsonMetricExporter(files[1]))
         destinations.append(f"files in {run_dir}")
         if not config.otlp_enabled and not extra_log_exporters:
             step_events = StepEventWriter(log_file, resource, scope, N.RL_LOG_EVENT, A.RL_STEP, A.RL_LOG_KEY_SET)
@@ -341,7 +384,9 @@ def build_providers(
             + (f" (spool {spool.directory})" if spool is not None else "")
         )
     meter_provider = MeterProvider(resource=resource, metric_readers=readers)
-    return Providers(tracer_provider, meter_provider, logger_provider, destinations, span_processors, shared, spool, step_events)
+    return Providers(
+        tracer_provider, meter_provider, logger_provider, destinations, span_processors, shared, spool, step_events, file_exports
+    )
 
 
 def _spooled(spool: Spool, exporters: tuple[Any, MetricExporter, Any]) -> tuple[tuple[Any, MetricExporter, Any], Spool | None]:

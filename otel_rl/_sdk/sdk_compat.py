@@ -25,7 +25,7 @@ from importlib import metadata
 from typing import Any
 
 from opentelemetry.sdk._logs import LoggerProvider, LogRecordLimits
-from opentelemetry.sdk._logs.export import BatchLogRecordProcessor, LogRecordExporter, LogRecordExportResult
+from opentelemetry.sdk._logs.export import BatchLogRecordProcessor, LogRecordExporter, LogRecordExportResult, SimpleLogRecordProcessor
 
 __all__ = [
     "BatchLogRecordProcessor",
@@ -34,6 +34,7 @@ __all__ = [
     "LogRecordLimits",
     "LoggerProvider",
     "SUPPORTED_EXPORTER_VERSIONS",
+    "SimpleLogRecordProcessor",
     "installed_exporter_version",
     "log_encoder",
     "metric_preferences",

@@ -158,10 +158,16 @@ class Telemetry(SampleLogging):
             histograms=self._histograms,
             event_logger=self._providers.logger_provider.get_logger(SCOPE_NAME, __version__),
             on_step_end=print_summary if console else None,
+            gather_s=config.file_flush_interval_s,
         )
         self._pipeline.text_policy = TextPolicy(config.export_text, config.attribute_value_limit)
         self._pipeline.step_events = self._providers.step_events
-        self._pipeline.flush_sdk_events = self._providers.logger_provider.force_flush
+        self._pipeline.file_exports = self._providers.file_exports
+        for queued in self._providers.file_exports:  # the worker writes the run folder's spans and events
+            queued.wake = self._pipeline.wake_soon
+        # The run folder's events are queued for the worker (or, with other destinations, batched by the SDK).
+        file_logs = self._providers.file_exports[1:]
+        self._pipeline.flush_sdk_events = file_logs[0].write if file_logs else self._providers.logger_provider.force_flush
         self._pipeline.stamped = self._stamped
         # Bound once: log() is two attribute loads away from the queue.
         self._append = self._pipeline.queue.append

@@ -1,0 +1,93 @@
+"""The run folder's spans and events are written by the telemetry worker: no SDK batch thread
+waking every few milliseconds, and the lines still reach the files within the gather interval."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from otlp_sink import OtlpSink
+
+import otel_rl
+from otel_rl._sdk.file_exports import QueuedSpanExport
+from otel_rl.runs.folder import read_log_records, read_spans
+from otel_rl.semconv import names as N
+
+BATCH_THREADS = ("OtelBatchSpanRecordProcessor", "OtelBatchLogRecordProcessor")
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.batches: list[list[str]] = []
+        self.flushed = self.shut = 0
+
+    def export(self, batch):
+        self.batches.append(list(batch))
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        self.flushed += 1
+        return True
+
+    def shutdown(self) -> None:
+        self.shut += 1
+
+
+def test_a_queued_export_writes_one_batch_when_asked_and_wakes_its_writer():
+    inner = Recorder()
+    queued = QueuedSpanExport(inner)
+    woken = []
+    queued.wake = lambda: woken.append(1)
+    queued.export(["a"])
+    queued.export(["b", "c"])
+    assert inner.batches == [] and len(woken) == 2  # nothing written on the exporting thread
+    queued.write()
+    queued.write()  # nothing queued: nothing exported
+    assert inner.batches == [["a", "b", "c"]]
+    queued.export(["d"])
+    assert queued.force_flush() and inner.batches[-1] == ["d"] and inner.flushed == 1
+    queued.export(["e"])
+    queued.shutdown()
+    assert inner.batches[-1] == ["e"] and inner.shut == 1
+
+
+def _wait_for(condition, seconds: float = 5.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def test_the_run_folder_gets_spans_and_events_from_the_worker_without_a_flush(tmp_path):
+    before = {t.name for t in threading.enumerate()}
+    tel = otel_rl.init(service_name="t", run_dir=str(tmp_path / "run"), console=False, framework="roll")
+    try:
+        started = {t.name for t in threading.enumerate()} - before
+        assert not started & set(BATCH_THREADS), started
+        with tel.step(1):
+            with tel.stage("generate"):
+                pass
+            tel.log({"actor/pg_loss": 0.5, "note": "text takes the SDK's event path"}, step=1)
+        run = tmp_path / "run"
+        assert _wait_for(lambda: {s.name for s in read_spans(run)} >= {N.RL_STEP_SPAN, "rl.generate"})
+        assert _wait_for(lambda: any(r["event_name"] == N.RL_LOG_EVENT for r in read_log_records(run)))
+    finally:
+        tel.shutdown()
+
+
+def test_with_a_collector_too_only_its_signals_keep_batch_threads(tmp_path):
+    before = {t.name for t in threading.enumerate()}
+    with OtlpSink() as sink:
+        tel = otel_rl.init(
+            service_name="t", run_dir=str(tmp_path / "run"), console=False, exporters="otlp,file", endpoint=sink.endpoint, spool_max_bytes=0
+        )
+        try:
+            names = [t.name for t in threading.enumerate() if t.name not in before]
+            assert names.count("OtelBatchSpanRecordProcessor") == 1 and names.count("OtelBatchLogRecordProcessor") == 1
+            with tel.step(1):
+                pass
+            assert _wait_for(lambda: any(s.name == N.RL_STEP_SPAN for s in read_spans(tmp_path / "run")))
+        finally:
+            tel.shutdown()
+        assert sink.received.spans
