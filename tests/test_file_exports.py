@@ -59,11 +59,16 @@ def _wait_for(condition, seconds: float = 5.0) -> bool:
     return False
 
 
+def _started_since(before: set[threading.Thread]) -> list[str]:
+    """The names of the threads started since ``before`` (other tests' threads may share a name)."""
+    return [t.name for t in threading.enumerate() if t not in before]
+
+
 def test_the_run_folder_gets_spans_and_events_from_the_worker_without_a_flush(tmp_path):
-    before = {t.name for t in threading.enumerate()}
+    before = set(threading.enumerate())
     tel = otel_rl.init(service_name="t", run_dir=str(tmp_path / "run"), console=False, framework="roll")
     try:
-        started = {t.name for t in threading.enumerate()} - before
+        started = set(_started_since(before))
         assert not started & set(BATCH_THREADS), started
         with tel.step(1):
             with tel.stage("generate"):
@@ -77,13 +82,13 @@ def test_the_run_folder_gets_spans_and_events_from_the_worker_without_a_flush(tm
 
 
 def test_with_a_collector_too_only_its_signals_keep_batch_threads(tmp_path):
-    before = {t.name for t in threading.enumerate()}
+    before = set(threading.enumerate())
     with OtlpSink() as sink:
         tel = otel_rl.init(
             service_name="t", run_dir=str(tmp_path / "run"), console=False, exporters="otlp,file", endpoint=sink.endpoint, spool_max_bytes=0
         )
         try:
-            names = [t.name for t in threading.enumerate() if t.name not in before]
+            names = _started_since(before)
             assert names.count("OtelBatchSpanRecordProcessor") == 1 and names.count("OtelBatchLogRecordProcessor") == 1
             with tel.step(1):
                 pass

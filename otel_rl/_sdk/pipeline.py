@@ -204,11 +204,10 @@ class Pipeline:
     # -- queue side ---------------------------------------------------------------------------
     def submit(self, item: tuple) -> None:
         self.queue.append(item)
-        if not self.wake.is_set():
-            self.wake.set()
+        self.wake_soon()
 
     def wake_soon(self) -> None:
-        """Wake the worker (a span or an event was queued for the run folder)."""
+        """Wake the worker (an item was queued, or a span or an event for the run folder)."""
         if not self.wake.is_set():
             self.wake.set()
 
