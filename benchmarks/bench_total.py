@@ -485,7 +485,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="fewer steps and rounds (a smoke run)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.add_argument(
-        "--keys-only", action="store_true", help=f"only the target's table: 250 keys, 1 ms steps, otel-rl and the SDK ({TARGET_ROUNDS} rounds)"
+        "--keys-only",
+        action="store_true",
+        help=f"only the target's table: 250 keys, 1 ms steps, otel-rl and the SDK ({TARGET_ROUNDS} rounds)",
     )
     args = parser.parse_args(argv)
     results = run(quick=args.quick, keys_only=args.keys_only)
