@@ -13,8 +13,8 @@ way's flush, so the figure holds all the work, not only the caller's share:
 - off: the work alone;
 - otel-rl: ``otel_rl.init()`` with its default exporters (the run folder: OTLP-JSON files), a step
   span with two stage spans, ``log()`` and ``record()``;
-- otel-rl pipeline: the same with ``exporters=none`` (what resolving, storing and building the
-  event costs before any exporter);
+- otel-rl pipeline: the same with ``exporters=none`` (resolving and storing the values; with
+  nothing to take them, no event is built);
 - OTel SDK: a step span with two child spans, one synchronous gauge ``set()`` per key and one
   ``Histogram.record()`` per value, exported by the SDK's batch span processor and periodic metric
   reader to its console exporters (JSON) writing to a file;

@@ -96,3 +96,22 @@ def test_with_a_collector_too_only_its_signals_keep_batch_threads(tmp_path):
         finally:
             tel.shutdown()
         assert sink.received.spans
+
+
+def test_with_no_destination_no_event_is_built_and_a_tracker_still_gets_them(tmp_path, monkeypatch, capsys):
+    """exporters="none" and no tracker: nothing would take an event, so none is built (the values
+    are still resolved and stored); with a tracker the events are built and reach it."""
+    for options, exported in (({}, False), ({"track_with": "stdout"}, True)):
+        tel = otel_rl.init(service_name="t", exporters="none", console=False, framework="roll", **options)
+        try:
+            assert tel._providers.events_exported is exported
+            emitted = []
+            logger = tel._pipeline._event_logger
+            monkeypatch.setattr(logger, "emit", lambda *a, **k: emitted.append(k.get("event_name")))
+            for step in range(4):  # the first steps take the per-key path, the later ones the bulk path
+                tel.log({"actor/pg_loss": 0.5 + step, "note": "x"} if step == 0 else {"actor/pg_loss": 0.5 + step}, step=step)
+            tel.flush()
+            assert (emitted == [N.RL_LOG_EVENT] * 4) is exported and (emitted == []) is not exported
+            assert tel.latest("rl.loss", {"rl.loss.type": "policy", "rl.model.role": "actor"}) == 3.5
+        finally:
+            tel.shutdown()

@@ -3,8 +3,8 @@
 The SDK's batch processors each keep a thread that wakes every ``schedule_delay`` whether or not
 there is anything to export. With the run folder's 20 ms bound that is 100 timed wake-ups a
 second, and a timed wait costs tens of microseconds of CPU on a virtual machine: ~12 ms of CPU a
-second (measured: ``benchmarks/bench_total.py`` prints it per thread) for a process that logs
-nothing. Here the SDK's simple processors hand each span or record to a ``QueuedExport``, which
+second for a process that logs nothing (measured per thread on a 2-core VM; ``bench_total.py``
+counts each way's idle threads). Here the SDK's simple processors hand each span or record to a ``QueuedExport``, which
 only queues it and wakes the telemetry worker; the worker writes what is queued after each drain
 of its own queue, so the files get their lines within the same bound, with no thread of their own.
 ``force_flush`` and ``shutdown`` write what is left on the caller's thread.

@@ -157,6 +157,8 @@ class Pipeline:
     _sdk_events = False  # an event went through the SDK since the last direct line
     # The run folder's spans and events the SDK queued (file_exports.QueuedExport): written after each drain.
     file_exports: Sequence[Any] = ()
+    # False when nothing takes events (exporters="none", no tracker): none is built.
+    events_exported = True
 
     def __init__(
         self,
@@ -420,7 +422,7 @@ class Pipeline:
             if template is None:
                 template = plan.template = KeyTemplate(plan.keys)
             writer.add(template, orjson.dumps(floats), step, time_ns, span_context)
-        else:  # the body is checked here, so the file encoder need not check it again
+        elif self.events_exported:  # the body is checked here, so the file encoder need not check it again
             body = FloatBody(values if floats is raw else zip(plan.keys, floats), plan.keys, floats)
             self.emit_event(N.RL_LOG_EVENT, body, {A.RL_STEP: step} if step is not None else {}, time_ns, span_context, plain=True)
         observer = self.observer
@@ -506,6 +508,8 @@ class Pipeline:
     ) -> None:
         """One otel-rl event as a log record, linked to a step's trace when given its span context.
         ``plain``: the body holds numbers only (no text to withhold)."""
+        if not self.events_exported:
+            return
         self._sdk_events = True
         if self.text_policy is not None and not plain:
             body = self.text_policy(body)

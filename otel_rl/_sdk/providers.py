@@ -70,6 +70,8 @@ class Providers:
     step_events: StepEventWriter | None = None
     # The run folder's spans and events, queued for the telemetry worker to write (no SDK thread).
     file_exports: list[QueuedExport] = field(default_factory=list)
+    # Whether anything takes events (a file, a collector, a tracker): with nothing, none is built.
+    events_exported: bool = True
 
     def begin_shutdown(self, timeout_s: float) -> None:
         """Start the clock that bounds delivery during shutdown (an unreachable collector)."""
@@ -384,8 +386,18 @@ def build_providers(
             + (f" (spool {spool.directory})" if spool is not None else "")
         )
     meter_provider = MeterProvider(resource=resource, metric_readers=readers)
+    events_exported = bool(destinations or extra_log_exporters)
     return Providers(
-        tracer_provider, meter_provider, logger_provider, destinations, span_processors, shared, spool, step_events, file_exports
+        tracer_provider,
+        meter_provider,
+        logger_provider,
+        destinations,
+        span_processors,
+        shared,
+        spool,
+        step_events,
+        file_exports,
+        events_exported,
     )
 
 

@@ -163,6 +163,7 @@ class Telemetry(SampleLogging):
         self._pipeline.text_policy = TextPolicy(config.export_text, config.attribute_value_limit)
         self._pipeline.step_events = self._providers.step_events
         self._pipeline.file_exports = self._providers.file_exports
+        self._pipeline.events_exported = self._providers.events_exported
         for queued in self._providers.file_exports:  # the worker writes the run folder's spans and events
             queued.wake = self._pipeline.wake_soon
         # The run folder's events are queued for the worker (or, with other destinations, batched by the SDK).
