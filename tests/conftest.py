@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import logging
 import signal
+import socket
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -69,3 +71,33 @@ def _e2e_deadline(request: pytest.FixtureRequest) -> Iterator[None]:
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.fixture
+def silent_peer() -> Iterator[str]:
+    """A real TCP server on 127.0.0.1 that accepts every connection and never answers."""
+    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                continue
+            held.append(conn)  # kept open, never read from nor written to
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join(2)
+        for conn in held:  # the exporters' threads still waiting on it now fail at once
+            conn.close()
+        server.close()

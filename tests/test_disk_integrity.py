@@ -6,10 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-import socket
-import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -39,34 +36,6 @@ def test_resumed_run_folder_with_torn_logs_line_keeps_every_new_record(tmp_path,
 
 
 # ----------------------------------------------------------------------------- bounded flush
-
-
-@pytest.fixture
-def silent_peer() -> Iterator[str]:
-    """A real TCP server on 127.0.0.1 that accepts every connection and never answers."""
-    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    server.bind(("127.0.0.1", 0))
-    server.listen(16)
-    held: list[socket.socket] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        server.settimeout(0.1)
-        while not stop.is_set():
-            try:
-                conn, _ = server.accept()
-            except OSError:
-                continue
-            held.append(conn)  # kept open, never read from nor written to
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.getsockname()[1]}"
-    stop.set()
-    thread.join(2)
-    for conn in held:
-        conn.close()
-    server.close()
 
 
 @pytest.mark.parametrize("spool_max_bytes", [0, 256 * 2**20], ids=["no-spool", "spool"])

@@ -8,10 +8,7 @@ say which signals were not delivered, and where to.
 from __future__ import annotations
 
 import logging
-import socket
-import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -19,32 +16,6 @@ import otel_rl
 
 SHUTDOWN_S = 1.5
 MARGIN_S = 2.0  # interpreter and thread scheduling on a loaded 2-core machine
-
-
-@pytest.fixture
-def silent_peer() -> Iterator[str]:
-    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    server.bind(("127.0.0.1", 0))
-    server.listen(64)
-    accepted: list[socket.socket] = []
-
-    def accept() -> None:
-        while True:
-            try:
-                conn, _ = server.accept()
-            except OSError:  # closed at teardown
-                return
-            accepted.append(conn)
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.getsockname()[1]}"
-    finally:
-        server.close()
-        for conn in accepted:  # the exporters' threads still waiting on it now fail at once
-            conn.close()
-        thread.join(5)
 
 
 @pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])

@@ -58,6 +58,21 @@ class DemoRun:
     steps: int
 
 
+def init_in_phoenix_project(project: str, **options: Any) -> otel_rl.Telemetry:
+    """``otel_rl.init(**options)`` with its resource in Phoenix project ``project`` (Phoenix files
+    spans by this resource attribute: one project per run keeps the runs apart); the environment
+    is restored after."""
+    previous = os.environ.get("OTEL_RESOURCE_ATTRIBUTES")
+    os.environ["OTEL_RESOURCE_ATTRIBUTES"] = f"openinference.project.name={project}"
+    try:
+        return otel_rl.init(**options)
+    finally:
+        if previous is None:
+            os.environ.pop("OTEL_RESOURCE_ATTRIBUTES", None)
+        else:
+            os.environ["OTEL_RESOURCE_ATTRIBUTES"] = previous
+
+
 def run_demo_into(stack: Any, protocol: str, root: Path, steps: int = 4) -> DemoRun:
     """Run the CPU demo exporting over OTLP (and to a run folder, to compare against)."""
     from otel_rl.demo import run_demo
@@ -66,25 +81,17 @@ def run_demo_into(stack: Any, protocol: str, root: Path, steps: int = 4) -> Demo
     run_id = f"e2e-{tag}-{int(time.time())}"
     project = f"e2e-{tag}"
     endpoint = stack.endpoints["otlp_grpc"] if protocol == "grpc" else stack.endpoints["otlp_http"]
-    previous = os.environ.get("OTEL_RESOURCE_ATTRIBUTES")
-    # Phoenix files spans by this resource attribute: one project per run keeps the runs apart.
-    os.environ["OTEL_RESOURCE_ATTRIBUTES"] = f"openinference.project.name={project}"
-    try:
-        tel = otel_rl.init(
-            service_name=f"otel-rl-e2e-{tag}",
-            run_id=run_id,
-            endpoint=endpoint,
-            protocol=protocol,
-            exporters="otlp,file",
-            run_dir=str(root / tag),
-            metric_export_interval_s=1.0,
-            console=False,
-        )
-    finally:
-        if previous is None:
-            os.environ.pop("OTEL_RESOURCE_ATTRIBUTES", None)
-        else:
-            os.environ["OTEL_RESOURCE_ATTRIBUTES"] = previous
+    tel = init_in_phoenix_project(
+        project,
+        service_name=f"otel-rl-e2e-{tag}",
+        run_id=run_id,
+        endpoint=endpoint,
+        protocol=protocol,
+        exporters="otlp,file",
+        run_dir=str(root / tag),
+        metric_export_interval_s=1.0,
+        console=False,
+    )
     try:
         run_demo(steps=steps, algo="ppo", telemetry=tel, out=root / tag, progress=False)
     finally:

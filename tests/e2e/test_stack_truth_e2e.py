@@ -11,7 +11,6 @@ import contextlib
 import io
 import ipaddress
 import json
-import os
 import socket
 import time
 import uuid
@@ -19,9 +18,8 @@ from typing import Any
 
 import psutil
 import pytest
-from stack_support import poll
+from stack_support import init_in_phoenix_project, poll
 
-import otel_rl
 from otel_rl.cli import main as cli_main
 from otel_rl.runs.phoenix import PhoenixClient
 from otel_rl.semconv import attributes as A
@@ -57,17 +55,9 @@ def test_every_listening_socket_of_the_stack_is_on_loopback(stack: Any) -> None:
 
 
 def _send_steps(stack: Any, project: str, run_id: str, steps: int) -> None:
-    previous = os.environ.get("OTEL_RESOURCE_ATTRIBUTES")
-    os.environ["OTEL_RESOURCE_ATTRIBUTES"] = f"openinference.project.name={project}"
-    try:
-        tel = otel_rl.init(
-            service_name=f"svc-{run_id}", run_id=run_id, endpoint=stack.endpoints["otlp_http"], exporters="otlp", console=False
-        )
-    finally:
-        if previous is None:
-            os.environ.pop("OTEL_RESOURCE_ATTRIBUTES", None)
-        else:
-            os.environ["OTEL_RESOURCE_ATTRIBUTES"] = previous
+    tel = init_in_phoenix_project(
+        project, service_name=f"svc-{run_id}", run_id=run_id, endpoint=stack.endpoints["otlp_http"], exporters="otlp", console=False
+    )
     try:
         for step in range(1, steps + 1):
             with tel.step(step), tel.stage("generate"):
