@@ -11,7 +11,11 @@ from otlp_sink import OtlpSink
 import otel_rl
 from otel_rl._sdk.file_exports import QueuedSpanExport
 from otel_rl.runs.folder import read_log_records, read_spans
+from otel_rl.semconv import attributes as A
+from otel_rl.semconv import metrics as M
 from otel_rl.semconv import names as N
+
+GENERATE_SPAN = N.RL_STAGE_SPAN_TEMPLATE.replace("<stage>", A.RlStageValues.GENERATE.value)
 
 BATCH_THREADS = ("OtelBatchSpanRecordProcessor", "OtelBatchLogRecordProcessor")
 
@@ -75,7 +79,7 @@ def test_the_run_folder_gets_spans_and_events_from_the_worker_without_a_flush(tm
                 pass
             tel.log({"actor/pg_loss": 0.5, "note": "text takes the SDK's event path"}, step=1)
         run = tmp_path / "run"
-        assert _wait_for(lambda: {s.name for s in read_spans(run)} >= {N.RL_STEP_SPAN, "rl.generate"})
+        assert _wait_for(lambda: {s.name for s in read_spans(run)} >= {N.RL_STEP_SPAN, GENERATE_SPAN})
         assert _wait_for(lambda: any(r["event_name"] == N.RL_LOG_EVENT for r in read_log_records(run)))
     finally:
         tel.shutdown()
@@ -112,6 +116,9 @@ def test_with_no_destination_no_event_is_built_and_a_tracker_still_gets_them(tmp
                 tel.log({"actor/pg_loss": 0.5 + step, "note": "x"} if step == 0 else {"actor/pg_loss": 0.5 + step}, step=step)
             tel.flush()
             assert (emitted == [N.RL_LOG_EVENT] * 4) is exported and (emitted == []) is not exported
-            assert tel.latest("rl.loss", {"rl.loss.type": "policy", "rl.model.role": "actor"}) == 3.5
+            assert (
+                tel.latest(M.RL_LOSS, {A.RL_LOSS_TYPE: A.RlLossTypeValues.POLICY.value, A.RL_MODEL_ROLE: A.RlModelRoleValues.ACTOR.value})
+                == 3.5
+            )
         finally:
             tel.shutdown()

@@ -422,7 +422,7 @@ class Pipeline:
             if template is None:
                 template = plan.template = KeyTemplate(plan.keys)
             writer.add(template, orjson.dumps(floats), step, time_ns, span_context)
-        elif self.events_exported:  # the body is checked here, so the file encoder need not check it again
+        else:  # the body is checked here, so the file encoder need not check it again
             body = FloatBody(values if floats is raw else zip(plan.keys, floats), plan.keys, floats)
             self.emit_event(N.RL_LOG_EVENT, body, {A.RL_STEP: step} if step is not None else {}, time_ns, span_context, plain=True)
         observer = self.observer

@@ -26,6 +26,7 @@ from opentelemetry.sdk.resources import Resource
 from otel_rl._sdk.aggregation import BulkHistograms, LatestValues, StampedPoints
 from otel_rl._sdk.config import TelemetryConfig, redact_url
 from otel_rl._sdk.distributed import detect_placement
+from otel_rl._sdk.file_exports import QueuedLogExport
 from otel_rl._sdk.goodput import lay_out
 from otel_rl._sdk.keys import KeyResolver
 from otel_rl._sdk.lifecycle import exit_hook
@@ -167,8 +168,8 @@ class Telemetry(SampleLogging):
         for queued in self._providers.file_exports:  # the worker writes the run folder's spans and events
             queued.wake = self._pipeline.wake_soon
         # The run folder's events are queued for the worker (or, with other destinations, batched by the SDK).
-        file_logs = self._providers.file_exports[1:]
-        self._pipeline.flush_sdk_events = file_logs[0].write if file_logs else self._providers.logger_provider.force_flush
+        file_logs = next((q for q in self._providers.file_exports if isinstance(q, QueuedLogExport)), None)
+        self._pipeline.flush_sdk_events = file_logs.write if file_logs is not None else self._providers.logger_provider.force_flush
         self._pipeline.stamped = self._stamped
         # Bound once: log() is two attribute loads away from the queue.
         self._append = self._pipeline.queue.append
