@@ -108,6 +108,11 @@ class Stage:
         self._cpu: list[tuple[str, int, int]] = []
         self.elapsed: float | None = None
 
+    @property
+    def started(self) -> float | None:
+        """``time.perf_counter()`` when the stage's timer began (None before it is entered)."""
+        return getattr(self, "_t0", None)
+
     def phase(self, name: str) -> Phase:
         """A child span for the ``onload``, ``execute`` or ``offload`` phase of this stage."""
         if name not in _PHASES:

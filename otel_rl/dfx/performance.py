@@ -333,9 +333,14 @@ class StepTimeline:
         t0 = time.perf_counter()
         with stage_cm as stage:
             yield stage
+        t1 = time.perf_counter()
         cluster = getattr(stage, "cluster", None)
         if cluster:
-            self.add(cluster, t0, time.perf_counter())
+            # the stage's own timer, when it has one: the same interval its span and duration report
+            started, elapsed = getattr(stage, "started", None), getattr(stage, "elapsed", None)
+            if started is not None and elapsed is not None:
+                t0, t1 = started, started + elapsed
+            self.add(cluster, t0, t1)
 
     @contextmanager
     def span(self, cluster: str) -> Iterator[None]:
