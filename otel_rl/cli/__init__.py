@@ -10,7 +10,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from otel_rl.cli import alerts, analyze, bridge, dashboards, demo, export, push, replay, semconv, show, stack, trace
+from otel_rl.cli import alerts, analyze, bridge, dashboards, demo, export, push, recover, replay, semconv, show, stack, trace
 from otel_rl.cli.semconv import find_semconv_dir
 from otel_rl.cli.trace import latest_run_dir
 
@@ -26,6 +26,7 @@ examples:
   otel-rl export otel-rl-runs/<run> --format csv --out steps.csv   every logged key, one row per step
   otel-rl trace --step 3 --out step3.json    find a step's trace (latest run or --phoenix URL), export it for Jaeger
   otel-rl trace RUN --steps 3-7 --format chrome --out t.json   those steps as a timeline for ui.perfetto.dev
+  otel-rl recover otel-rl-runs/<run>         after a crash: the metric points it had not exported, from its events
   otel-rl semconv check                      validate the registry and the framework mappings
   otel-rl semconv generate [--check]         regenerate otel_rl/semconv/ and docs/semconv/
   otel-rl semconv resolve --framework trl kl completions/clipped_ratio
@@ -36,7 +37,7 @@ examples:
 """
 
 # The subcommands in the order ``otel-rl --help`` lists them.
-COMMANDS = (semconv, demo, show, export, trace, push, stack, bridge, replay, analyze, dashboards, alerts)
+COMMANDS = (semconv, demo, show, export, trace, push, recover, stack, bridge, replay, analyze, dashboards, alerts)
 
 
 def build_parser() -> argparse.ArgumentParser:
