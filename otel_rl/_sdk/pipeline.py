@@ -18,7 +18,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-import orjson
 from opentelemetry import trace
 from opentelemetry._logs import Logger, SeverityNumber
 from opentelemetry.context import Context
@@ -421,7 +420,7 @@ class Pipeline:
             template = plan.template
             if template is None:
                 template = plan.template = KeyTemplate(plan.keys)
-            writer.add(template, orjson.dumps(floats), step, time_ns, span_context)
+            writer.add(template, floats, step, time_ns, span_context)
         else:  # the body is checked here, so the file encoder need not check it again
             body = FloatBody(values if floats is raw else zip(plan.keys, floats), plan.keys, floats)
             self.emit_event(N.RL_LOG_EVENT, body, {A.RL_STEP: step} if step is not None else {}, time_ns, span_context, plain=True)

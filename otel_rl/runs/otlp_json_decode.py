@@ -8,6 +8,7 @@ the reader turns that into a skipped line. Only the standard library is needed (
 from __future__ import annotations
 
 import base64
+import struct
 from collections.abc import Mapping
 from typing import Any
 
@@ -204,7 +205,7 @@ def decode_logs_request(obj: Mapping[str, Any]) -> list[dict[str, Any]]:
 class StepKeySets:
     """Restores the key -> value map of a run folder's compact ``rl.log`` records (written by
     ``otel_rl.exporters.step_events``): the first record of a key set carries the map and the
-    ``rl.log.key_set`` attribute, later ones the attribute and the values alone, in key order.
+    ``rl.log.key_set`` attribute, later ones the attribute and the values alone (little-endian doubles, in key order).
     One instance per file, fed its records in file order; the attribute is dropped, so a record
     reads as the SDK path would have written it."""
 
@@ -223,12 +224,12 @@ class StepKeySets:
             if isinstance(key_set, str) and isinstance(body, dict):
                 self._keys[key_set] = list(body)
                 del attributes[A.RL_LOG_KEY_SET]
-            elif isinstance(key_set, str) and isinstance(body, list):
+            elif isinstance(key_set, str) and isinstance(body, bytes):
                 keys = self._keys.get(key_set)
-                if keys is None or len(keys) != len(body):
+                if keys is None or len(body) != 8 * len(keys):
                     lost[key_set] = lost.get(key_set, 0) + 1
                     continue
-                record["body"] = dict(zip(keys, body))
+                record["body"] = dict(zip(keys, struct.unpack(f"<{len(keys)}d", body)))
                 del attributes[A.RL_LOG_KEY_SET]
             kept.append(record)
         if not lost:

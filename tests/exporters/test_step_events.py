@@ -3,10 +3,11 @@ that, and read back as the very records the SDK's log pipeline writes."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
+import struct
 
-import orjson
 import pytest
 from opentelemetry import trace
 from opentelemetry._logs import SeverityNumber
@@ -67,7 +68,7 @@ def direct_record_lines(path, steps, context) -> list[str]:
     exporter = OtlpJsonLogExporter(path)
     writer = writer_for(exporter)
     for values, step, time_ns in steps:
-        writer.add(KeyTemplate(list(values)), orjson.dumps(list(values.values())), step, time_ns, context)
+        writer.add(KeyTemplate(list(values)), list(values.values()), step, time_ns, context)
         assert writer.write()
     exporter.shutdown()
     return path.read_text(encoding="utf-8").splitlines()
@@ -98,7 +99,8 @@ def test_direct_records_read_back_as_the_sdk_pipelines_records(tmp_path, context
     # The next step of the same keys: its values alone, in key order, as doubles.
     second, expected = only_record(direct[1]), only_record(sdk[1])
     expected["attributes"] = [*expected.get("attributes", []), tag]
-    expected["body"] = {"arrayValue": {"values": [{"doubleValue": v} for v in STEPS[1][0].values()]}}
+    packed = struct.pack(f"<{len(STEPS[1][0])}d", *STEPS[1][0].values())  # little-endian doubles
+    expected["body"] = {"bytesValue": base64.b64encode(packed).decode()}
     assert second == expected
     assert len(direct[1]) < len(sdk[1])
     # Read back, both files give the same records (the map restored, the key set attribute gone).
@@ -111,7 +113,7 @@ def test_one_line_per_write_holds_every_record_in_order(tmp_path):
     writer = writer_for(exporter)
     template = KeyTemplate(["a", "b"])
     for step in range(5):
-        writer.add(template, orjson.dumps([step + 0.5, -step - 0.25]), step, 1_000 + step, None)
+        writer.add(template, [step + 0.5, -step - 0.25], step, 1_000 + step, None)
     assert writer.write()
     assert writer.write()  # nothing pending: nothing written, still success
     exporter.shutdown()
@@ -119,7 +121,7 @@ def test_one_line_per_write_holds_every_record_in_order(tmp_path):
     records = json.loads(line)["resourceLogs"][0]["scopeLogs"][0]["logRecords"]
     assert [r["attributes"][0]["value"]["intValue"] for r in records] == ["0", "1", "2", "3", "4"]
     assert [v["key"] for v in records[0]["body"]["kvlistValue"]["values"]] == ["a", "b"]
-    assert [v["doubleValue"] for v in records[3]["body"]["arrayValue"]["values"]] == [3.5, -3.25]
+    assert struct.unpack("<2d", base64.b64decode(records[3]["body"]["bytesValue"])) == (3.5, -3.25)
     back = read_log_records(tmp_path / "logs.jsonl")
     assert [r["body"] for r in back] == [{"a": step + 0.5, "b": -step - 0.25} for step in range(5)]
 
@@ -135,15 +137,15 @@ def test_each_writer_names_its_key_sets_again_and_a_reader_restores_every_one(tm
         writer = writer_for(exporter)
         for step in range(4):
             s = process * 10 + step
-            writer.add(train, orjson.dumps([s + 0.5, s / 4]), s, 1_000 + s, None)
+            writer.add(train, [s + 0.5, s / 4], s, 1_000 + s, None)
             expected.append({"loss": s + 0.5, "kl": s / 4})
             if step % 2:
-                writer.add(validation, orjson.dumps([s * 1.5]), s, 1_000 + s, None)
+                writer.add(validation, [s * 1.5], s, 1_000 + s, None)
                 expected.append({"val/score": s * 1.5})
             assert writer.write()
         exporter.shutdown()
     text = path.read_text()
-    assert text.count('"kvlistValue"') == 4 and text.count('"arrayValue"') == 8
+    assert text.count('"kvlistValue"') == 4 and text.count('"bytesValue"') == 8
     back = read_log_records(path)
     assert [r["body"] for r in back] == expected
     assert all(A.RL_LOG_KEY_SET not in r["attributes"] for r in back) and not back.problems
@@ -157,9 +159,9 @@ def test_values_whose_keys_no_earlier_line_holds_are_skipped_and_said(tmp_path):
     writer = writer_for(exporter)
     template = KeyTemplate(["a"])
     for step in range(3):
-        writer.add(template, orjson.dumps([float(step)]), step, 1_000 + step, None)
+        writer.add(template, [float(step)], step, 1_000 + step, None)
         assert writer.write()
-    writer.add(KeyTemplate(["b"]), orjson.dumps([9.0]), 3, 1_003, None)
+    writer.add(KeyTemplate(["b"]), [9.0], 3, 1_003, None)
     assert writer.write()
     exporter.shutdown()
     lines = path.read_text().splitlines(keepends=True)
@@ -175,11 +177,11 @@ def test_a_line_that_failed_to_write_has_its_maps_written_again(tmp_path, monkey
     exporter = OtlpJsonLogExporter(tmp_path / "logs.jsonl")
     writer = writer_for(exporter)
     template = KeyTemplate(["a"])
-    writer.add(template, orjson.dumps([1.0]), 1, 1, None)
+    writer.add(template, [1.0], 1, 1, None)
     monkeypatch.setattr(exporter.lines, "write_bytes", lambda line: False)  # a full disk, say
     assert not writer.write()
     monkeypatch.undo()
-    writer.add(template, orjson.dumps([2.0]), 2, 2, None)
+    writer.add(template, [2.0], 2, 2, None)
     assert writer.write()
     exporter.shutdown()
     back = read_log_records(tmp_path / "logs.jsonl")
@@ -189,12 +191,12 @@ def test_a_line_that_failed_to_write_has_its_maps_written_again(tmp_path, monkey
 def test_a_line_after_shutdown_or_in_a_forked_child_is_not_written(tmp_path, monkeypatch):
     exporter = OtlpJsonLogExporter(tmp_path / "logs.jsonl")
     writer = writer_for(exporter)
-    writer.add(KeyTemplate(["a"]), orjson.dumps([1.0]), 1, 1, None)
+    writer.add(KeyTemplate(["a"]), [1.0], 1, 1, None)
     monkeypatch.setattr(os, "getpid", lambda: -1)  # as a forked child sees it: another pid
     assert not writer.write()
     monkeypatch.undo()
     exporter.shutdown()
-    writer.add(KeyTemplate(["a"]), orjson.dumps([1.0]), 2, 2, None)
+    writer.add(KeyTemplate(["a"]), [1.0], 2, 2, None)
     assert not writer.write()
     assert (tmp_path / "logs.jsonl").read_text() == ""
 
