@@ -30,7 +30,7 @@ from otel_rl._sdk.summary import HEADLINE_LABELS
 # Rejected and to_number are imported from here too (the analyzers coerce values as the worker does).
 from otel_rl._sdk.values import MAX_NESTING, Rejected, event_value, key_text, to_array, to_number
 from otel_rl.exporters.otlp_json import FloatBody
-from otel_rl.exporters.step_events import KeyTemplate, StepEventWriter
+from otel_rl.exporters.step_events import DirectStepWriter
 from otel_rl.semconv import METRICS
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import metrics as M
@@ -91,7 +91,7 @@ class StepPlan:
         self.headline = [(index, label, factors.get(index, 1.0)) for index, label in headline]
         self.histograms = histograms  # (index, histogram state) of the keys recorded into histograms (timers)
         self.histogram_rows = histogram_rows  # where a step's row of those values goes (binned in bulk later)
-        self.template: KeyTemplate | None = None  # the step event's text around its numbers (direct writer)
+        self.template: Any = None  # the step event's bytes around its numbers (the direct writers' templates)
         indices = [i for i, _ in histograms]
         # the row of a step's histogram values in one C call (itemgetter of one index is no tuple)
         self.histogram_values = (
@@ -147,9 +147,10 @@ class Pipeline:
     # What happens to strings in an event body before export (see values.TextPolicy); Telemetry sets it
     # from its config.
     text_policy: Callable[[dict[str, Any]], dict[str, Any]] | None = None
-    # Where float-only step events go past the SDK's log pipeline (the run folder, when it is the
-    # only destination of events); Telemetry sets it. Written after each drain of the queue.
-    step_events: StepEventWriter | None = None
+    # Where float-only step events go past the SDK's log pipeline (the run folder and the OTLP spool,
+    # when every destination of events has a direct writer); Telemetry sets it. Written after each
+    # drain of the queue.
+    step_events: DirectStepWriter | None = None
     # Exports the events that went through the SDK (Telemetry sets it), so that a direct line never
     # lands ahead of an event emitted before it.
     flush_sdk_events: Callable[[], Any] | None = None
@@ -419,7 +420,7 @@ class Pipeline:
         if writer is not None and (step is None or type(step) is int) and plan.keys:
             template = plan.template
             if template is None:
-                template = plan.template = KeyTemplate(plan.keys)
+                template = plan.template = writer.template(plan.keys)
             writer.add(template, floats, step, time_ns, span_context)
         else:  # the body is checked here, so the file encoder need not check it again
             body = FloatBody(values if floats is raw else zip(plan.keys, floats), plan.keys, floats)

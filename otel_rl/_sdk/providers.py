@@ -38,6 +38,7 @@ from otel_rl._sdk.sdk_compat import (
     LogRecordLimits,
     SimpleLogRecordProcessor,
     log_encoder,
+    log_request_parts,
     metric_preferences,
 )
 from otel_rl._sdk.shutdown import shutdown_within
@@ -46,7 +47,8 @@ from otel_rl._sdk.spool_exporters import SpoolingLogExporter, SpoolingMetricExpo
 from otel_rl._version import __version__
 from otel_rl.exporters.files import LOGS_FILE, METRICS_FILE, TRACES_FILE, rank_file_name
 from otel_rl.exporters.otlp_json import OtlpJsonLogExporter, OtlpJsonMetricExporter, OtlpJsonSpanExporter
-from otel_rl.exporters.step_events import StepEventWriter
+from otel_rl.exporters.step_events import DirectStepWriter, StepEventWriter, StepEventWriters
+from otel_rl.exporters.step_events_proto import StepEventProtoWriter
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import metrics as M
 from otel_rl.semconv import names as N
@@ -65,9 +67,9 @@ class Providers:
     span_processors: list[Any] = field(default_factory=list)
     shared_tracer_provider: bool = False  # handed in by the caller, who shuts it down
     spool: Spool | None = None  # where OTLP exports wait for the collector
-    # The run folder's writer of float-only step events, when the run folder is the only place
-    # events go: the worker writes those there directly, past the SDK's log pipeline.
-    step_events: StepEventWriter | None = None
+    # The writers of float-only step events (the run folder's, the spool's), when every place events
+    # go has one: the worker writes those steps there directly, past the SDK's log pipeline.
+    step_events: DirectStepWriter | None = None
     # The run folder's spans and events, queued for the telemetry worker to write (no SDK thread).
     file_exports: list[QueuedExport] = field(default_factory=list)
     # Whether anything takes events (a file, a collector, a tracker): with nothing, none is built.
@@ -354,7 +356,7 @@ def build_providers(
             )
         )
 
-    step_events: StepEventWriter | None = None
+    writers: list[DirectStepWriter] = []  # direct writers of step events
     file_exports: list[QueuedExport] = []
     if config.file_enabled:
         run_dir = Path(str(config.run_dir))
@@ -370,8 +372,7 @@ def build_providers(
         logger_provider.add_log_record_processor(_QueuedLogProcessor(_ForkSafeLogExporter(queued_logs)))
         add_metrics(OtlpJsonMetricExporter(files[1]))
         destinations.append(f"files in {run_dir}")
-        if not config.otlp_enabled and not extra_log_exporters:
-            step_events = StepEventWriter(log_file, resource, scope, N.RL_LOG_EVENT, A.RL_STEP, A.RL_LOG_KEY_SET)
+        writers.append(StepEventWriter(log_file, resource, scope, N.RL_LOG_EVENT, A.RL_STEP, A.RL_LOG_KEY_SET))
     spool: Spool | None = None
     if config.otlp_enabled:
         exporters = otlp_exporters(config)
@@ -379,12 +380,20 @@ def build_providers(
         spool = open_spool(config, latest) if log_encoder() is not None else None
         if spool is not None:
             exporters, spool = _spooled(spool, exporters)
+        proto_writer = _spool_step_events(spool, resource, scope) if spool is not None and not extra_log_exporters else None
+        if proto_writer is None:
+            writers = []  # an OTLP destination without a direct writer: every event takes the SDK's path
+        else:
+            writers.append(proto_writer)
         # With the spool, what lies between log() and the disk obeys the same bound as the files.
         add(*exporters, config.file_flush_interval_s if spool is not None else None)
         destinations.append(
             f"OTLP {config.protocol} to {redact_url(config.endpoint) or 'the OTEL_EXPORTER_OTLP_*_ENDPOINT'}"
             + (f" (spool {spool.directory})" if spool is not None else "")
         )
+    if extra_log_exporters:  # the trackers take events from the SDK's log pipeline only
+        writers = []
+    step_events = writers[0] if len(writers) == 1 else StepEventWriters(writers) if writers else None
     meter_provider = MeterProvider(resource=resource, metric_readers=readers)
     events_exported = bool(destinations or extra_log_exporters)
     return Providers(
@@ -399,6 +408,19 @@ def build_providers(
         file_exports,
         events_exported,
     )
+
+
+def _spool_step_events(spool: Spool, resource: Resource, scope: InstrumentationScope) -> StepEventProtoWriter | None:
+    """The spool's direct writer of step events: the same request bytes the SDK's encoder makes."""
+    encoder = log_encoder()
+    if encoder is None:
+        return None
+    try:
+        parts = log_request_parts(encoder, resource, scope)
+    except Exception as exc:  # an encoder of another shape: events take the SDK's path
+        logger.debug("otel-rl: step events go through the SDK's log pipeline to the spool: %r", exc)
+        return None
+    return StepEventProtoWriter(lambda payload, records: spool.append(LOGS, payload, records), *parts, N.RL_LOG_EVENT, A.RL_STEP)
 
 
 def _spooled(spool: Spool, exporters: tuple[Any, MetricExporter, Any]) -> tuple[tuple[Any, MetricExporter, Any], Spool | None]:

@@ -37,6 +37,7 @@ __all__ = [
     "SimpleLogRecordProcessor",
     "installed_exporter_version",
     "log_encoder",
+    "log_request_parts",
     "metric_preferences",
     "otlp_log_exporter_class",
     "unsupported_reason",
@@ -119,3 +120,37 @@ def otlp_log_exporter_class(protocol: str) -> type:
     else:
         from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
     return OTLPLogExporter
+
+
+def log_request_parts(encode_logs: Callable[[Any], Any], resource: Any, scope: Any) -> tuple[bytes, bytes, str, str]:
+    """The serialized ``Resource`` and ``InstrumentationScope`` and the two schema URLs that
+    ``encode_logs`` (the SDK's encoder) writes for records of ``resource`` and ``scope``: read off
+    the request it makes for one empty record, so the direct records carry exactly the same."""
+    from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+
+    captured: list[Any] = []
+
+    class _Capture(LogRecordExporter):  # type: ignore[misc]
+        def export(self, batch: Any) -> Any:
+            captured.extend(batch)
+            return LogRecordExportResult.SUCCESS
+
+        def force_flush(self, timeout_millis: int = 30_000) -> bool:
+            return True
+
+        def shutdown(self) -> None:
+            pass
+
+    provider = LoggerProvider(resource=resource)
+    provider.add_log_record_processor(SimpleLogRecordProcessor(_Capture()))
+    provider.get_logger(scope.name, scope.version, scope.schema_url, scope.attributes).emit(body="")
+    provider.shutdown()
+    request = ExportLogsServiceRequest.FromString(encode_logs(captured).SerializeToString())
+    resource_logs = request.resource_logs[0]
+    scope_logs = resource_logs.scope_logs[0]
+    return (
+        resource_logs.resource.SerializeToString(),
+        scope_logs.scope.SerializeToString(),
+        resource_logs.schema_url,
+        scope_logs.schema_url,
+    )

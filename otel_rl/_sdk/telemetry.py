@@ -167,9 +167,10 @@ class Telemetry(SampleLogging):
         self._pipeline.events_exported = self._providers.events_exported
         for queued in self._providers.file_exports:  # the worker writes the run folder's spans and events
             queued.wake = self._pipeline.wake_soon
-        # The run folder's events are queued for the worker (or, with other destinations, batched by the SDK).
+        # The run folder's events are queued for the worker; its direct lines follow them in order.
+        # Over OTLP the order of requests does not matter, and a flush there could wait on the network.
         file_logs = next((q for q in self._providers.file_exports if isinstance(q, QueuedLogExport)), None)
-        self._pipeline.flush_sdk_events = file_logs.write if file_logs is not None else self._providers.logger_provider.force_flush
+        self._pipeline.flush_sdk_events = file_logs.write if file_logs is not None else None
         self._pipeline.stamped = self._stamped
         # Bound once: log() is two attribute loads away from the queue.
         self._append = self._pipeline.queue.append

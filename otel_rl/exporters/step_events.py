@@ -26,7 +26,7 @@ import base64
 import hashlib
 import os
 import struct
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -61,7 +61,26 @@ class KeyTemplate:
         self.packer = struct.Struct(f"<{len(keys)}d")
 
 
-class StepEventWriter:
+class PendingRecords:
+    """The encoded records added since the last write, kept for the process that made the writer."""
+
+    def __init__(self) -> None:
+        self._pending: list[bytes] = []
+        self._pid = os.getpid()
+
+    @property
+    def pending(self) -> bool:
+        """Whether records were added since the last write."""
+        return bool(self._pending)
+
+    def take(self) -> list[bytes] | None:
+        """The records added since the last call; None in a forked child (the parent's file or
+        spool is not its to write)."""
+        pending, self._pending = self._pending, []
+        return pending if os.getpid() == self._pid else None
+
+
+class StepEventWriter(PendingRecords):
     """Builds ``rl.log`` records of float-only steps and appends them to the run folder's logs file,
     one line per :meth:`write` (the worker calls it after each drain of its queue)."""
 
@@ -76,8 +95,10 @@ class StepEventWriter:
         self._step_head = b',"attributes":[{"key":' + orjson.dumps(step_key) + b',"value":{"intValue":"'
         self._key_set_key = orjson.dumps(key_set_key)[1:-1]
         self._key_set_attributes: dict[str, bytes] = {}  # key sets whose map this file holds -> their attribute
-        self._pending: list[bytes] = []
-        self._pid = os.getpid()
+        super().__init__()
+
+    def template(self, keys: list[str]) -> KeyTemplate:
+        return KeyTemplate(keys)
 
     def add(self, template: KeyTemplate, values: list[float], step: int | None, time_ns: int, span_context: Any) -> None:
         """One record: ``values`` are the step's finite floats, in the template's key order;
@@ -109,20 +130,49 @@ class StepEventWriter:
         pending += body
         pending.append(tail)
 
-    @property
-    def pending(self) -> bool:
-        """Whether records were added since the last write."""
-        return bool(self._pending)
-
     def write(self) -> bool:
         """Append the records added since the last call as one line; True when written (or none)."""
-        pending = self._pending
+        pending = self.take()
         if not pending:
-            return True
-        self._pending = []
-        if os.getpid() != self._pid:  # a forked child: the parent's file is not its to write
-            return False
+            return pending is not None
         written = self._out.write_bytes(b"".join((self._head, *pending, self._tail, b"\n")))
         if not written:  # the maps of this line's new key sets are not in the file: write them again
             self._key_set_attributes.clear()
         return written
+
+
+class DirectStepWriter(Protocol):
+    """What the telemetry worker hands float-only steps to: a writer of one destination's format."""
+
+    def template(self, keys: list[str]) -> Any:
+        """What the writer keeps per key set (built once per key set, passed back to ``add``)."""
+        ...
+
+    def add(self, template: Any, values: list[float], step: int | None, time_ns: int, span_context: Any) -> None: ...
+
+    @property
+    def pending(self) -> bool: ...
+
+    def write(self) -> bool: ...
+
+
+class StepEventWriters:
+    """Several direct writers of step events (the run folder's and the spool's) as one: each gets
+    every record, with the template it made for the key set."""
+
+    def __init__(self, writers: list[DirectStepWriter]) -> None:
+        self.writers = writers
+
+    def template(self, keys: list[str]) -> tuple[Any, ...]:
+        return tuple(writer.template(keys) for writer in self.writers)
+
+    def add(self, template: tuple[Any, ...], values: list[float], step: int | None, time_ns: int, span_context: Any) -> None:
+        for writer, each in zip(self.writers, template):
+            writer.add(each, values, step, time_ns, span_context)
+
+    @property
+    def pending(self) -> bool:
+        return any(writer.pending for writer in self.writers)
+
+    def write(self) -> bool:
+        return all([writer.write() for writer in self.writers])  # a list: every writer writes

@@ -1,0 +1,139 @@
+"""A step's ``rl.log`` event encoded straight into the OTLP protobuf request the disk spool sends.
+
+Through the SDK, a step of 250 float scalars costs an SDK ``LogRecord`` on the telemetry worker,
+then ~1.3 ms on the batch thread for the SDK's protobuf encoder (a message object per key and per
+value). At ~100 steps/s that encoder runs behind, and a process killed during an outage loses its
+backlog. When the collector (through the spool) is where events go, the telemetry worker hands
+each float-only step here instead: a step's record is the bytes the SDK encoder would make, built
+from a template of its keys around the doubles that one ``struct`` call packs; the records of one
+drain of the worker's queue become one ``ExportLogsServiceRequest`` in the spool. A test holds the
+bytes equal to the SDK encoder's, record for record.
+
+Protobuf fields are written in field-number order, as the SDK's encoder (upb) writes them: for a
+``LogRecord``, 1 time, 2 severity number, 5 body, 6 attributes, 8 flags, 9 trace id, 10 span id,
+11 observed time, 12 event name. A body is a ``kvlistValue`` of ``doubleValue`` entries, each a
+fixed number of bytes for its key, so a key set's whole body has a fixed layout.
+
+Used from the worker thread only.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from typing import Any
+
+from otel_rl.exporters.step_events import PendingRecords
+
+# What Pipeline.emit_event gives every event: SeverityNumber.INFO.
+_SEVERITY_INFO = 9
+_FIXED64 = struct.Struct("<Q")
+_FIXED32 = struct.Struct("<I")
+_UINT64 = (1 << 64) - 1
+
+
+def varint(value: int) -> bytes:
+    """Protobuf base-128 varint of an unsigned (or two's-complement int64) ``value``."""
+    value &= _UINT64
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def field(number: int, payload: bytes) -> bytes:
+    """A length-delimited field (wire type 2)."""
+    return varint(number << 3 | 2) + varint(len(payload)) + payload
+
+
+class ProtoKeyTemplate:
+    """The bytes of a float-only ``kvlistValue`` body with these keys, the doubles left out:
+    ``packer.pack(*args)`` with the numbers put in ``args[1::2]`` gives the record's body field."""
+
+    __slots__ = ("args", "packer")
+
+    def __init__(self, keys: list[str]) -> None:
+        entries = []
+        for key in keys:
+            # KeyValue{key=1: key, value=2: AnyValue{double_value=4 (fixed64): number}}
+            kv_head = field(1, key.encode("utf-8")) + b"\x12\x09\x21"
+            entries.append(varint(1 << 3 | 2) + varint(len(kv_head) + 8) + kv_head)
+        kvlist_size = sum(len(e) + 8 for e in entries)
+        any_value_size = len(varint(kvlist_size)) + 1 + kvlist_size  # AnyValue{kvlist_value=6}
+        # LogRecord.body=5: AnyValue{kvlist_value=6: KeyValueList{values=1: KeyValue...}}
+        head = varint(5 << 3 | 2) + varint(any_value_size) + varint(6 << 3 | 2) + varint(kvlist_size)
+        args: list[Any] = []
+        fmt = ["<"]
+        for index, entry in enumerate(entries):
+            piece = head + entry if index == 0 else entry
+            args += (piece, 0.0)
+            fmt.append(f"{len(piece)}sd")
+        if not entries:  # an empty map: the body field alone
+            args.append(head)
+            fmt.append(f"{len(head)}s")
+        self.args = args
+        self.packer = struct.Struct("".join(fmt))
+
+
+class StepEventProtoWriter(PendingRecords):
+    """Builds ``rl.log`` records of float-only steps as OTLP protobuf and stores them, one
+    ``ExportLogsServiceRequest`` per :meth:`write`, through ``store(payload, records)``."""
+
+    def __init__(
+        self,
+        store: Callable[[bytes, int], bool],
+        resource_message: bytes,
+        scope_message: bytes,
+        resource_schema_url: str,
+        scope_schema_url: str,
+        event_name: str,
+        step_key: str,
+    ) -> None:
+        """``resource_message`` / ``scope_message``: the serialized ``Resource`` and
+        ``InstrumentationScope`` the SDK's encoder writes for this telemetry (``otel_rl._sdk.sdk_compat.log_request_parts`` reads them off the SDK encoder)."""
+        self._store = store
+        self._resource = field(1, resource_message)
+        self._resource_tail = field(3, resource_schema_url.encode()) if resource_schema_url else b""
+        self._scope = field(1, scope_message)
+        self._scope_tail = field(3, scope_schema_url.encode()) if scope_schema_url else b""
+        self._severity = b"\x10" + varint(_SEVERITY_INFO)
+        self._event_name = field(12, event_name.encode("utf-8"))
+        # attributes=6: KeyValue{key=1: step_key, value=2: AnyValue{int_value=3: varint}}
+        self._step_key = field(1, step_key.encode("utf-8"))
+        super().__init__()
+
+    def template(self, keys: list[str]) -> ProtoKeyTemplate:
+        return ProtoKeyTemplate(keys)
+
+    def add(self, template: ProtoKeyTemplate, values: list[float], step: int | None, time_ns: int, span_context: Any) -> None:
+        """One record: ``values`` are the step's finite floats in the template's key order."""
+        args = template.args.copy()
+        args[1::2] = values
+        stamp = _FIXED64.pack(time_ns)
+        parts = [b"\x09", stamp, self._severity, template.packer.pack(*args)]
+        if step is not None:
+            any_value = b"\x18" + varint(step)
+            kv = self._step_key + b"\x12" + varint(len(any_value)) + any_value
+            parts += (b"\x32", varint(len(kv)), kv)
+        if span_context is not None:
+            flags = int(span_context.trace_flags)
+            if flags:
+                parts += (b"\x45", _FIXED32.pack(flags))
+            if span_context.trace_id:
+                parts += (b"\x4a\x10", span_context.trace_id.to_bytes(16, "big"))
+            if span_context.span_id:
+                parts += (b"\x52\x08", span_context.span_id.to_bytes(8, "big"))
+        parts += (b"\x59", stamp, self._event_name)
+        record = b"".join(parts)
+        self._pending += (b"\x12", varint(len(record)), record)  # ScopeLogs.log_records=2
+
+    def write(self) -> bool:
+        """Store the records added since the last call as one request; True when stored (or none)."""
+        pending = self.take()
+        if not pending:
+            return pending is not None
+        scope_logs = b"".join((self._scope, *pending, self._scope_tail))
+        resource_logs = b"".join((self._resource, field(2, scope_logs), self._resource_tail))
+        return self._store(field(1, resource_logs), len(pending) // 3)
