@@ -134,6 +134,10 @@ class StepEventProtoWriter(PendingRecords):
         pending = self.take()
         if not pending:
             return pending is not None
-        scope_logs = b"".join((self._scope, *pending, self._scope_tail))
-        resource_logs = b"".join((self._resource, field(2, scope_logs), self._resource_tail))
-        return self._store(field(1, resource_logs), len(pending) // 3)
+        # ExportLogsServiceRequest{resource_logs=1: ResourceLogs{resource=1, scope_logs=2: ScopeLogs{scope=1,
+        # log_records=2...}}}: the lengths first, then the whole request in one join (one copy of the records)
+        scope_size = len(self._scope) + sum(map(len, pending)) + len(self._scope_tail)
+        scope_head = b"\x12" + varint(scope_size)
+        resource_size = len(self._resource) + len(scope_head) + scope_size + len(self._resource_tail)
+        request = (b"\x0a", varint(resource_size), self._resource, scope_head, self._scope, *pending, self._scope_tail, self._resource_tail)
+        return self._store(b"".join(request), len(pending) // 3)
