@@ -2,9 +2,10 @@
 
 A step of 250 float scalars is otel-rl's commonest event and, through the SDK's log pipeline, its
 dearest: an SDK ``LogRecord`` (attribute cleaning, copies), the batch processor's queue and thread,
-then a dict tree per record for the encoder. When the run folder is the only place events go, the
-telemetry worker hands each such step here instead, and the records of one drain of the worker's
-queue go out as one line of ``ExportLogsServiceRequest`` OTLP/JSON.
+then a dict tree per record for the encoder. When every place events go has a direct writer (the
+run folder: this one; the OTLP spool: ``step_events_proto``; no tracker), the telemetry worker
+hands each such step to them instead, and the records of one drain of the worker's queue go out
+as one line of ``ExportLogsServiceRequest`` OTLP/JSON (``StepEventWriters`` feeds both).
 
 The keys are written once per key set. The first record of a key set carries the whole key ->
 value map (built from a template of its keys around the numbers orjson formats in one call) and
