@@ -35,6 +35,7 @@ from otel_rl.runs.records import Problem
 logger = logging.getLogger("otel_rl")
 
 DEFAULT_RESOLUTION_S = 1.0
+LARGE_BYTES = 64 * 2**20  # files this large get a line saying they are being read
 POINTS_PER_LINE = 2_000  # one OTLP request per line; ~0.5 MB, well under the readers' line limit
 
 DESCRIPTION = """\
@@ -280,6 +281,9 @@ def recover(
         if holder is not None:
             report = Recovery(metrics_path, skipped=f"process {holder} is still writing rank {rank} of this run folder")
         else:
+            size = sum(p.stat().st_size for p in (logs_path, metrics_path) if p.exists())
+            if size > LARGE_BYTES:  # reading takes a while: say what is being read
+                say(f"reading {logs_path.name} and {metrics_path.name} ({size / 2**20:,.0f} MiB)...")
             report = _recover_file(logs_path, metrics_path, resolution_s)
         say(report.summary())
         reports.append(report)

@@ -127,3 +127,13 @@ def test_a_live_run_folder_is_left_alone(make_telemetry, capsys) -> None:
 def test_the_command_names_a_missing_folder(tmp_path: Path, capsys) -> None:
     assert main(["recover", str(tmp_path / "nope")]) == 1
     assert f"{tmp_path / 'nope'} is not a run folder" in capsys.readouterr().err
+
+
+def test_large_files_are_announced_before_they_are_read(crashed, monkeypatch) -> None:
+    import otel_rl.runs.recover as recover_module
+
+    image, _ = crashed
+    monkeypatch.setattr(recover_module, "LARGE_BYTES", 0)
+    said: list[str] = []
+    recover(image, say=said.append)
+    assert said[0].startswith("reading logs.jsonl and metrics.jsonl (") and said[1].startswith("metrics.jsonl: wrote")
