@@ -83,6 +83,11 @@ class Resolution:
     fallback: bool  # True for rl.unmapped / rl.telemetry.rejected
     key: str
 
+    @property
+    def counted_only(self) -> bool:
+        """Past the unmapped-key limit: the value only counts in rl.telemetry.rejected."""
+        return self.fallback and self.metric == _REJECTED_METRIC
+
 
 # --------------------------------------------------------------------------------------------------
 # The resolver

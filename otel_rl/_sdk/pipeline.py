@@ -28,7 +28,7 @@ from otel_rl._sdk.keys import KeyResolver
 from otel_rl._sdk.summary import HEADLINE_LABELS
 
 # Rejected and to_number are imported from here too (the analyzers coerce values as the worker does).
-from otel_rl._sdk.values import MAX_NESTING, Rejected, event_value, key_text, to_array, to_number
+from otel_rl._sdk.values import MAX_NESTING, Rejected, event_value, key_text, resolved_number, to_array, to_number
 from otel_rl.exporters.otlp_json import FloatBody
 from otel_rl.exporters.step_events import DirectStepWriter
 from otel_rl.semconv import METRICS
@@ -310,7 +310,7 @@ class Pipeline:
                 tuple(res.attributes),
                 res.transform,
                 histogram=mdef is not None and mdef.instrument == "histogram",
-                counter_overflow=res.fallback and res.metric == M.RL_TELEMETRY_REJECTED,
+                counter_overflow=res.counted_only,
             )
             self._plans[key] = plan
         return plan
@@ -341,14 +341,7 @@ class Pipeline:
                 key, "overflow", f"otel-rl: {key!r} is not mapped and the unmapped-key limit is reached; counted in rl.telemetry.rejected"
             )
             return
-        if plan.transform is not None:
-            try:
-                value = plan.transform(raw)
-            except (TypeError, ValueError) as exc:
-                raise Rejected(_REASONS.NON_NUMERIC.value, str(exc)) from None
-            value = to_number(value)
-        else:
-            value = to_number(raw)
+        value = resolved_number(plan.transform, raw)
         # With metrics_at_log_time, _process_log keeps the value as a point at the log's time instead.
         if plan.histogram:
             measured = self._span_measured.get(step)

@@ -149,6 +149,18 @@ def to_number(raw: Any) -> float:
     return value
 
 
+def resolved_number(transform: Any, raw: Any) -> float:
+    """A logged value as its metric takes it: through the key's ``transform`` (None: as logged),
+    then :func:`to_number`; raises Rejected with the reason."""
+    if transform is None:
+        return to_number(raw)
+    try:
+        value = transform(raw)
+    except (TypeError, ValueError) as exc:
+        raise Rejected(_REASONS.NON_NUMERIC.value, str(exc)) from None
+    return to_number(value)
+
+
 def to_array(raw: Any) -> np.ndarray:
     """A 1-D float64 array of a list / numpy array / torch tensor (moved to host by the worker)."""
     if hasattr(raw, "detach"):  # torch.Tensor: leave the device copy to this worker thread

@@ -116,12 +116,11 @@ class _Rebuilder:
 
     def resolve(self, framework: str | None, body: dict[str, Any]) -> Iterable[tuple[str, str, tuple[Any, ...], float]]:
         """(instrument, metric, attributes, value) of each key of ``body`` that a run exports."""
-        from otel_rl._sdk.values import Rejected, to_number
-        from otel_rl.semconv import metrics as M
+        from otel_rl._sdk.values import Rejected, resolved_number
 
         for key, raw in body.items():
             res = self._resolver.resolve(key, framework)
-            if res.fallback and res.metric == M.RL_TELEMETRY_REJECTED:
+            if res.counted_only:
                 continue  # past the unmapped-key limit: only a count, as in the run
             mdef = self._metrics.get(res.metric)
             if mdef is None:
@@ -131,8 +130,8 @@ class _Rebuilder:
                 self.histograms.add((res.metric, attrs))
                 continue
             try:
-                value = to_number(res.transform(raw) if res.transform is not None else raw)
-            except (Rejected, TypeError, ValueError, ArithmeticError):
+                value = resolved_number(res.transform, raw)
+            except (Rejected, ArithmeticError):  # ArithmeticError: a conversion overflowed
                 self.not_numeric += 1
                 continue
             yield mdef.instrument, res.metric, attrs, value

@@ -13,7 +13,7 @@ from opentelemetry.context import Context
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk._logs.export import SimpleLogRecordProcessor
-from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, TraceFlags
 
@@ -23,7 +23,7 @@ from otel_rl.semconv import attributes as A
 from otel_rl.semconv import names as N
 
 ENCODE = log_encoder()
-RESOURCE = Resource({"service.name": "otel-rl-test", "rl.run.id": "run-1", "rl.tags": ("a", "b")}, schema_url="https://x/1.0")
+RESOURCE = Resource({SERVICE_NAME: "otel-rl-test", A.RL_RUN_ID: "run-1", "team.tags": ("a", "b")}, schema_url="https://x/1.0")
 SCOPE = InstrumentationScope("otel_rl", "9.9.9")
 TRACED = SpanContext(0x0123456789ABCDEF0123456789ABCDEF, 0x0123456789ABCDEF, False, TraceFlags(1))
 UNSAMPLED = SpanContext(0x0123456789ABCDEF0123456789ABCDEF, 0x1111111111111111, False, TraceFlags(0))

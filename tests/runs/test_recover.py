@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from opentelemetry.sdk.resources import SERVICE_INSTANCE_ID
 
 from otel_rl.cli import main
 from otel_rl.runs.folder import read_log_records, read_metrics
@@ -82,7 +83,7 @@ def test_the_points_after_the_last_export_are_rebuilt_as_the_run_would_have_expo
     assert [p.value for p in tokens[1:]] == [1000.0 * s for s in range(6, 11)]
     assert {p.start_time_ns for p in tokens} == {tokens[0].start_time_ns}  # the counter goes on, no reset
     assert tokens[-1].kind == "sum" and tokens[-1].is_monotonic
-    assert {p.resource["service.instance.id"] for p in after} == {tel.resource.attributes["service.instance.id"]}
+    assert {p.resource[SERVICE_INSTANCE_ID] for p in after} == {tel.resource.attributes[SERVICE_INSTANCE_ID]}
 
     # What the run itself exports when it ends cleanly: the same latest values.
     tel.shutdown()
