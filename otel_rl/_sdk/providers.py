@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from opentelemetry.sdk.environment_variables import OTEL_BLRP_MAX_EXPORT_BATCH_SIZE
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult, MetricsData, PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
@@ -56,6 +57,9 @@ from otel_rl.semconv import names as N
 SCOPE_NAME = "otel_rl"
 SPOOL_FOLDER = "spool"
 logger = logging.getLogger("otel_rl")
+
+# BatchLogRecordProcessor's default for OTEL_BLRP_MAX_EXPORT_BATCH_SIZE.
+_SDK_LOG_BATCH_SIZE = 512
 
 
 @dataclass
@@ -420,7 +424,23 @@ def _spool_step_events(spool: Spool, resource: Resource, scope: InstrumentationS
     except Exception as exc:  # an encoder of another shape: events take the SDK's path
         logger.debug("otel-rl: step events go through the SDK's log pipeline to the spool: %r", exc)
         return None
-    return StepEventProtoWriter(lambda payload, records: spool.append(LOGS, payload, records), *parts, N.RL_LOG_EVENT, A.RL_STEP)
+    return StepEventProtoWriter(
+        lambda payload, records: spool.append(LOGS, payload, records),
+        *parts,
+        N.RL_LOG_EVENT,
+        A.RL_STEP,
+        max_records=_log_batch_size(),
+        max_bytes=spool.segment_bytes,
+    )
+
+
+def _log_batch_size() -> int:
+    """Records per logs request: the SDK batch processor's setting, which the direct writer keeps too."""
+    raw = os.environ.get(OTEL_BLRP_MAX_EXPORT_BATCH_SIZE, "")
+    try:
+        return max(1, int(raw)) if raw.strip() else _SDK_LOG_BATCH_SIZE
+    except ValueError:  # the SDK's processor says so itself when it reads the same variable
+        return _SDK_LOG_BATCH_SIZE
 
 
 def _spooled(spool: Spool, exporters: tuple[Any, MetricExporter, Any]) -> tuple[tuple[Any, MetricExporter, Any], Spool | None]:

@@ -6,8 +6,10 @@ value). At ~100 steps/s that encoder runs behind, and a process killed during an
 backlog. When the collector (through the spool) is where events go, the telemetry worker hands
 each float-only step here instead: a step's record is the bytes the SDK encoder would make, built
 from a template of its keys around the doubles that one ``struct`` call packs; the records of one
-drain of the worker's queue become one ``ExportLogsServiceRequest`` in the spool. A test holds the
-bytes equal to the SDK encoder's, record for record.
+drain of the worker's queue become ``ExportLogsServiceRequest``s in the spool, each of at most
+``max_records`` records (the SDK batch processor's ``OTEL_BLRP_MAX_EXPORT_BATCH_SIZE``) and about
+``max_bytes``: the spool drops its oldest segments when full, and a request bigger than a segment
+would take newer steps with it. A test holds the bytes equal to the SDK encoder's, record for record.
 
 Protobuf fields are written in field-number order, as the SDK's encoder (upb) writes them: for a
 ``LogRecord``, 1 time, 2 severity number, 5 body, 6 attributes, 8 flags, 9 trace id, 10 span id,
@@ -78,8 +80,9 @@ class ProtoKeyTemplate:
 
 
 class StepEventProtoWriter(PendingRecords):
-    """Builds ``rl.log`` records of float-only steps as OTLP protobuf and stores them, one
-    ``ExportLogsServiceRequest`` per :meth:`write`, through ``store(payload, records)``."""
+    """Builds ``rl.log`` records of float-only steps as OTLP protobuf and stores them at each
+    :meth:`write` through ``store(payload, records)``, as requests of at most ``max_records``
+    records and (but for a single bigger record) ``max_bytes`` bytes."""
 
     def __init__(
         self,
@@ -90,6 +93,8 @@ class StepEventProtoWriter(PendingRecords):
         scope_schema_url: str,
         event_name: str,
         step_key: str,
+        max_records: int = 512,
+        max_bytes: int = 4 * 2**20,
     ) -> None:
         """``resource_message`` / ``scope_message``: the serialized ``Resource`` and
         ``InstrumentationScope`` the SDK's encoder writes for this telemetry (``otel_rl._sdk.sdk_compat.log_request_parts`` reads them off the SDK encoder)."""
@@ -102,6 +107,8 @@ class StepEventProtoWriter(PendingRecords):
         self._event_name = field(12, event_name.encode("utf-8"))
         # attributes=6: KeyValue{key=1: step_key, value=2: AnyValue{int_value=3: varint}}
         self._step_key = field(1, step_key.encode("utf-8"))
+        self._max_records = max(1, max_records)
+        self._max_bytes = max_bytes
         super().__init__()
 
     def template(self, keys: list[str]) -> ProtoKeyTemplate:
@@ -130,14 +137,25 @@ class StepEventProtoWriter(PendingRecords):
         self._pending += (b"\x12", varint(len(record)), record)  # ScopeLogs.log_records=2
 
     def write(self) -> bool:
-        """Store the records added since the last call as one request; True when stored (or none)."""
+        """Store the records added since the last call; True when all were stored (or none)."""
         pending = self.take()
         if not pending:
             return pending is not None
+        stored = True
+        start, size = 0, 0
+        for end in range(0, len(pending), 3):  # each record is three pieces: tag, length, bytes
+            record_size = len(pending[end + 1]) + len(pending[end + 2]) + 1
+            if end > start and (end - start >= 3 * self._max_records or size + record_size > self._max_bytes):
+                stored &= self._store_request(pending[start:end])
+                start, size = end, 0
+            size += record_size
+        return self._store_request(pending[start:]) and stored
+
+    def _store_request(self, records: list[bytes]) -> bool:
         # ExportLogsServiceRequest{resource_logs=1: ResourceLogs{resource=1, scope_logs=2: ScopeLogs{scope=1,
         # log_records=2...}}}: the lengths first, then the whole request in one join (one copy of the records)
-        scope_size = len(self._scope) + sum(map(len, pending)) + len(self._scope_tail)
+        scope_size = len(self._scope) + sum(map(len, records)) + len(self._scope_tail)
         scope_head = b"\x12" + varint(scope_size)
         resource_size = len(self._resource) + len(scope_head) + scope_size + len(self._resource_tail)
-        request = (b"\x0a", varint(resource_size), self._resource, scope_head, self._scope, *pending, self._scope_tail, self._resource_tail)
-        return self._store(b"".join(request), len(pending) // 3)
+        request = (b"\x0a", varint(resource_size), self._resource, scope_head, self._scope, *records, self._scope_tail, self._resource_tail)
+        return self._store(b"".join(request), len(records) // 3)

@@ -99,6 +99,33 @@ def test_the_request_is_the_sdk_encoders_byte_for_byte(steps) -> None:
     assert [{kv.key: kv.value.double_value for kv in r.body.kvlist_value.values} for r in records] == [v for v, _, _ in steps]
 
 
+@pytest.mark.parametrize(("max_records", "max_bytes", "sizes"), [(4, 1 << 20, [4, 4, 2]), (100, 3_500, [3, 3, 3, 1]), (100, 10, [1] * 10)])
+def test_a_drain_is_stored_as_bounded_requests_in_order(max_records, max_bytes, sizes) -> None:
+    # The spool drops whole oldest segments when full: one request of a long drain bigger than a
+    # segment would take the newest steps with it, so a drain is cut by records and by bytes.
+    stored: list[tuple[bytes, int]] = []
+    writer = StepEventProtoWriter(
+        lambda payload, records: stored.append((payload, records)) is None,
+        *log_request_parts(ENCODE, RESOURCE, SCOPE),
+        N.RL_LOG_EVENT,
+        A.RL_STEP,
+        max_records=max_records,
+        max_bytes=max_bytes,
+    )
+    template = writer.template([f"actor/k{i}" for i in range(40)])  # ~1,060 bytes a record
+    for step in range(10):
+        writer.add(template, [step + i / 40 for i in range(40)], step, 1_764_000_000_000_000_000 + step, None)
+    assert writer.write()
+    assert [records for _, records in stored] == sizes
+    steps = []
+    for payload, records in stored:
+        assert records == 1 or len(payload) <= max_bytes + 200  # the resource and scope around them
+        (resource_logs,) = ExportLogsServiceRequest.FromString(payload).resource_logs
+        assert resource_logs.resource.attributes[0].key == SERVICE_NAME
+        steps += [r.attributes[0].value.int_value for r in resource_logs.scope_logs[0].log_records]
+    assert steps == list(range(10))
+
+
 def test_varint_matches_protobuf() -> None:
     from google.protobuf.internal.encoder import _VarintBytes  # the reference implementation
 
