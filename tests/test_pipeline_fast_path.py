@@ -7,9 +7,11 @@ import math
 
 import numpy as np
 import pytest
+from shared_files import LOGS, needs_shared_logs
 
 import otel_rl
 from otel_rl._sdk.config import resolve_config
+from otel_rl.replay import parse_file
 from otel_rl.runs.folder import read_log_records, read_metrics
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import metrics as M
@@ -69,6 +71,64 @@ def test_bulk_path_matches_the_per_key_path(make_telemetry, request, tmp_path):
     assert events_fast == events_slow and len(events_fast) == 4
     assert all(type(v) is float for body in events_fast for v in body.values())
     assert events_fast[3]["actor/grad_norm"] == float(np.float64(0.75 * 1.3))
+
+
+def _events(tel) -> dict[int, dict]:
+    return {r["attributes"][A.RL_STEP]: r["body"] for r in read_log_records(tel.run_dir) if r["event_name"] == N.RL_LOG_EVENT}
+
+
+@needs_shared_logs
+@pytest.mark.parametrize("options", [{}, {"track_with": "stdout"}], ids=["run-folder", "through-the-sdk"])
+def test_real_verl_steps_with_ints_take_the_bulk_path_and_match_the_per_key_path(make_telemetry, request, tmp_path, options):
+    # verl logs a dozen ints a step (global_seqlen/*, training/global_step, num_turns/*): metrics
+    # take them as floats, the event keeps them as ints, as the per-key path does.
+    log = parse_file(LOGS / "verl_opd_qwen2-3b_wandb-outputlog_healthy.log")
+    steps = [r.values for r in log.records if "training/global_step" in r.values][:6]
+    keys = list(steps[0])
+    assert all(list(values) == keys for values in steps)
+    assert sum(type(v) is int for v in steps[0].values()) >= 10 and sum(type(v) is float for v in steps[0].values()) >= 40
+    steps[3] = {k: (np.int64(v) if type(v) is int else np.float32(v) if k.startswith("actor/") else v) for k, v in steps[3].items()}
+    fast = make_telemetry(framework="verl", **options)
+    slow = _second_telemetry(request, tmp_path, framework="verl", service_name="otel-rl-test", **options)
+    slow._pipeline.stamped = None
+    per_key = []
+    slow._pipeline._process_log_slow = lambda *a, _orig=slow._pipeline._process_log_slow: per_key.append(a[0]) or _orig(*a)
+    bulk_skipped = []
+    fast._pipeline._process_log_slow = lambda *a, _orig=fast._pipeline._process_log_slow: bulk_skipped.append(a[0]) or _orig(*a)
+    _steps(fast, steps)
+    for step, values in enumerate(steps, start=1):
+        slow.log(values, step=step)
+        slow.flush()
+        slow._pipeline._step_plans.clear()
+    assert per_key == [1, 2, 3, 4, 5, 6]
+    assert len(bulk_skipped) < len(steps) - 2  # the first steps go per key until the plan is built
+    plan = fast._pipeline._step_plans[tuple(keys)]
+    assert plan is not None and plan.template is None
+    assert (len(plan.int_templates) == 1) == (not options)  # the run folder's writer took the steps with ints
+    assert _state(fast) == _state(slow)
+    fast.shutdown()
+    slow.shutdown()
+    events_fast, events_slow = _events(fast), _events(slow)
+    assert events_fast == events_slow and len(events_fast) == 6
+    for body in events_fast.values():  # the exact types, not only equal values (1 == 1.0)
+        assert [type(v) for v in body.values()] == [type(v) for v in events_slow[1].values()]
+        assert body["training/global_step"] in range(1, 200)
+
+
+def test_an_int_beyond_int64_and_a_bool_take_the_per_key_path(make_telemetry):
+    tel = make_telemetry(framework="roll")
+    for step in range(1, 4):
+        tel.log({"actor/pg_loss": 0.5, "actor/grad_norm": 1.0, "actor/n": 3}, step=step)
+    tel.log({"actor/pg_loss": 0.5, "actor/grad_norm": 1.0, "actor/n": 2**64}, step=4)
+    tel.log({"actor/pg_loss": 0.5, "actor/grad_norm": 1.0, "actor/n": True}, step=5)
+    tel.log({"actor/pg_loss": 0.5, "actor/grad_norm": 1.0, "actor/n": np.uint64(2**63)}, step=6)
+    tel.flush()
+    tel.shutdown()
+    events = _events(tel)
+    assert events[3]["actor/n"] == 3 and type(events[3]["actor/n"]) is int
+    assert events[4]["actor/n"] == float(2**64)  # OTLP has no wider int: the per-key path's float
+    assert events[5]["actor/n"] is True
+    assert events[6]["actor/n"] == float(2**63)
 
 
 def test_unusual_values_take_the_per_key_path(make_telemetry, caplog):

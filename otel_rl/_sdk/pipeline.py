@@ -64,6 +64,11 @@ _UNPLANNED: Any = object()  # sentinel in StepPlan | None lookups; Any so an ide
 _STEP_PLANS = 8  # key sets whose plans are kept
 _PLAN_TRIES = 3  # steps of a key set with a series that has no value yet, before it goes per key for good
 _FLOATS = frozenset({float, np.float64, np.float32, np.float16})
+# Integer types whose every value fits an int64: on the bulk path, the event keeps them as ints.
+_INTS = frozenset({int, np.int64, np.int32, np.int16, np.int8, np.uint32, np.uint16, np.uint8})
+_NUMBERS = _FLOATS | _INTS
+_PLAIN_NUMBERS = frozenset({float, int})
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
 class StepPlan:
@@ -73,7 +78,7 @@ class StepPlan:
     values (``headline``: index, label, factor).
     Only steps whose every key is a plain gauge or a linearly transformed one get a plan."""
 
-    __slots__ = ("keys", "row", "series", "headline", "histograms", "histogram_rows", "histogram_values", "template")
+    __slots__ = ("keys", "row", "series", "headline", "histograms", "histogram_rows", "histogram_values", "template", "int_templates")
 
     def __init__(
         self,
@@ -92,6 +97,7 @@ class StepPlan:
         self.histograms = histograms  # (index, histogram state) of the keys recorded into histograms (timers)
         self.histogram_rows = histogram_rows  # where a step's row of those values goes (binned in bulk later)
         self.template: Any = None  # the step event's bytes around its numbers (the direct writers' templates)
+        self.int_templates: dict[tuple[int, ...], Any] = {}  # the same, per set of positions holding ints
         indices = [i for i, _ in histograms]
         # the row of a step's histogram values in one C call (itemgetter of one index is no tuple)
         self.histogram_values = (
@@ -381,14 +387,21 @@ class Pipeline:
             self._plan_tries.pop(keys, None)
 
     def _process_log_fast(self, plan: StepPlan, step: int | None, time_ns: int, span_context: Any, values: Mapping[Any, Any]) -> bool:
-        """A key set with a plan, every value a finite float: store the step's values in bulk and
-        emit its event. False (nothing done) for anything else: the per-key path decides."""
+        """A key set with a plan, every value a finite float or an int64: store the step's values
+        in bulk and emit its event. False (nothing done) for anything else: the per-key path decides."""
         raw = list(values.values())
         kinds = set(map(type, raw))
+        ints: tuple[int, ...] = ()
         if kinds == _FLOAT:
-            floats = raw
+            floats = numbers = raw
         elif kinds <= _FLOATS:  # numpy float scalars: the event carries the Python float (as item() gives)
-            floats = list(map(float, raw))
+            floats = numbers = list(map(float, raw))
+        elif kinds <= _NUMBERS:  # ints among them (verl logs a dozen a step): metrics take floats, the event the ints
+            numbers = raw if kinds <= _PLAIN_NUMBERS else [int(v) if type(v) in _INTS else float(v) for v in raw]
+            ints = tuple(i for i, v in enumerate(numbers) if type(v) is int)
+            if not all(_INT64_MIN <= numbers[i] <= _INT64_MAX for i in ints):
+                return False
+            floats = list(map(float, numbers))
         else:
             return False
         total = sum(floats)
@@ -411,10 +424,19 @@ class Pipeline:
                 head[label] = floats[index] * factor
         writer = self.step_events
         if writer is not None and (step is None or type(step) is int) and plan.keys:
-            template = plan.template
+            template = plan.template if not ints else plan.int_templates.get(ints)
             if template is None:
-                template = plan.template = writer.template(plan.keys)
-            writer.add(template, floats, step, time_ns, span_context)
+                template = writer.template(plan.keys, ints)
+                if ints:
+                    if len(plan.int_templates) >= _STEP_PLANS:  # values that flip between int and float: keep a few
+                        plan.int_templates.clear()
+                    plan.int_templates[ints] = template
+                else:
+                    plan.template = template
+            writer.add(template, numbers, step, time_ns, span_context)
+        elif ints:
+            body = dict(values if numbers is raw else zip(plan.keys, numbers))
+            self.emit_event(N.RL_LOG_EVENT, body, {A.RL_STEP: step} if step is not None else {}, time_ns, span_context, plain=True)
         else:  # the body is checked here, so the file encoder need not check it again
             body = FloatBody(values if floats is raw else zip(plan.keys, floats), plan.keys, floats)
             self.emit_event(N.RL_LOG_EVENT, body, {A.RL_STEP: step} if step is not None else {}, time_ns, span_context, plain=True)

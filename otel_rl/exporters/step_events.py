@@ -1,6 +1,6 @@
 """A step's ``rl.log`` event written straight into the run folder's ``logs.jsonl``.
 
-A step of 250 float scalars is otel-rl's commonest event and, through the SDK's log pipeline, its
+A step of 250 scalars is otel-rl's commonest event and, through the SDK's log pipeline, its
 dearest: an SDK ``LogRecord`` (attribute cleaning, copies), the batch processor's queue and thread,
 then a dict tree per record for the encoder. When every place events go has a direct writer (the
 run folder: this one; the OTLP spool: ``step_events_proto``; no tracker), the telemetry worker
@@ -9,9 +9,11 @@ as one line of ``ExportLogsServiceRequest`` OTLP/JSON (``StepEventWriters`` feed
 
 The keys are written once per key set. The first record of a key set carries the whole key ->
 value map (built from a template of its keys around the numbers orjson formats in one call) and
-the attribute ``rl.log.key_set``, a hash of the keys; later records of that key set carry the same
-attribute and, as the body, the values alone: a ``bytesValue`` holding the doubles in key order,
-little-endian IEEE 754 (one ``struct`` call and one base64 call, the exact bits logged). A step of
+the attribute ``rl.log.key_set``, a hash of the keys (and of which values are ints); later records
+of that key set carry the same attribute and, as the body, the values alone: a ``bytesValue``
+holding them in key order, 8 bytes each, little-endian: an IEEE 754 double, or a two's-complement
+int64 where the map has an ``intValue`` (one ``struct`` call and one base64 call, the exact value
+logged). A step of
 250 keys is then ~2.8 KB instead of ~24 KB. ``otel_rl.runs.read_log_records`` restores the map, so every
 reader of the run folder (show, trace, replay, analyze, export) gets the record the SDK path would
 have written (a test holds them equal). Any other OTLP/JSON reader (the collector's
@@ -42,24 +44,30 @@ _BYTES_TAIL = b'"}'
 
 
 class KeyTemplate:
-    """The bytes around the numbers of a float-only ``kvlistValue`` body with these keys, in order:
-    ``pieces[0] + n0 + pieces[1] + n1 + ... + pieces[-1]``; ``packer`` packs the numbers alone."""
+    """The bytes around the numbers of a ``kvlistValue`` body of doubles (and, at the positions
+    ``ints``, int64s) with these keys, in order: ``pieces[0] + n0 + pieces[1] + n1 + ... +
+    pieces[-1]``, the numbers as orjson formats them; ``packer`` packs the numbers alone."""
 
     __slots__ = ("pieces", "size", "key_set", "packer")
 
-    def __init__(self, keys: list[str]) -> None:
-        encoded = orjson.dumps(keys)
-        # The same in every process and file: the hash of the keys, in order.
-        self.key_set = hashlib.blake2b(encoded, digest_size=8).hexdigest()
+    def __init__(self, keys: list[str], ints: tuple[int, ...] = ()) -> None:
+        # The same in every process and file: the hash of the keys in order (and of which are ints).
+        named = orjson.dumps(keys) if not ints else orjson.dumps([keys, list(ints)])
+        self.key_set = hashlib.blake2b(named, digest_size=8).hexdigest()
+        int_positions = set(ints)
         pieces: list[bytes] = []
-        for key in keys:
-            prefix = b'{"key":' + orjson.dumps(key) + b',"value":{"doubleValue":'
-            pieces.append(b"}}," + prefix if pieces else b'{"kvlistValue":{"values":[' + prefix)
+        close = b""
+        for index, key in enumerate(keys):
+            # OTLP/JSON writes an int64 as a decimal string, a double as a number
+            kind = b'{"intValue":"' if index in int_positions else b'{"doubleValue":'
+            prefix = b'{"key":' + orjson.dumps(key) + b',"value":' + kind
+            pieces.append(close + b"," + prefix if pieces else b'{"kvlistValue":{"values":[' + prefix)
             pieces.append(b"")  # the number's place
-        pieces.append(b"}}]}}")
+            close = b'"}}' if index in int_positions else b"}}"
+        pieces.append(close + b"]}}")
         self.pieces = pieces
         self.size = len(keys)
-        self.packer = struct.Struct(f"<{len(keys)}d")
+        self.packer = struct.Struct("<" + "".join("q" if i in int_positions else "d" for i in range(len(keys))))
 
 
 class PendingRecords:
@@ -82,7 +90,7 @@ class PendingRecords:
 
 
 class StepEventWriter(PendingRecords):
-    """Builds ``rl.log`` records of float-only steps and appends them to the run folder's logs file,
+    """Builds ``rl.log`` records of numeric steps (floats, and ints in int64's range) and appends them to the run folder's logs file,
     one line per :meth:`write` (the worker calls it after each drain of its queue)."""
 
     def __init__(self, exporter: OtlpJsonLogExporter, resource: Any, scope: Any, event_name: str, step_key: str, key_set_key: str) -> None:
@@ -98,11 +106,12 @@ class StepEventWriter(PendingRecords):
         self._key_set_attributes: dict[str, bytes] = {}  # key sets whose map this file holds -> their attribute
         super().__init__()
 
-    def template(self, keys: list[str]) -> KeyTemplate:
-        return KeyTemplate(keys)
+    def template(self, keys: list[str], ints: tuple[int, ...] = ()) -> KeyTemplate:
+        return KeyTemplate(keys, ints)
 
     def add(self, template: KeyTemplate, values: list[float], step: int | None, time_ns: int, span_context: Any) -> None:
-        """One record: ``values`` are the step's finite floats, in the template's key order;
+        """One record: ``values`` are the step's finite floats (ints at the template's int
+        positions), in the template's key order;
         ``step`` an int or None; ``time_ns`` the event's time."""
         key_set = self._key_set_attributes.get(template.key_set)
         if key_set is not None:  # the values alone
@@ -143,13 +152,14 @@ class StepEventWriter(PendingRecords):
 
 
 class DirectStepWriter(Protocol):
-    """What the telemetry worker hands float-only steps to: a writer of one destination's format."""
+    """What the telemetry worker hands numeric steps to: a writer of one destination's format."""
 
-    def template(self, keys: list[str]) -> Any:
-        """What the writer keeps per key set (built once per key set, passed back to ``add``)."""
+    def template(self, keys: list[str], ints: tuple[int, ...] = ()) -> Any:
+        """What the writer keeps per key set (built once per key set, passed back to ``add``);
+        ``ints``: the positions whose values are Python ints in int64's range (the rest are floats)."""
         ...
 
-    def add(self, template: Any, values: list[float], step: int | None, time_ns: int, span_context: Any) -> None: ...
+    def add(self, template: Any, values: list[Any], step: int | None, time_ns: int, span_context: Any) -> None: ...
 
     @property
     def pending(self) -> bool: ...
@@ -164,10 +174,10 @@ class StepEventWriters:
     def __init__(self, writers: list[DirectStepWriter]) -> None:
         self.writers = writers
 
-    def template(self, keys: list[str]) -> tuple[Any, ...]:
-        return tuple(writer.template(keys) for writer in self.writers)
+    def template(self, keys: list[str], ints: tuple[int, ...] = ()) -> tuple[Any, ...]:
+        return tuple(writer.template(keys, ints) for writer in self.writers)
 
-    def add(self, template: tuple[Any, ...], values: list[float], step: int | None, time_ns: int, span_context: Any) -> None:
+    def add(self, template: tuple[Any, ...], values: list[Any], step: int | None, time_ns: int, span_context: Any) -> None:
         for writer, each in zip(self.writers, template):
             writer.add(each, values, step, time_ns, span_context)
 

@@ -4,8 +4,8 @@ Through the SDK, a step of 250 float scalars costs an SDK ``LogRecord`` on the t
 then ~1.3 ms on the batch thread for the SDK's protobuf encoder (a message object per key and per
 value). At ~100 steps/s that encoder runs behind, and a process killed during an outage loses its
 backlog. When the collector (through the spool) is where events go, the telemetry worker hands
-each float-only step here instead: a step's record is the bytes the SDK encoder would make, built
-from a template of its keys around the doubles that one ``struct`` call packs; the records of one
+each numeric step here instead: a step's record is the bytes the SDK encoder would make, built
+from a template of its keys around the doubles that one ``struct`` call packs (and its ints); the records of one
 drain of the worker's queue become ``ExportLogsServiceRequest``s in the spool, each of at most
 ``max_records`` records (the SDK batch processor's ``OTEL_BLRP_MAX_EXPORT_BATCH_SIZE``) and about
 ``max_bytes``: the spool drops its oldest segments when full, and a request bigger than a segment
@@ -14,7 +14,8 @@ would take newer steps with it. A test holds the bytes equal to the SDK encoder'
 Protobuf fields are written in field-number order, as the SDK's encoder (upb) writes them: for a
 ``LogRecord``, 1 time, 2 severity number, 5 body, 6 attributes, 8 flags, 9 trace id, 10 span id,
 11 observed time, 12 event name. A body is a ``kvlistValue`` of ``doubleValue`` entries, each a
-fixed number of bytes for its key, so a key set's whole body has a fixed layout.
+fixed number of bytes for its key, so a float-only key set's whole body has a fixed layout; an
+``intValue`` is a varint, so a body with ints is put together per record around them.
 
 Used from the worker thread only.
 """
@@ -50,37 +51,80 @@ def field(number: int, payload: bytes) -> bytes:
     return varint(number << 3 | 2) + varint(len(payload)) + payload
 
 
+def _double_entry_heads(keys: list[str]) -> list[bytes]:
+    """Per key, the bytes of its ``KeyValue`` entry up to its double (8 bytes, fixed64, follow)."""
+    heads = []
+    for key in keys:
+        # KeyValue{key=1: key, value=2: AnyValue{double_value=4 (fixed64): number}}
+        kv_head = field(1, key.encode("utf-8")) + b"\x12\x09\x21"
+        heads.append(varint(1 << 3 | 2) + varint(len(kv_head) + 8) + kv_head)
+    return heads
+
+
+def _body_head(kvlist_size: int) -> bytes:
+    # LogRecord.body=5: AnyValue{kvlist_value=6: KeyValueList{values=1: KeyValue...}}
+    any_value_size = len(varint(kvlist_size)) + 1 + kvlist_size
+    return varint(5 << 3 | 2) + varint(any_value_size) + varint(6 << 3 | 2) + varint(kvlist_size)
+
+
 class ProtoKeyTemplate:
-    """The bytes of a float-only ``kvlistValue`` body with these keys, the doubles left out:
-    ``packer.pack(*args)`` with the numbers put in ``args[1::2]`` gives the record's body field."""
+    """The bytes of a numeric ``kvlistValue`` body with these keys, the numbers left out.
 
-    __slots__ = ("args", "packer")
+    Doubles only: the body has a fixed layout, and ``packer.pack(*args)`` with the numbers put in
+    ``args[1::2]`` gives the record's body field. With ints at the positions ``ints`` (an int64 is a
+    varint, of varying length): ``runs`` holds, per stretch of doubles before each int, its start
+    and end, a packer of its entries and their fixed size; :meth:`body` builds the field."""
 
-    def __init__(self, keys: list[str]) -> None:
-        entries = []
-        for key in keys:
-            # KeyValue{key=1: key, value=2: AnyValue{double_value=4 (fixed64): number}}
-            kv_head = field(1, key.encode("utf-8")) + b"\x12\x09\x21"
-            entries.append(varint(1 << 3 | 2) + varint(len(kv_head) + 8) + kv_head)
-        kvlist_size = sum(len(e) + 8 for e in entries)
-        any_value_size = len(varint(kvlist_size)) + 1 + kvlist_size  # AnyValue{kvlist_value=6}
-        # LogRecord.body=5: AnyValue{kvlist_value=6: KeyValueList{values=1: KeyValue...}}
-        head = varint(5 << 3 | 2) + varint(any_value_size) + varint(6 << 3 | 2) + varint(kvlist_size)
+    __slots__ = ("args", "packer", "ints", "runs", "int_keys")
+
+    def __init__(self, keys: list[str], ints: tuple[int, ...] = ()) -> None:
+        self.ints = ints
+        heads = _double_entry_heads(keys)
+        if ints:
+            self.args, self.packer = [], struct.Struct("")
+            self.int_keys = [field(1, keys[i].encode("utf-8")) + b"\x12" for i in ints]
+            self.runs = []
+            for start, end in zip((0, *(i + 1 for i in ints)), (*ints, len(keys))):
+                run = heads[start:end]
+                packer = struct.Struct("<" + "".join(f"{len(h)}sd" for h in run))
+                self.runs.append((start, end, packer, [x for h in run for x in (h, 0.0)]))
+            return
+        self.runs, self.int_keys = [], []
+        head = _body_head(sum(len(e) + 8 for e in heads))
         args: list[Any] = []
         fmt = ["<"]
-        for index, entry in enumerate(entries):
+        for index, entry in enumerate(heads):
             piece = head + entry if index == 0 else entry
             args += (piece, 0.0)
             fmt.append(f"{len(piece)}sd")
-        if not entries:  # an empty map: the body field alone
+        if not heads:  # an empty map: the body field alone
             args.append(head)
             fmt.append(f"{len(head)}s")
         self.args = args
         self.packer = struct.Struct("".join(fmt))
 
+    def body(self, values: list[Any]) -> bytes:
+        """The record's body field for ``values`` (in key order)."""
+        if not self.ints:
+            args = self.args.copy()
+            args[1::2] = values
+            return self.packer.pack(*args)
+        parts = []
+        for (start, end, packer, run_args), key in zip(self.runs, [*self.int_keys, None]):
+            if end > start:
+                args = run_args.copy()
+                args[1::2] = values[start:end]
+                parts.append(packer.pack(*args))
+            if key is not None:  # KeyValue{key, value=2: AnyValue{int_value=3: varint}}
+                number = varint(values[end])
+                kv = key + varint(len(number) + 1) + b"\x18" + number
+                parts += (b"\x0a", varint(len(kv)), kv)
+        kvlist = b"".join(parts)
+        return _body_head(len(kvlist)) + kvlist
+
 
 class StepEventProtoWriter(PendingRecords):
-    """Builds ``rl.log`` records of float-only steps as OTLP protobuf and stores them at each
+    """Builds ``rl.log`` records of numeric steps as OTLP protobuf and stores them at each
     :meth:`write` through ``store(payload, records)``, as requests of at most ``max_records``
     records and (but for a single bigger record) ``max_bytes`` bytes."""
 
@@ -111,15 +155,14 @@ class StepEventProtoWriter(PendingRecords):
         self._max_bytes = max_bytes
         super().__init__()
 
-    def template(self, keys: list[str]) -> ProtoKeyTemplate:
-        return ProtoKeyTemplate(keys)
+    def template(self, keys: list[str], ints: tuple[int, ...] = ()) -> ProtoKeyTemplate:
+        return ProtoKeyTemplate(keys, ints)
 
-    def add(self, template: ProtoKeyTemplate, values: list[float], step: int | None, time_ns: int, span_context: Any) -> None:
-        """One record: ``values`` are the step's finite floats in the template's key order."""
-        args = template.args.copy()
-        args[1::2] = values
+    def add(self, template: ProtoKeyTemplate, values: list[Any], step: int | None, time_ns: int, span_context: Any) -> None:
+        """One record: ``values`` are the step's finite floats (ints at the template's int
+        positions) in the template's key order."""
         stamp = _FIXED64.pack(time_ns)
-        parts = [b"\x09", stamp, self._severity, template.packer.pack(*args)]
+        parts = [b"\x09", stamp, self._severity, template.body(values)]
         if step is not None:
             any_value = b"\x18" + varint(step)
             kv = self._step_key + b"\x12" + varint(len(any_value)) + any_value

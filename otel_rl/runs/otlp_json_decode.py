@@ -205,12 +205,13 @@ def decode_logs_request(obj: Mapping[str, Any]) -> list[dict[str, Any]]:
 class StepKeySets:
     """Restores the key -> value map of a run folder's compact ``rl.log`` records (written by
     ``otel_rl.exporters.step_events``): the first record of a key set carries the map and the
-    ``rl.log.key_set`` attribute, later ones the attribute and the values alone (little-endian doubles, in key order).
+    ``rl.log.key_set`` attribute, later ones the attribute and the values alone (8 little-endian
+    bytes each, in key order: a double, or an int64 where the map holds an int).
     One instance per file, fed its records in file order; the attribute is dropped, so a record
     reads as the SDK path would have written it."""
 
     def __init__(self) -> None:
-        self._keys: dict[str, list[str]] = {}
+        self._keys: dict[str, tuple[list[str], struct.Struct]] = {}
 
     def restore(self, records: list[dict[str, Any]]) -> str | None:
         """Restore ``records`` in place; a record whose keys no earlier line of the file holds is
@@ -222,14 +223,15 @@ class StepKeySets:
             key_set = attributes.get(A.RL_LOG_KEY_SET)
             body = record["body"]
             if isinstance(key_set, str) and isinstance(body, dict):
-                self._keys[key_set] = list(body)
+                layout = "".join("q" if type(v) is int else "d" for v in body.values())
+                self._keys[key_set] = (list(body), struct.Struct("<" + layout))
                 del attributes[A.RL_LOG_KEY_SET]
             elif isinstance(key_set, str) and isinstance(body, bytes):
-                keys = self._keys.get(key_set)
-                if keys is None or len(body) != 8 * len(keys):
+                known = self._keys.get(key_set)
+                if known is None or len(body) != known[1].size:
                     lost[key_set] = lost.get(key_set, 0) + 1
                     continue
-                record["body"] = dict(zip(keys, struct.unpack(f"<{len(keys)}d", body)))
+                record["body"] = dict(zip(known[0], known[1].unpack(body)))
                 del attributes[A.RL_LOG_KEY_SET]
             kept.append(record)
         if not lost:

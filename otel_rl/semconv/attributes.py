@@ -138,12 +138,13 @@ RL_LOG_KEY_SET: Final = "rl.log.key_set"
 Type: string. Examples: 6f1d0c3a9b2e4d57.
 
 Only in a run folder's `logs.jsonl`, and only for steps whose every value is a finite
-float. The first such event of a key set carries the full key -> value map and this
-attribute; later events with the same keys carry the attribute and, as the body, a
-bytes value holding the doubles in that key order, little-endian IEEE 754 (a step of
-250 keys is then ~2.8 KB instead of ~24 KB).
-The value is derived from the keys (a hash), so it is the same in every process and
-file. `otel_rl.runs.read_log_records` restores the map and drops the attribute. Events
+float or an int in int64's range. The first such event of a key set carries the full
+key -> value map and this attribute; later events with the same keys carry the
+attribute and, as the body, a bytes value holding the values in that key order, 8
+bytes each, little-endian: an IEEE 754 double, or a two's-complement int64 where the
+map holds an `intValue` (a step of 250 keys is then ~2.8 KB instead of ~24 KB).
+The value is derived from the keys and which of them are ints (a hash), so it is the
+same in every process and file. `otel_rl.runs.read_log_records` restores the map and drops the attribute. Events
 sent over OTLP always carry the full map and never this attribute."""
 
 RL_LOSS_TYPE: Final = "rl.loss.type"

@@ -32,6 +32,11 @@ STEPS = [
     ({"actor/pg_loss": 0.5, 'odd "key"\\/': -1e-05, "réponse/longueur": 1e300, "x": 3.0}, 7, 1_700_000_000_123_456_789),
     ({"actor/pg_loss": -0.0, 'odd "key"\\/': 123456789.125, "réponse/longueur": 5e-324, "x": 2.5}, None, 1_700_000_000_223_456_789),
 ]
+# verl logs ints among the floats (training/global_step, global_seqlen/*): int64s in the event.
+STEPS_WITH_INTS = [
+    ({"training/global_step": 7, "actor/pg_loss": 0.5, "global_seqlen/min": -(2**63), "x": 1e300}, 7, 1_700_000_000_123_456_789),
+    ({"training/global_step": 8, "actor/pg_loss": -0.0, "global_seqlen/min": 2**63 - 1, "x": 5e-324}, 8, 1_700_000_000_223_456_789),
+]
 CONTEXTS = [
     None,
     SpanContext(trace_id=0x0AF7651916CD43DD8448EB211C80319C, span_id=0x00F067AA0BA902B7, is_remote=False, trace_flags=TraceFlags(1)),
@@ -68,10 +73,14 @@ def direct_record_lines(path, steps, context) -> list[str]:
     exporter = OtlpJsonLogExporter(path)
     writer = writer_for(exporter)
     for values, step, time_ns in steps:
-        writer.add(KeyTemplate(list(values)), list(values.values()), step, time_ns, context)
+        writer.add(KeyTemplate(list(values), ints_of(values)), list(values.values()), step, time_ns, context)
         assert writer.write()
     exporter.shutdown()
     return path.read_text(encoding="utf-8").splitlines()
+
+
+def ints_of(values: dict) -> tuple[int, ...]:
+    return tuple(i for i, v in enumerate(values.values()) if type(v) is int)
 
 
 def body_text(line: str) -> str:
@@ -84,12 +93,13 @@ def only_record(line: str) -> dict:
     return record
 
 
+@pytest.mark.parametrize("steps", [STEPS, STEPS_WITH_INTS], ids=["floats", "ints-among-floats"])
 @pytest.mark.parametrize("context", CONTEXTS, ids=["no-span", "sampled-span", "remote-unsampled"])
-def test_direct_records_read_back_as_the_sdk_pipelines_records(tmp_path, context):
-    sdk = sdk_lines(tmp_path / "sdk.jsonl", STEPS, context)
-    direct = direct_record_lines(tmp_path / "direct.jsonl", STEPS, context)
+def test_direct_records_read_back_as_the_sdk_pipelines_records(tmp_path, context, steps):
+    sdk = sdk_lines(tmp_path / "sdk.jsonl", steps, context)
+    direct = direct_record_lines(tmp_path / "direct.jsonl", steps, context)
     assert len(sdk) == len(direct) == 2
-    key_set = KeyTemplate(list(STEPS[0][0])).key_set
+    key_set = KeyTemplate(list(steps[0][0]), ints_of(steps[0][0])).key_set
     tag = {"key": A.RL_LOG_KEY_SET, "value": {"stringValue": key_set}}
     # The key set's first record: the SDK's record with the key set named.
     first, expected = only_record(direct[0]), only_record(sdk[0])
@@ -99,13 +109,31 @@ def test_direct_records_read_back_as_the_sdk_pipelines_records(tmp_path, context
     # The next step of the same keys: its values alone, in key order, as doubles.
     second, expected = only_record(direct[1]), only_record(sdk[1])
     expected["attributes"] = [*expected.get("attributes", []), tag]
-    packed = struct.pack(f"<{len(STEPS[1][0])}d", *STEPS[1][0].values())  # little-endian doubles
+    layout = "".join("q" if type(v) is int else "d" for v in steps[1][0].values())
+    packed = struct.pack("<" + layout, *steps[1][0].values())  # little-endian doubles and int64s
     expected["body"] = {"bytesValue": base64.b64encode(packed).decode()}
     assert second == expected
     assert len(direct[1]) < len(sdk[1])
     # Read back, both files give the same records (the map restored, the key set attribute gone).
     assert read_log_records(tmp_path / "direct.jsonl") == read_log_records(tmp_path / "sdk.jsonl")
     assert not read_log_records(tmp_path / "direct.jsonl").problems
+    back = [r["body"] for r in read_log_records(tmp_path / "direct.jsonl")]
+    assert [[type(v) for v in body.values()] for body in back] == [[type(v) for v in v.values()] for v, _, _ in steps]
+
+
+def test_the_same_keys_with_and_without_ints_are_two_key_sets(tmp_path):
+    # A value logged as an int in one step and a float in the next: each record reads back as logged.
+    keys = ["step_count", "loss"]
+    assert KeyTemplate(keys, (0,)).key_set != KeyTemplate(keys).key_set
+    exporter = OtlpJsonLogExporter(tmp_path / "logs.jsonl")
+    writer = writer_for(exporter)
+    steps = [[3, 0.5], [3.0, 0.25], [4, 0.125], [4.0, 0.0625]]
+    for step, values in enumerate(steps):
+        writer.add(KeyTemplate(keys, (0,) if type(values[0]) is int else ()), values, step, 1_000 + step, None)
+    assert writer.write()
+    exporter.shutdown()
+    back = [list(r["body"].values()) for r in read_log_records(tmp_path / "logs.jsonl")]
+    assert back == steps and [type(v[0]) for v in back] == [int, float, int, float]
 
 
 def test_one_line_per_write_holds_every_record_in_order(tmp_path):

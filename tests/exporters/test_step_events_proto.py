@@ -70,7 +70,8 @@ def both(steps: list[tuple[dict[str, float], int | None, SpanContext | None]]) -
             attributes={A.RL_STEP: step} if step is not None else {},
             event_name=N.RL_LOG_EVENT,
         )
-        template = templates.setdefault(tuple(values), writer.template(list(values)))
+        ints = tuple(i for i, v in enumerate(values.values()) if type(v) is int)
+        template = templates.setdefault((tuple(values), ints), writer.template(list(values), ints))
         writer.add(template, list(values.values()), step, time_ns, span_context)
     assert writer.pending
     assert writer.write() and not writer.pending
@@ -89,6 +90,16 @@ def both(steps: list[tuple[dict[str, float], int | None, SpanContext | None]]) -
         pytest.param([({"é/κ/报酬": 1.25, "x" * 300: 2.5}, 2**40, TRACED)], id="unicode-and-long-keys"),
         pytest.param([({f"critic/k{i}/mean": i / 7 for i in range(250)}, s, TRACED) for s in range(3)], id="250-keys"),
         pytest.param([({"a": 1.0}, 1, None), ({"b": 2.0, "c": 3.0}, 1, TRACED), ({"a": 4.0}, 2, None)], id="two-key-sets-taking-turns"),
+        pytest.param(
+            [
+                ({"n": 0, "x": 0.5, "y": 1.5, "m": -1, "z": 2.5}, 1, TRACED),
+                ({"n": 2**63 - 1, "x": -0.5, "y": 1e300, "m": -(2**63), "z": 5e-324}, 2, None),
+                ({"n": 127, "x": 0.0, "y": 1.0, "m": 128, "z": 2.0}, 3, None),
+            ],
+            id="ints-between-floats",
+        ),
+        pytest.param([({"global_step": 7, "epoch": 1}, 7, None), ({"global_step": 300, "x": 0.25}, 8, None)], id="ints-only-at-the-ends"),
+        pytest.param([({"a": 1.0, "b": 2}, 1, None), ({"a": 1.0, "b": 2.0}, 2, None)], id="same-keys-int-then-float"),
     ],
 )
 def test_the_request_is_the_sdk_encoders_byte_for_byte(steps) -> None:
@@ -96,7 +107,9 @@ def test_the_request_is_the_sdk_encoders_byte_for_byte(steps) -> None:
     assert direct == sdk
     request = ExportLogsServiceRequest.FromString(direct)
     records = request.resource_logs[0].scope_logs[0].log_records
-    assert [{kv.key: kv.value.double_value for kv in r.body.kvlist_value.values} for r in records] == [v for v, _, _ in steps]
+    decoded = [{kv.key: getattr(kv.value, kv.value.WhichOneof("value")) for kv in r.body.kvlist_value.values} for r in records]
+    assert decoded == [v for v, _, _ in steps]
+    assert [[type(v) for v in d.values()] for d in decoded] == [[type(v) for v in v.values()] for v, _, _ in steps]
 
 
 @pytest.mark.parametrize(("max_records", "max_bytes", "sizes"), [(4, 1 << 20, [4, 4, 2]), (100, 3_500, [3, 3, 3, 1]), (100, 10, [1] * 10)])
@@ -153,8 +166,9 @@ def test_a_telemetry_writes_directly_where_every_destination_can_and_all_get_the
 
     from otel_rl.runs.folder import read_log_records
 
-    keys = ["actor/pg_loss", "actor/entropy", "critic/score/mean", "time/step_generate"]
-    logged = {step: {key: step + i / 8 for i, key in enumerate(keys)} for step in range(8)}
+    keys = ["actor/pg_loss", "actor/entropy", "critic/score/mean", "time/step_generate", "perf/total_num_tokens"]
+    # the last value an int on odd steps (as verl logs its counts), a float on even ones
+    logged = {step: {key: step + i / 8 if i < 4 or step % 2 == 0 else 1000 + step for i, key in enumerate(keys)} for step in range(10)}
     with OtlpSink() as sink:
         tel = make_telemetry(framework="roll", endpoint=sink.endpoint, **options)
         direct = tel._providers.step_events
@@ -166,11 +180,14 @@ def test_a_telemetry_writes_directly_where_every_destination_can_and_all_get_the
         assert tel.flush(10)
         plan = tel._pipeline._step_plans[tuple(keys)]
         assert (plan.template is not None) == bool(writers)  # the later steps took the direct path
+        assert bool(plan.int_templates) == bool(writers)  # those with an int too
         received = {r[1][A.RL_STEP]: r[2] for r in sink.received.events(N.RL_LOG_EVENT)}
         assert received == logged
+        assert [type(received[step]["perf/total_num_tokens"]) for step in range(4)] == [float, int, float, int]
         if "file" in options["exporters"]:
             in_folder = {
                 r["attributes"][A.RL_STEP]: r["body"] for r in read_log_records(tel.config.run_dir) if r["event_name"] == N.RL_LOG_EVENT
             }
             assert in_folder == logged
+            assert [type(in_folder[step]["perf/total_num_tokens"]) for step in range(4)] == [float, int, float, int]
         tel.shutdown()
