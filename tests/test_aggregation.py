@@ -159,6 +159,26 @@ def test_histogram_rows_bin_later_to_the_same_points_as_single_records():
     assert by_name["b"].count == 5  # the NaN row left b out
 
 
+@pytest.mark.parametrize("b_bounds", [(0.0, 1.0, 2.5, 10.0), (0.5, 5.0)], ids=["shared-bounds", "own-bounds"])
+def test_full_rows_bin_as_one_table_to_the_same_points(b_bounds):
+    # Rows with no NaN whose states share their bounds are binned in one searchsorted over the table.
+    one, rows = BulkHistograms(), BulkHistograms()
+    for bulk in (one, rows):
+        bulk.declare("a", "", "s", (0.0, 1.0, 2.5, 10.0))
+        bulk.declare("b", "", "s", b_bounds)
+        bulk.record("a", 0.5)
+        bulk.record("b", 0.5)
+    sink = rows.rows([rows.series_state("a"), rows.series_state("b")])
+    rng = np.random.default_rng(7)
+    table = [(float(a), float(b)) for a, b in rng.choice([-1.0, 0.0, 0.5, 1.0, 2.5, 3.0, 10.0, 12.0], size=(40, 2))]
+    for a, b in table:
+        one.record("a", a)
+        one.record("b", b)
+        sink.add((a, b))
+    for name in ("a", "b"):
+        assert rows.snapshot(name) == one.snapshot(name)
+
+
 def test_histogram_rows_convert_each_column_by_its_factor_when_binned():
     bounds = (0.0, 0.5, 1.0, 2.5)
     one, rows = BulkHistograms(), BulkHistograms()
