@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+import otel_rl
 from otel_rl._sdk.run_lock import RunFolderBusy, take
 
 TIMEOUT_S = 60
@@ -105,21 +106,34 @@ def test_second_process_of_a_rank_writes_beside_the_first_and_the_folder_is_free
             third.kill()
             third.wait()
     assert where_c == run_dir and "in use" not in err_c
+    assert "ended without shutting down" not in err_c  # run-A shut down cleanly
     assert json.loads((run_dir / "run.json").read_text())["run_id"] == "run-C"
 
 
-def test_a_killed_holder_frees_the_folder(tmp_path: Path) -> None:
+def test_a_killed_holder_frees_the_folder_and_the_next_process_is_told_how_to_rebuild_its_points(tmp_path: Path, caplog) -> None:
     run_dir = tmp_path / "run"
     holder = _start(run_dir, "run-A")
     try:
-        _ready(holder)
+        pid, _ = _ready(holder)
         with pytest.raises(RunFolderBusy):
             take(run_dir, 0)
         take(run_dir, 1).release()  # another rank's lock is its own
     finally:
-        holder.kill()
+        holder.kill()  # SIGKILL: no shutdown
         holder.wait()
-    take(run_dir, 0).release()  # the kernel released the dead holder's lock
+    lock = take(run_dir, 0)  # the kernel released the dead holder's lock
+    assert lock.unclean_end_pid == pid  # its PID was still in the file
+    lock.release()
+    assert take(run_dir, 0).unclean_end_pid is None  # that release was a clean end
+    (run_dir / ".lock.rank0").write_text(f"{pid}\n")  # as the killed process left it
+
+    tel = otel_rl.Telemetry(otel_rl.resolve_config({"run_dir": str(run_dir), "console": False, "service_name": "resumed"}))
+    tel.shutdown()
+    said = [r.getMessage() for r in caplog.records if "ended without shutting down" in r.getMessage()]
+    assert len(said) == 1 and f"process {pid}" in said[0] and f"otel-rl recover {run_dir}" in said[0]
+    caplog.clear()
+    otel_rl.Telemetry(otel_rl.resolve_config({"run_dir": str(run_dir), "console": False, "service_name": "again"})).shutdown()
+    assert not [r for r in caplog.records if "ended without shutting down" in r.getMessage()]
 
 
 FORK = textwrap.dedent("""

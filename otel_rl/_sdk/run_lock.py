@@ -8,7 +8,9 @@ free sibling folder (``<run_dir>-2``, ``<run_dir>-3``, ...) instead, so nothing 
 nothing is lost, and says so once with both folders and both PIDs.
 
 The kernel releases the lock when its holder exits, however it exits, so a crashed run never
-blocks the next. A forked child shares its parent's lock (the same open file description): it
+blocks the next. The file holds its holder's PID while it runs and is emptied at a clean shutdown:
+a PID found there by the next process of the rank names one that ended without shutting down
+(SIGKILL, the OOM killer, a lost node), whose last metric points were never exported. A forked child shares its parent's lock (the same open file description): it
 never unlocks it, and an ``init()`` in the child finds the folder taken and moves to a sibling.
 """
 
@@ -23,6 +25,7 @@ from pathlib import Path
 
 from otel_rl import environment_variables as ENV
 from otel_rl._sdk.config import TelemetryConfig
+from otel_rl.exporters.files import LOGS_FILE, rank_file_name
 
 try:
     import fcntl
@@ -51,15 +54,19 @@ class RunLock:
     path: Path
     fd: int
     owner_pid: int
+    # The PID the lock file still held: the process before this one ended without shutting down.
+    unclean_end_pid: int | None = None
 
     def release(self) -> None:
-        """Unlock and close; idempotent. In a forked child it only closes its copy: an unlock there
-        would release the parent's lock too (flock locks belong to the shared open file description)."""
+        """Empty the file (a clean end), unlock and close; idempotent. In a forked child it only
+        closes its copy: an unlock there would release the parent's lock too (flock locks belong to
+        the shared open file description)."""
         fd, self.fd = self.fd, -1
         if fd < 0:
             return
         try:
             if fcntl is not None and os.getpid() == self.owner_pid:
+                os.ftruncate(fd, 0)
                 fcntl.flock(fd, fcntl.LOCK_UN)
         except OSError:
             pass
@@ -90,9 +97,11 @@ def take(run_dir: Path, rank: int) -> RunLock:
             if exc.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
                 raise RunFolderBusy(path, holder) from None
             raise
+    previous = _holder(fd)
     os.ftruncate(fd, 0)
     os.write(fd, f"{os.getpid()}\n".encode())
-    return RunLock(path, fd, os.getpid())
+    unclean = int(previous) if previous.isdigit() and int(previous) != os.getpid() else None
+    return RunLock(path, fd, os.getpid(), unclean)
 
 
 def _holder(fd: int) -> str:
@@ -149,3 +158,27 @@ def claim_run_dir(config: TelemetryConfig) -> tuple[TelemetryConfig, RunLock | N
         ENV.OTEL_RL_RUN_DIR,
     )
     return config, None
+
+
+def say_unclean_end(config: TelemetryConfig, lock: RunLock | None) -> None:
+    """Warn, once at start, that the process before this one in the run folder and rank ended
+    without shutting down, and how to rebuild the metric points it never exported."""
+    if lock is None or lock.unclean_end_pid is None or config.run_dir is None:
+        return
+    rank = config.rank or 0
+    logs = Path(str(config.run_dir)) / rank_file_name(LOGS_FILE, rank)
+    try:
+        if logs.stat().st_size == 0:
+            return
+    except OSError:  # no step events there: nothing to rebuild from
+        return
+    logger.warning(
+        "otel-rl: process %d, the last to write rank %d of %s, ended without shutting down (killed, or its node lost): "
+        "its step events are on disk, but the metric points of its last steps (up to metric_export_interval_s) were "
+        "never exported. `otel-rl recover %s` rebuilds them from the events, under that process's own resource; run it "
+        "once this process has ended (a folder a live process writes is left alone).",
+        lock.unclean_end_pid,
+        rank,
+        config.run_dir,
+        config.run_dir,
+    )
