@@ -28,7 +28,7 @@ from otel_rl._sdk.keys import KeyResolver
 from otel_rl._sdk.summary import HEADLINE_LABELS
 
 # Rejected and to_number are imported from here too (the analyzers coerce values as the worker does).
-from otel_rl._sdk.values import MAX_NESTING, Rejected, event_value, key_text, resolved_number, to_array, to_number
+from otel_rl._sdk.values import MAX_NESTING, Rejected, event_value, key_text, resolved_number, step_numbers, to_array, to_number
 from otel_rl.exporters.otlp_json import FloatBody
 from otel_rl.exporters.step_events import DirectStepWriter
 from otel_rl.semconv import METRICS
@@ -59,16 +59,9 @@ class Plan:
         self.counter_overflow = counter_overflow
 
 
-_FLOAT = {float}
 _UNPLANNED: Any = object()  # sentinel in StepPlan | None lookups; Any so an identity check can rule it out
 _STEP_PLANS = 8  # key sets whose plans are kept
 _PLAN_TRIES = 3  # steps of a key set with a series that has no value yet, before it goes per key for good
-_FLOATS = frozenset({float, np.float64, np.float32, np.float16})
-# Integer types whose every value fits an int64: on the bulk path, the event keeps them as ints.
-_INTS = frozenset({int, np.int64, np.int32, np.int16, np.int8, np.uint32, np.uint16, np.uint8})
-_NUMBERS = _FLOATS | _INTS
-_PLAIN_NUMBERS = frozenset({float, int})
-_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
 class StepPlan:
@@ -390,20 +383,10 @@ class Pipeline:
         """A key set with a plan, every value a finite float or an int64: store the step's values
         in bulk and emit its event. False (nothing done) for anything else: the per-key path decides."""
         raw = list(values.values())
-        kinds = set(map(type, raw))
-        ints: tuple[int, ...] = ()
-        if kinds == _FLOAT:
-            floats = numbers = raw
-        elif kinds <= _FLOATS:  # numpy float scalars: the event carries the Python float (as item() gives)
-            floats = numbers = list(map(float, raw))
-        elif kinds <= _NUMBERS:  # ints among them (verl logs a dozen a step): metrics take floats, the event the ints
-            numbers = raw if kinds <= _PLAIN_NUMBERS else [int(v) if type(v) in _INTS else float(v) for v in raw]
-            ints = tuple(i for i, v in enumerate(numbers) if type(v) is int)
-            if not all(_INT64_MIN <= numbers[i] <= _INT64_MAX for i in ints):
-                return False
-            floats = list(map(float, numbers))
-        else:
+        read = step_numbers(raw)
+        if read is None:
             return False
+        floats, numbers, ints = read
         total = sum(floats)
         if total - total != 0.0:  # a NaN or an infinity (or a sum past the float range): per key
             return False

@@ -1,6 +1,7 @@
 """How the worker reads a logged value: as a metric measurement (``to_number``, ``to_array``, or
-``Rejected`` with the reason), as the step event carries it (``event_value``), and what of its
-text an exported event may hold (``TextPolicy``)."""
+``Rejected`` with the reason), as the step event carries it (``event_value``), a whole step's
+numbers on the bulk path (``step_numbers``), and what of its text an exported event may hold
+(``TextPolicy``)."""
 
 from __future__ import annotations
 
@@ -212,3 +213,32 @@ class TextPolicy:
         if len(value) > self.max_chars or _TEXT_KEY.search(key):
             return f"<text withheld: {len(value)} chars; export_text=true / OTEL_RL_EXPORT_TEXT=true exports it>"
         return value
+
+
+_FLOAT_ONLY = {float}
+_FLOAT_TYPES = frozenset({float, np.float64, np.float32, np.float16})
+# Integer types whose every value fits an int64: on the bulk path, the event keeps them as ints.
+_INT_TYPES = frozenset({int, np.int64, np.int32, np.int16, np.int8, np.uint32, np.uint16, np.uint8})
+_NUMBER_TYPES = _FLOAT_TYPES | _INT_TYPES
+_PLAIN_NUMBERS = frozenset({float, int})
+
+
+def step_numbers(raw: list[Any]) -> tuple[list[float], list[Any], tuple[int, ...]] | None:
+    """A step's values (in key order) for the bulk path: the floats its metrics take, the numbers
+    its event carries (Python floats and ints, as ``event_value`` makes them) and the positions of
+    the ints; None for anything else (text, a bool, an int past int64, a tensor): the per-key path
+    decides. NaN and infinities are left to the caller."""
+    kinds = set(map(type, raw))
+    if kinds == _FLOAT_ONLY:
+        return raw, raw, ()
+    if kinds <= _FLOAT_TYPES:  # numpy float scalars: the event carries the Python float (as item() gives)
+        floats = list(map(float, raw))
+        return floats, floats, ()
+    if not kinds <= _NUMBER_TYPES:
+        return None
+    # ints among them (verl logs a dozen a step): metrics take floats, the event the ints
+    numbers = raw if kinds <= _PLAIN_NUMBERS else [int(v) if type(v) in _INT_TYPES else float(v) for v in raw]
+    ints = tuple(i for i, v in enumerate(numbers) if type(v) is int)
+    if not all(_INT64_MIN <= numbers[i] <= _INT64_MAX for i in ints):
+        return None
+    return list(map(float, numbers)), numbers, ints
