@@ -37,9 +37,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import numpy as np  # noqa: E402
-from bench_total import Off, Sdk, Way, _added, calibrate, measure, owned  # noqa: E402
+from bench_total import Off, OtelRl, Sdk, Way, _added, calibrate, measure, owned  # noqa: E402
 
-import otel_rl  # noqa: E402
 from otel_rl.replay import parse_file  # noqa: E402
 
 LOGS = ROOT.parent / "shared" / "logs"
@@ -62,11 +61,11 @@ def real_steps(path: Path) -> list[dict[str, Any]]:
     return steps
 
 
-class OtelRlSteps(Way):
-    name = "otel-rl"
+class OtelRlSteps(OtelRl):
+    """``bench_total``'s otel-rl way, logging each real step in turn under the log's framework."""
 
     def __init__(self, folder: Path, steps: list[dict[str, Any]], framework: str) -> None:
-        self.tel = otel_rl.init(service_name="bench", run_dir=str(folder), console=False, framework=framework)
+        super().__init__(folder, steps[0], None, None, framework=framework)
         self.steps = steps
 
     def keys(self, s: int, work: Callable[[], None]) -> None:
@@ -74,12 +73,6 @@ class OtelRlSteps(Way):
         self.tel.log(self.steps[s % len(self.steps)], step=s)
 
     step = keys
-
-    def flush(self) -> None:
-        self.tel.flush()
-
-    def close(self) -> None:
-        self.tel.shutdown()
 
 
 class SdkSteps(Sdk):

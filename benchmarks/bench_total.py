@@ -140,13 +140,15 @@ class Off(Way):
 
 
 class OtelRl(Way):
-    def __init__(self, folder: Path, values: dict[str, float], dist: np.ndarray, exporters: str | None) -> None:
+    def __init__(
+        self, folder: Path, values: dict[str, Any], dist: np.ndarray | None, exporters: str | None, framework: str = "roll"
+    ) -> None:
         # Metric exports happen at the benchmark's flushes only (each measure() says how often).
         kwargs: dict[str, Any] = {
             "service_name": "bench",
             "run_dir": str(folder),
             "console": False,
-            "framework": "roll",
+            "framework": framework,
             "metric_export_interval_s": 3600,
         }
         if exporters is not None:
