@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import otel_rl
-from otel_rl._sdk.run_lock import RunFolderBusy, take
+from otel_rl._sdk.run_lock import RunFolderBusy, lock_path, take
 
 TIMEOUT_S = 60
 
@@ -125,7 +125,7 @@ def test_a_killed_holder_frees_the_folder_and_the_next_process_is_told_how_to_re
     assert lock.unclean_end_pid == pid  # its PID was still in the file
     lock.release()
     assert take(run_dir, 0).unclean_end_pid is None  # that release was a clean end
-    (run_dir / ".lock.rank0").write_text(f"{pid}\n")  # as the killed process left it
+    lock_path(run_dir, 0).write_text(f"{pid}\n")  # as the killed process left it
 
     tel = otel_rl.Telemetry(otel_rl.resolve_config({"run_dir": str(run_dir), "console": False, "service_name": "resumed"}))
     tel.shutdown()
@@ -139,7 +139,7 @@ def test_a_killed_holder_frees_the_folder_and_the_next_process_is_told_how_to_re
 FORK = textwrap.dedent("""
     import os, sys
     import otel_rl
-    from otel_rl._sdk.run_lock import RunFolderBusy, take
+    from otel_rl._sdk.run_lock import RunFolderBusy, lock_path, take
     run_dir = sys.argv[1]
     tel = otel_rl.init(run_dir=run_dir, run_id="run-A", console=False)
     pid = os.fork()

@@ -72,8 +72,9 @@ class ProtoKeyTemplate:
 
     Doubles only: the body has a fixed layout, and ``packer.pack(*args)`` with the numbers put in
     ``args[1::2]`` gives the record's body field. With ints at the positions ``ints`` (an int64 is a
-    varint, of varying length): ``runs`` holds, per stretch of doubles before each int, its start
-    and end, a packer of its entries and their fixed size; :meth:`body` builds the field."""
+    varint, of varying length): ``runs`` holds, per stretch of doubles before each int (and after
+    the last), its start and end, a packer of its entries and the packer's arguments, the doubles
+    left out; ``int_keys`` the bytes of each int's key; :meth:`body` builds the field."""
 
     __slots__ = ("args", "packer", "ints", "runs", "int_keys")
 
