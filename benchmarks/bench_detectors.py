@@ -67,12 +67,10 @@ def run(quick: bool = False) -> dict[str, float]:
     logging.getLogger("otel_rl").setLevel(logging.ERROR)
     steps, repeats = (100, 3) if quick else (400, 5)
     tmp = Path(tempfile.mkdtemp(prefix="otel-rl-bench-det-"))
-    with_rules = otel_rl.init(
-        service_name="bench", run_dir=str(tmp / "on"), exporters="none", console=False, framework="roll", alert_rules="default"
-    )
-    without = otel_rl.init(
-        service_name="bench", run_dir=str(tmp / "off"), exporters="none", console=False, framework="roll", alert_rules="off"
-    )
+    # Built directly: both live side by side, and a second init() would shut the first down.
+    options = {"service_name": "bench", "exporters": "none", "console": False, "framework": "roll"}
+    with_rules = otel_rl.Telemetry(otel_rl.resolve_config({**options, "run_dir": str(tmp / "on"), "alert_rules": "default"}))
+    without = otel_rl.Telemetry(otel_rl.resolve_config({**options, "run_dir": str(tmp / "off"), "alert_rules": "off"}))
     rules = len(with_rules._alerts.rules) if with_rules._alerts is not None else 0
     for tel in (with_rules, without):  # warm the key caches and the rules' windows
         measure(tel, 50, 0)

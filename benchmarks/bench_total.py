@@ -11,7 +11,7 @@ Each way of recording them runs the same steps, in interleaved rounds; every rou
 way's flush, so the figure holds all the work, not only the caller's share:
 
 - off: the work alone;
-- otel-rl: ``otel_rl.init()`` with its default exporters (the run folder: OTLP-JSON files), a step
+- otel-rl: otel-rl's telemetry (what ``otel_rl.init()`` builds) with its default exporters (the run folder: OTLP-JSON files), a step
   span with two stage spans, ``log()`` and ``record()``;
 - otel-rl pipeline: the same with ``exporters=none`` (resolving and storing the values; with
   nothing to take them, no event is built);
@@ -154,7 +154,8 @@ class OtelRl(Way):
         if exporters is not None:
             kwargs["exporters"] = exporters
         self.name = "otel-rl" if exporters is None else f"otel-rl pipeline (exporters={exporters})"
-        self.tel = otel_rl.init(**kwargs)
+        # Built directly: the ways live side by side, and a second init() would shut the first down.
+        self.tel = otel_rl.Telemetry(otel_rl.resolve_config(kwargs))
         self.values, self.dist = values, dist
 
     def step(self, s: int, work: Callable[[], None]) -> None:
