@@ -73,6 +73,37 @@ def test_bulk_path_matches_the_per_key_path(make_telemetry, request, tmp_path):
     assert events_fast[3]["actor/grad_norm"] == float(np.float64(0.75 * 1.3))
 
 
+@pytest.mark.parametrize("options", [{}, {"track_with": "stdout"}, {"console": True}], ids=["run-folder", "through-the-sdk", "console"])
+def test_float_steps_are_packed_by_log_and_match_the_per_key_path(make_telemetry, request, tmp_path, options):
+    # Steps of a planned key set whose values are all floats are packed on the caller's thread; the
+    # worker reads them back only where it needs each value. Stored, recorded and emitted: the same.
+    float_step = {k: float(v) for k, v in ROLL_STEP.items()}
+    steps = [{k: v * (1 + 0.1 * i) for k, v in float_step.items()} for i in range(8)]
+    steps[5] = {**steps[5], "actor/pg_loss": math.nan}  # NaN: the per-key path rejects it, named
+    fast = make_telemetry(framework="roll", **options)
+    slow = _second_telemetry(request, tmp_path, framework="roll", service_name="otel-rl-test", **options)
+    slow._pipeline.stamped = None
+    packed = []
+    fast._pipeline._process_log_packed = lambda *a, _orig=fast._pipeline._process_log_packed: packed.append(a[0]) or _orig(*a)
+    for tel, per_key in ((fast, False), (slow, True)):
+        for step, values in enumerate(steps, start=1):
+            tel.log(values, step=step)
+            tel.flush()  # each step's plan is in place before the next log()
+            if per_key:
+                tel._pipeline._step_plans.clear()
+    assert packed == [2, 3, 4, 5, 7, 8]  # step 1 builds the plan (per key); 6 holds a NaN
+    assert _state(fast) == _state(slow)
+    fast.shutdown()
+    slow.shutdown()
+    events_fast, events_slow = _events(fast), _events(slow)
+    assert len(events_fast) == 8 and events_fast.keys() == events_slow.keys()
+    for step, body in events_fast.items():
+        assert body.keys() == events_slow[step].keys()
+        for key, value in body.items():  # NaN != NaN: compared as text
+            assert type(value) is float and repr(value) == repr(events_slow[step][key])
+    assert events_fast[8]["actor/grad_norm"] == 0.75 * (1 + 0.1 * 7)
+
+
 def _events(tel) -> dict[int, dict]:
     return {r["attributes"][A.RL_STEP]: r["body"] for r in read_log_records(tel.run_dir) if r["event_name"] == N.RL_LOG_EVENT}
 
@@ -179,8 +210,11 @@ def test_alternating_key_sets_keep_their_plans(make_telemetry):
 
 def test_a_timer_a_stage_span_measured_is_not_counted_twice_on_the_bulk_path(make_telemetry):
     tel = make_telemetry(framework="roll")
+    packed = []
+    tel._pipeline._process_log_packed = lambda *a, _orig=tel._pipeline._process_log_packed: packed.append(a[0]) or _orig(*a)
     steps = 8
     for step in range(steps):
+        tel.flush()  # the plan, once built, is there for the next log()
         with tel.step(step):
             with tel.stage("train_step", cluster="actor_train"):
                 pass
@@ -191,6 +225,7 @@ def test_a_timer_a_stage_span_measured_is_not_counted_twice_on_the_bulk_path(mak
         )
     tel.flush()
     assert any(plan is not None for plan in tel._pipeline._step_plans.values())
+    assert packed == list(range(1, steps))  # float steps: packed by log() once the plan is built
     histograms = tel._histograms
     measured = ((A.RL_CLUSTER, "actor_train"), (A.RL_STAGE, "train_step"), (A.RL_STAGE_PHASE, "total"))
     logged = ((A.RL_CLUSTER, "actor_train"), (A.RL_STAGE, "model_update"), (A.RL_STAGE_PHASE, "total"))

@@ -81,15 +81,18 @@ class SlotRow:
     """The latest-value slots of one step plan (a key set), in key order, and the linear
     conversions of its keys (``scaled``: index, factor): where a whole step's values go."""
 
-    __slots__ = ("slots", "scaled", "covers")
+    __slots__ = ("slots", "scaled", "covers", "unpack")
 
     def __init__(self, slots: list[list[Any]], scaled: list[tuple[int, float]], covers: frozenset[tuple[str, Attrs]]) -> None:
         self.slots = slots
         self.scaled = scaled
         self.covers = covers  # the (metric, attributes) series whose slots these are
+        self.unpack = struct.Struct(f"<{len(slots)}d").unpack
 
-    def converted(self, values: list[float]) -> list[float]:
-        """The values as the metrics take them (after each key's conversion)."""
+    def converted(self, values: Sequence[float] | bytes) -> Sequence[float]:
+        """The values (or the doubles packed in key order) as the metrics take them (after each key's conversion)."""
+        if type(values) is bytes:
+            values = self.unpack(values)
         if not self.scaled:
             return values
         out = list(values)
@@ -97,7 +100,7 @@ class SlotRow:
             out[index] *= factor
         return out
 
-    def store(self, values: list[float]) -> None:
+    def store(self, values: Sequence[float] | bytes) -> None:
         for slot, value in zip(self.slots, self.converted(values)):
             slot[0] = value
 
@@ -118,7 +121,7 @@ class LatestValues:
     def __init__(self, guard: SeriesGuard | None = None) -> None:
         self._series: dict[str, dict[Attrs, list[Any]]] = {}
         self.guard = guard or _NO_GUARD
-        self._deferred: dict[SlotRow, list[float]] = {}  # in the order the steps came (latest last)
+        self._deferred: dict[SlotRow, Sequence[float] | bytes] = {}  # in the order the steps came (latest last)
         self._deferred_lock = threading.Lock()
 
     def series(self, metric: str) -> dict[Attrs, list[Any]]:
@@ -127,8 +130,8 @@ class LatestValues:
             found = self._series.setdefault(metric, {})
         return found
 
-    def defer(self, row: SlotRow, values: list[float]) -> None:
-        """Store ``values`` (as logged, in the row's key order) into the row's slots when next read."""
+    def defer(self, row: SlotRow, values: Sequence[float] | bytes) -> None:
+        """Store ``values`` (as logged, in the row's key order; or those doubles packed) into the row's slots when next read."""
         with self._deferred_lock:
             deferred = self._deferred
             deferred.pop(row, None)  # to the end: a later key set sharing a series must win

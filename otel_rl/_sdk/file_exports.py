@@ -41,15 +41,22 @@ class QueuedExport:
             wake()
         return self._success
 
-    def write(self) -> None:
-        """Export what is queued (on the worker after each drain, or on flush and shutdown)."""
+    @property
+    def pending(self) -> bool:
+        """Whether something is queued."""
+        return bool(self._items)
+
+    def write(self) -> bool:
+        """Export what is queued (on the worker after each drain, or on flush and shutdown);
+        whether there was anything."""
         items = self._items
         if not items:
-            return
+            return False
         with self._lock:
             batch = [items.popleft() for _ in range(len(items))]
             if batch:
                 self.inner.export(batch)
+        return True
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         self.write()

@@ -2,7 +2,10 @@
 
 ``Telemetry.log`` copies the caller's dict (one C-level copy) and appends it to a deque; this
 worker resolves keys, coerces values, updates the latest-value table and the histograms, and
-emits the step's ``rl.log`` event. Nothing here can raise into the training loop: problems are
+emits the step's ``rl.log`` event. A step of a key set the worker has planned (``step_plan``),
+every value a float, is packed by ``log()`` instead (``LOG_PACKED``): a pass of C code over
+objects the caller's thread just made costs it less than the worker's reading them later, and the
+worker then reads one buffer. Nothing here can raise into the training loop: problems are
 counted in ``rl.telemetry.rejected`` and reported once per key.
 """
 
@@ -10,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import math
-import operator
 import threading
 import time
 from collections import deque
@@ -22,9 +24,10 @@ from opentelemetry import trace
 from opentelemetry._logs import Logger, SeverityNumber
 from opentelemetry.context import Context
 
-from otel_rl._sdk.aggregation import Attrs, BulkHistograms, LatestValues, SlotRow, StampedPoints
+from otel_rl._sdk.aggregation import Attrs, BulkHistograms, LatestValues, StampedPoints
 from otel_rl._sdk.goodput import StageInterval, StepGoodput
 from otel_rl._sdk.keys import KeyResolver
+from otel_rl._sdk.step_plan import PLAN_TRIES, STEP_PLANS, UNPLANNED, Plan, StepPlan
 from otel_rl._sdk.summary import HEADLINE_LABELS
 
 # Rejected and to_number are imported from here too (the analyzers coerce values as the worker does).
@@ -38,106 +41,10 @@ from otel_rl.semconv import names as N
 
 logger = logging.getLogger("otel_rl")
 
-LOG, RECORD, STAGE, STEP_END, ADD, CALL = range(6)
+LOG, RECORD, STAGE, STEP_END, ADD, CALL, LOG_PACKED = range(7)
 _REASONS = A.RlTelemetryReasonValues
 _SIGNALS = A.RlTelemetrySignalValues
 _QUEUE_FULL = (A.RL_TELEMETRY_DROP_REASON, A.RlTelemetryDropReasonValues.QUEUE_FULL.value)
-
-
-class Plan:
-    """How a key's values are applied, computed once per key."""
-
-    __slots__ = ("metric", "attrs", "transform", "histogram", "counter_overflow")
-
-    def __init__(
-        self, metric: str, attrs: Attrs, transform: Callable[[Any], float] | None, histogram: bool, counter_overflow: bool
-    ) -> None:
-        self.metric = metric
-        self.attrs = attrs
-        self.transform = transform
-        self.histogram = histogram
-        self.counter_overflow = counter_overflow
-
-
-_UNPLANNED: Any = object()  # sentinel in StepPlan | None lookups; Any so an identity check can rule it out
-_STEP_PLANS = 8  # key sets whose plans are kept
-_PLAN_TRIES = 3  # steps of a key set with a series that has no value yet, before it goes per key for good
-
-
-class StepPlan:
-    """What a step whose keys are exactly ``keys`` does, built once from the per-key plans after the
-    first step with those keys took the per-key path: the latest-value slots its values go to and
-    the linear transforms (``row``: a SlotRow), the timers' histograms, and the console summary's
-    values (``headline``: index, label, factor).
-    Only steps whose every key is a plain gauge or a linearly transformed one get a plan."""
-
-    __slots__ = ("keys", "row", "series", "headline", "histograms", "histogram_rows", "histogram_values", "template", "int_templates")
-
-    def __init__(
-        self,
-        keys: list[str],
-        slots: list[list[Any]],
-        series: list[tuple[str, Attrs]],
-        scaled: list[tuple[int, float]],
-        headline: list[tuple[int, str]],
-        histograms: list[tuple[int, Any]],
-        histogram_rows: Any = None,
-    ) -> None:
-        self.keys, self.series = keys, series
-        self.row = SlotRow(slots, scaled, frozenset(series))
-        factors = dict(scaled)
-        self.headline = [(index, label, factors.get(index, 1.0)) for index, label in headline]
-        self.histograms = histograms  # (index, histogram state) of the keys recorded into histograms (timers)
-        self.histogram_rows = histogram_rows  # where a step's row of those values goes (binned in bulk later)
-        self.template: Any = None  # the step event's bytes around its numbers (the direct writers' templates)
-        self.int_templates: dict[tuple[int, ...], Any] = {}  # the same, per set of positions holding ints
-        indices = [i for i, _ in histograms]
-        # the row of a step's histogram values in one C call (itemgetter of one index is no tuple)
-        self.histogram_values = (
-            operator.itemgetter(*indices) if len(indices) > 1 else (lambda floats: (floats[indices[0]],)) if indices else None
-        )
-
-    @classmethod
-    def build(cls, pipeline: Pipeline, values: Mapping[Any, Any]) -> Any:
-        """The plan; None when these keys always go per key; ``_UNPLANNED`` to try again later."""
-        keys = list(values)
-        slots: list[list[Any]] = []
-        series, scaled, headline, histograms = [], [], [], []
-        for index, key in enumerate(keys):
-            if type(key) is not str:
-                return None
-            plan = pipeline._plans.get(key)
-            if plan is None or plan.counter_overflow:
-                return None
-            if plan.transform is not None:
-                factor = getattr(plan.transform, "factor", None)
-                if factor is None:
-                    return None
-                scaled.append((index, factor))
-            # A series with no value yet (the first one was NaN, or a stage span measured it) or
-            # refused by the series cap: no plan now; the per-key path stores or counts it.
-            if plan.histogram:
-                state = pipeline._histograms.series_state(plan.metric, plan.attrs)
-                if state is None:
-                    return _UNPLANNED
-                histograms.append((index, state))
-                slots.append([0.0])  # the converted value, recorded from here
-            else:
-                slot = pipeline._latest.series(plan.metric).get(plan.attrs)
-                if slot is None:
-                    return _UNPLANNED
-                slots.append(slot)
-            series.append((plan.metric, plan.attrs))
-            label = HEADLINE_LABELS.get(plan.metric)
-            if label is not None:
-                headline.append((index, label(plan.attrs)))
-        factors = dict(scaled)
-        rows = (
-            pipeline._histograms.rows([state for _, state in histograms], [factors.get(i, 1.0) for i, _ in histograms])
-            if histograms
-            else None
-        )
-        return cls(keys, slots, series, scaled, headline, histograms, rows)
 
 
 class Pipeline:
@@ -180,6 +87,8 @@ class Pipeline:
         self._on_step_end = on_step_end
         self._plans: dict[str, Plan] = {}
         self._step_plans: dict[tuple[Any, ...], StepPlan | None] = {}  # None: that key set goes per key
+        # Read by log() on the caller's thread: a step of a planned key set is packed there.
+        self.step_plans = self._step_plans
         self._plan_tries: dict[tuple[Any, ...], int] = {}
         self._reported: set[tuple[str, str]] = set()
         self._span_measured: dict[int | None, set[tuple[str, Attrs]]] = {}
@@ -187,6 +96,7 @@ class Pipeline:
         self.goodput = StepGoodput(histograms, latest)  # each step's productive / overhead / idle seconds
         self._drain_lock = threading.Lock()
         self.wake = threading.Event()
+        self.idle = True  # the worker waits for wake_soon(); False while it drains every gather_s
         self._stopping = False
         self._poll = poll_interval_s
         self._gather = gather_s
@@ -208,20 +118,27 @@ class Pipeline:
         self.wake_soon()
 
     def wake_soon(self) -> None:
-        """Wake the worker (an item was queued, or a span or an event for the run folder)."""
-        if not self.wake.is_set():
+        """Wake an idle worker (an item was queued, or a span or an event for the run folder); a
+        busy one drains every ``gather_s`` on its own."""
+        if self.idle:
+            self.idle = False
             self.wake.set()
 
     def _run(self) -> None:
+        # Busy (steps keep coming): one timed wait and one drain per gather_s, callers wake nothing.
+        # Idle: wait for a caller's wake_soon() (or the poll), then gather for gather_s. Every wake-up
+        # and every GIL hand-off costs the whole process on a virtual machine (~100 us of CPU each,
+        # measured per thread on a 2-core VM), so there are as few as the bound allows.
         while not self._stopping:
-            if self.wake.wait(self._poll) and self._gather and not self._stopping:
-                # Let the next steps gather: one wake-up and one GIL hand-off per batch instead of
-                # one per log() call (the wake stays set meanwhile, so callers skip Event.set()).
-                # What a killed process loses grows by at most this (file_flush_interval_s). A timed
-                # wait costs tens of microseconds of CPU on a virtual machine: fewer is cheaper.
-                time.sleep(self._gather)
+            idle = self.idle
+            self.wake.wait(self._poll if idle else self._gather)
             self.wake.clear()
-            self.drain()
+            if idle and not self.idle:
+                continue  # woken by a caller: let the step's items gather first
+            if not self.drain() and not self._stopping:
+                self.idle = True  # set before the last look: a caller that queues after it wakes us
+                if self.queue or any(queued.pending for queued in self.file_exports):
+                    self.idle = False
 
     def drop_queued(self, signal: str) -> None:
         """On the caller's thread: one log() (signal "logs") or record() ("metrics") call dropped
@@ -247,11 +164,14 @@ class Pipeline:
                 "max_queue / OTEL_RL_MAX_QUEUE (reported once)",
             )
 
-    def drain(self) -> None:
+    def drain(self) -> bool:
+        """Process what is queued and write what the run folder (or the spool) is owed; whether
+        there was anything."""
         with self._drain_lock:
             if self.dropped_queued != self._dropped_published:
                 self._publish_dropped()
             queue = self.queue
+            worked = bool(queue)
             while queue:
                 item = queue.popleft()
                 try:
@@ -262,20 +182,23 @@ class Pipeline:
                     )
                 self.processed += 1
             if self.step_events is not None:
-                self.write_step_events()
+                worked = self.write_step_events() or worked
             for queued in self.file_exports:
-                queued.write()
+                worked = queued.write() or worked
+            return worked
 
-    def write_step_events(self) -> None:
+    def write_step_events(self) -> bool:
         """Write the directly written step events of this drain, after the SDK's events emitted
-        before them (the run folder's lines stay in the order the events were emitted)."""
+        before them (the run folder's lines stay in the order the events were emitted); whether
+        there were any."""
         assert self.step_events is not None
         if not self.step_events.pending:
-            return
+            return False
         if self._sdk_events and self.flush_sdk_events is not None:
             self._sdk_events = False
             self.flush_sdk_events()
         self.step_events.write()
+        return True
 
     def stop(self, timeout_s: float) -> None:
         self._stopping = True
@@ -316,7 +239,9 @@ class Pipeline:
 
     def _process(self, item: tuple) -> None:
         kind = item[0]
-        if kind == LOG:
+        if kind == LOG_PACKED:
+            self._process_log_packed(*item[1:])
+        elif kind == LOG:
             self._process_log(*item[1:])
         elif kind == RECORD:
             self._process_record(*item[1:])
@@ -361,20 +286,20 @@ class Pipeline:
             return self._process_log_slow(step, time_ns, span_context, values)
         keys = tuple(values)
         plans = self._step_plans
-        plan = plans.get(keys, _UNPLANNED)
-        if plan is not None and plan is not _UNPLANNED and self._process_log_fast(plan, step, time_ns, span_context, values):
+        plan = plans.get(keys, UNPLANNED)
+        if plan is not None and plan is not UNPLANNED and self._process_log_fast(plan, step, time_ns, span_context, values):
             return
         self._process_log_slow(step, time_ns, span_context, values)
-        if plan is _UNPLANNED:  # built once per key set (a run logs a few: train steps, validation steps)
-            built = StepPlan.build(self, values)
-            if built is _UNPLANNED:  # a series has no value yet: try again after the next steps, a few times
-                if len(self._plan_tries) >= 8 * _STEP_PLANS:  # key sets that change every step: forget them
+        if plan is UNPLANNED:  # built once per key set (a run logs a few: train steps, validation steps)
+            built = StepPlan.build(self._plans, self._latest, self._histograms, values)
+            if built is UNPLANNED:  # a series has no value yet: try again after the next steps, a few times
+                if len(self._plan_tries) >= 8 * STEP_PLANS:  # key sets that change every step: forget them
                     self._plan_tries.clear()
                 tries = self._plan_tries[keys] = self._plan_tries.get(keys, 0) + 1
-                if tries < _PLAN_TRIES:
+                if tries < PLAN_TRIES:
                     return
                 built = None
-            if len(plans) >= _STEP_PLANS:
+            if len(plans) >= STEP_PLANS:
                 plans.pop(next(iter(plans)))
             plans[keys] = built
             self._plan_tries.pop(keys, None)
@@ -390,41 +315,79 @@ class Pipeline:
         total = sum(floats)
         if total - total != 0.0:  # a NaN or an infinity (or a sum past the float range): per key
             return False
+        # the mapping itself where its values are the numbers as they are (no conversion)
+        self._apply_step(plan, step, time_ns, span_context, None, floats, numbers, ints, values if numbers is raw else None)
+        return True
+
+    def _process_log_packed(self, step: int | None, time_ns: int, span_context: Any, plan: StepPlan, packed: bytes) -> None:
+        """A step that ``log()`` found to be of a planned key set, every value a finite float, and
+        packed (``plan.packer``) on the caller's thread."""
+        if type(time_ns) is not int:
+            time_ns = self._event_time(time_ns)
+        self._apply_step(plan, step, time_ns, span_context, packed)
+
+    def _apply_step(
+        self,
+        plan: StepPlan,
+        step: int | None,
+        time_ns: int,
+        span_context: Any,
+        packed: bytes | None,
+        floats: list[float] | None = None,
+        numbers: list[Any] | None = None,
+        ints: tuple[int, ...] = (),
+        source: Mapping[Any, Any] | None = None,
+    ) -> None:
+        """The bulk path's work on one step: ``packed`` (float-only: the doubles in key order, read
+        back only where each value is needed), or ``floats`` (what metrics take), ``numbers`` (what
+        the event carries, ints at the positions ``ints``) and the logged mapping when its values are
+        those numbers (``source``)."""
+        writer = self.step_events
+        direct = writer is not None and (step is None or type(step) is int) and bool(plan.keys)
+        observer = self.observer
+        if packed is not None and (not direct or observer is not None or (plan.headline and self._on_step_end is not None)):
+            floats = numbers = list(plan.packer.unpack(packed))
+        given: Sequence[float] | bytes | None = packed if floats is None else floats
+        assert given is not None  # the packed doubles or the floats: one of the two
         # The slots take the step's values (converted) when next read: a metric reader never sees a raw value.
-        self._latest.defer(plan.row, floats)
+        self._latest.defer(plan.row, given)
         skipped: set[int] = set()
         if plan.histograms:
             assert plan.histogram_values is not None  # set whenever there are histograms
-            row = plan.histogram_values(floats)  # as logged: the rows convert them when binned
+            # as logged: the rows convert them when binned
+            row = plan.histogram_picker.unpack_from(given) if isinstance(given, bytes) else plan.histogram_values(given)
             measured = self._span_measured.get(step)
             if measured:  # a stage span of this step already measured these series: NaN leaves them out
                 skipped = {i for i, _ in plan.histograms if plan.series[i] in measured}
                 row = [math.nan if i in skipped else value for (i, _), value in zip(plan.histograms, row)]
             plan.histogram_rows.add(row)
         if plan.headline and self._on_step_end is not None:  # only the console summary reads it
+            assert floats is not None
             head = self._headline.setdefault(step, {})
             for index, label, factor in plan.headline:
                 head[label] = floats[index] * factor
-        writer = self.step_events
-        if writer is not None and (step is None or type(step) is int) and plan.keys:
+        if direct:
+            assert writer is not None
             template = plan.template if not ints else plan.int_templates.get(ints)
             if template is None:
                 template = writer.template(plan.keys, ints)
                 if ints:
-                    if len(plan.int_templates) >= _STEP_PLANS:  # values that flip between int and float: keep a few
+                    if len(plan.int_templates) >= STEP_PLANS:  # values that flip between int and float: keep a few
                         plan.int_templates.clear()
                     plan.int_templates[ints] = template
                 else:
                     plan.template = template
-            writer.add(template, numbers, step, time_ns, span_context)
-        elif ints:
-            body = dict(values if numbers is raw else zip(plan.keys, numbers))
+            event_values = numbers if packed is None else packed
+            assert event_values is not None
+            writer.add(template, event_values, step, time_ns, span_context)
+        else:
+            assert floats is not None and numbers is not None
+            pairs = source if source is not None else zip(plan.keys, numbers)
+            # the body is checked here, so the file encoder need not check it again
+            body = dict(pairs) if ints else FloatBody(pairs, plan.keys, floats)
             self.emit_event(N.RL_LOG_EVENT, body, {A.RL_STEP: step} if step is not None else {}, time_ns, span_context, plain=True)
-        else:  # the body is checked here, so the file encoder need not check it again
-            body = FloatBody(values if floats is raw else zip(plan.keys, floats), plan.keys, floats)
-            self.emit_event(N.RL_LOG_EVENT, body, {A.RL_STEP: step} if step is not None else {}, time_ns, span_context, plain=True)
-        observer = self.observer
         if observer is not None:
+            assert floats is not None
             converted = plan.row.converted(floats)
             resolved = [
                 (metric, attrs, value) for i, ((metric, attrs), value) in enumerate(zip(plan.series, converted)) if i not in skipped
@@ -433,7 +396,6 @@ class Pipeline:
                 observer(step, time_ns, resolved, span_context)
             except Exception as exc:  # detectors must never stop telemetry
                 self.report_once("<alerts>", type(exc).__name__, f"otel-rl: the alert detectors failed on step {step}: {exc!r}")
-        return True
 
     def _process_log_slow(self, step: int | None, time_ns: int, span_context: Any, values: Mapping[Any, Any]) -> None:
         observer, stamped = self.observer, self.stamped

@@ -31,7 +31,7 @@ from otel_rl._sdk.goodput import lay_out
 from otel_rl._sdk.keys import KeyResolver
 from otel_rl._sdk.lifecycle import exit_hook
 from otel_rl._sdk.lifecycle import track as track_process_events
-from otel_rl._sdk.pipeline import ADD, CALL, LOG, RECORD, Pipeline
+from otel_rl._sdk.pipeline import ADD, CALL, LOG, LOG_PACKED, RECORD, Pipeline
 from otel_rl._sdk.probes import CudaMemoryProbe, NvmlProbe, ProcessProbe
 from otel_rl._sdk.profiling import Profiler
 from otel_rl._sdk.propagation import extract_context, inject_context
@@ -39,8 +39,9 @@ from otel_rl._sdk.providers import SCOPE_NAME, bind_series_guard, build_provider
 from otel_rl._sdk.run_lock import claim_run_dir, say_unclean_end
 from otel_rl._sdk.samples import SampleLogging  # Telemetry.log_samples
 from otel_rl._sdk.scopes import NEW_TRACE_CONTEXT, JoinScope, Stage, StepScope, sorted_attrs
+from otel_rl._sdk.step_plan import packed_step
 from otel_rl._sdk.summary import print_summary
-from otel_rl._sdk.values import Rejected, TextPolicy, event_value, key_text, to_number
+from otel_rl._sdk.values import TextPolicy, check_strict, event_value
 from otel_rl._version import __version__
 from otel_rl.detect.detectors import build_alert_engine
 from otel_rl.exporters.files import rank_file_name
@@ -177,7 +178,8 @@ class Telemetry(SampleLogging):
         self._append = self._pipeline.queue.append
         self._queue = self._pipeline.queue
         self._max_queue = config.max_queue or sys.maxsize
-        self._wake = self._pipeline.wake
+        self._wake_soon = self._pipeline.wake_soon
+        self._step_plans = self._pipeline.step_plans
         # Online alert rules: evaluated by the pipeline's worker after it resolves each log().
         self._alerts = build_alert_engine(config.alert_rules, self._pipeline, self._latest) if config.alert_rules else None
         if self._alerts is not None:
@@ -239,8 +241,8 @@ class Telemetry(SampleLogging):
     def _submit(self, item: tuple) -> None:
         if not self._closed:
             self._append(item)
-            if not self._wake.is_set():
-                self._wake.set()
+            if self._pipeline.idle:
+                self._wake_soon()
 
     # -- public API -----------------------------------------------------------------------------
     @property
@@ -394,7 +396,9 @@ class Telemetry(SampleLogging):
     def log(self, values: Mapping[str, Any], step: int | None = None, *, time_ns: int | None = None) -> None:
         """Log one step's values: framework keys (``actor/pg_loss``) or registry metric names.
 
-        The caller pays one dict copy; resolution, metrics and the step event happen off-thread.
+        The caller pays one dict copy (or, for a step of a key set seen before whose values are
+        all floats, one pass that packs them); resolution, metrics and the step event happen
+        off-thread.
         Bad values (NaN, inf, None, strings, multi-element tensors, non-string keys) are counted
         and reported once with the key named; with ``strict=True`` they raise ValueError here.
         ``time_ns``: when the values were logged (Unix epoch ns), for replaying an old log; the
@@ -405,7 +409,20 @@ class Telemetry(SampleLogging):
         if len(self._queue) >= self._max_queue:
             return self._pipeline.drop_queued(_SIGNAL_LOGS)
         if self.config.strict:
-            self._check_strict(values)
+            check_strict(values, self._pipeline.plan)
+        if type(values) is dict and (found := packed_step(self._step_plans, values)) is not None:
+            self._append(
+                (
+                    LOG_PACKED,
+                    self._current_step if step is None else step,
+                    time.time_ns() if time_ns is None else time_ns,
+                    self._step_span_context,
+                    *found,
+                )
+            )
+            if self._pipeline.idle:
+                self._wake_soon()
+            return
         try:
             snapshot = dict(values)
         except Exception as exc:  # not a mapping, or one whose iteration raises: never into the loop
@@ -424,8 +441,8 @@ class Telemetry(SampleLogging):
                 snapshot,
             )
         )
-        if not self._wake.is_set():
-            self._wake.set()
+        if self._pipeline.idle:
+            self._wake_soon()
 
     def record(self, metric: str, values: Any, attributes: Mapping[str, Any] | None = None, *, step: int | None = None) -> None:
         """Record a registry metric: a whole array into a histogram, or a value into a gauge/counter."""
@@ -529,35 +546,6 @@ class Telemetry(SampleLogging):
     def resolve(self, key: str) -> Any:
         """Where a framework key goes: its registry metric and attributes."""
         return self._resolver.resolve(key, self.config.framework)
-
-    def _check_strict(self, values: Mapping[str, Any], depth: int = 0) -> None:
-        if not isinstance(values, Mapping):
-            raise ValueError(f"otel-rl: log() takes a mapping of key -> value, got {type(values).__name__}")
-        if depth > 64:
-            raise ValueError("otel-rl strict mode: values nested more than 64 levels deep (or a mapping that contains itself)")
-        try:
-            items = list(values.items())
-        except Exception as exc:
-            raise ValueError(f"otel-rl strict mode: the items of a {type(values).__name__} cannot be read: {exc!r}") from None
-        for key, raw in items:
-            if type(key) is not str:
-                raise ValueError(f"otel-rl strict mode: key {key_text(key)} is a {type(key).__name__}, not a string")
-            if isinstance(raw, Mapping):
-                try:
-                    nested = {f"{key}/{k}": v for k, v in raw.items()}
-                except Exception as exc:
-                    raise ValueError(f"otel-rl strict mode: the items of {key!r} cannot be read: {exc!r}") from None
-                self._check_strict(nested, depth + 1)
-                continue
-            plan = self._pipeline.plan(key)
-            try:
-                to_number(plan.transform(raw) if plan.transform else raw)
-            except Rejected as rej:
-                raise ValueError(
-                    f"otel-rl strict mode: value of {key!r} is {rej.reason}" + (f" ({rej.detail})" if rej.detail else "")
-                ) from None
-            except Exception as exc:  # whatever a foreign object's conversion raises, as a ValueError
-                raise ValueError(f"otel-rl strict mode: value of {key!r} cannot be read: {type(exc).__name__}") from None
 
     def flush(self, timeout_s: float = 10.0) -> bool:
         """Process everything logged so far and export it now."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -242,3 +243,35 @@ def step_numbers(raw: list[Any]) -> tuple[list[float], list[Any], tuple[int, ...
     if not all(_INT64_MIN <= numbers[i] <= _INT64_MAX for i in ints):
         return None
     return list(map(float, numbers)), numbers, ints
+
+
+def check_strict(values: Mapping[str, Any], plan_of: Callable[[str], Any], depth: int = 0) -> None:
+    """``log(strict=True)``: raise ValueError naming the first key whose value the pipeline would
+    reject (``plan_of(key).transform``: the key's conversion)."""
+    if not isinstance(values, Mapping):
+        raise ValueError(f"otel-rl: log() takes a mapping of key -> value, got {type(values).__name__}")
+    if depth > 64:
+        raise ValueError("otel-rl strict mode: values nested more than 64 levels deep (or a mapping that contains itself)")
+    try:
+        items = list(values.items())
+    except Exception as exc:
+        raise ValueError(f"otel-rl strict mode: the items of a {type(values).__name__} cannot be read: {exc!r}") from None
+    for key, raw in items:
+        if type(key) is not str:
+            raise ValueError(f"otel-rl strict mode: key {key_text(key)} is a {type(key).__name__}, not a string")
+        if isinstance(raw, Mapping):
+            try:
+                nested = {f"{key}/{k}": v for k, v in raw.items()}
+            except Exception as exc:
+                raise ValueError(f"otel-rl strict mode: the items of {key!r} cannot be read: {exc!r}") from None
+            check_strict(nested, plan_of, depth + 1)
+            continue
+        plan = plan_of(key)
+        try:
+            to_number(plan.transform(raw) if plan.transform else raw)
+        except Rejected as rej:
+            raise ValueError(
+                f"otel-rl strict mode: value of {key!r} is {rej.reason}" + (f" ({rej.detail})" if rej.detail else "")
+            ) from None
+        except Exception as exc:  # whatever a foreign object's conversion raises, as a ValueError
+            raise ValueError(f"otel-rl strict mode: value of {key!r} cannot be read: {type(exc).__name__}") from None

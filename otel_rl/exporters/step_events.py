@@ -109,14 +109,17 @@ class StepEventWriter(PendingRecords):
     def template(self, keys: list[str], ints: tuple[int, ...] = ()) -> KeyTemplate:
         return KeyTemplate(keys, ints)
 
-    def add(self, template: KeyTemplate, values: list[float], step: int | None, time_ns: int, span_context: Any) -> None:
+    def add(self, template: KeyTemplate, values: list[float] | bytes, step: int | None, time_ns: int, span_context: Any) -> None:
         """One record: ``values`` are the step's finite floats (ints at the template's int
-        positions), in the template's key order;
-        ``step`` an int or None; ``time_ns`` the event's time."""
+        positions), in the template's key order, or (a template without ints) those floats packed
+        as little-endian doubles; ``step`` an int or None; ``time_ns`` the event's time."""
         key_set = self._key_set_attributes.get(template.key_set)
         if key_set is not None:  # the values alone
-            body: Any = (_BYTES_HEAD, base64.b64encode(template.packer.pack(*values)), _BYTES_TAIL)
+            packed = values if type(values) is bytes else template.packer.pack(*values)
+            body: Any = (_BYTES_HEAD, base64.b64encode(packed), _BYTES_TAIL)
         else:  # the key set's first record in this file: the whole map
+            if type(values) is bytes:
+                values = list(template.packer.unpack(values))
             key_set = b'{"key":"' + self._key_set_key + b'","value":{"stringValue":"' + template.key_set.encode() + b'"}}]'
             self._key_set_attributes[template.key_set] = key_set
             body = list(template.pieces)
@@ -159,7 +162,10 @@ class DirectStepWriter(Protocol):
         ``ints``: the positions whose values are Python ints in int64's range (the rest are floats)."""
         ...
 
-    def add(self, template: Any, values: list[Any], step: int | None, time_ns: int, span_context: Any) -> None: ...
+    def add(self, template: Any, values: list[Any] | bytes, step: int | None, time_ns: int, span_context: Any) -> None:
+        """One step's record; ``values``: its numbers in key order, or, for a template without
+        ints, its floats packed as little-endian doubles (one ``struct`` call on the caller's thread)."""
+        ...
 
     @property
     def pending(self) -> bool: ...
@@ -177,7 +183,7 @@ class StepEventWriters:
     def template(self, keys: list[str], ints: tuple[int, ...] = ()) -> tuple[Any, ...]:
         return tuple(writer.template(keys, ints) for writer in self.writers)
 
-    def add(self, template: tuple[Any, ...], values: list[Any], step: int | None, time_ns: int, span_context: Any) -> None:
+    def add(self, template: tuple[Any, ...], values: list[Any] | bytes, step: int | None, time_ns: int, span_context: Any) -> None:
         for writer, each in zip(self.writers, template):
             writer.add(each, values, step, time_ns, span_context)
 

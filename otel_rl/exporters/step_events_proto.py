@@ -104,11 +104,12 @@ class ProtoKeyTemplate:
         self.args = args
         self.packer = struct.Struct("".join(fmt))
 
-    def body(self, values: list[Any]) -> bytes:
-        """The record's body field for ``values`` (in key order)."""
+    def body(self, values: list[Any] | bytes) -> bytes:
+        """The record's body field for ``values`` (in key order; or, without ints, packed as
+        little-endian doubles)."""
         if not self.ints:
             args = self.args.copy()
-            args[1::2] = values
+            args[1::2] = struct.unpack(f"<{len(values) // 8}d", values) if isinstance(values, bytes) else values
             return self.packer.pack(*args)
         parts = []
         for (start, end, packer, run_args), key in zip(self.runs, [*self.int_keys, None]):
@@ -159,7 +160,7 @@ class StepEventProtoWriter(PendingRecords):
     def template(self, keys: list[str], ints: tuple[int, ...] = ()) -> ProtoKeyTemplate:
         return ProtoKeyTemplate(keys, ints)
 
-    def add(self, template: ProtoKeyTemplate, values: list[Any], step: int | None, time_ns: int, span_context: Any) -> None:
+    def add(self, template: ProtoKeyTemplate, values: list[Any] | bytes, step: int | None, time_ns: int, span_context: Any) -> None:
         """One record: ``values`` are the step's finite floats (ints at the template's int
         positions) in the template's key order."""
         stamp = _FIXED64.pack(time_ns)

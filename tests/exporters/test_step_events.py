@@ -69,11 +69,15 @@ def writer_for(exporter: OtlpJsonLogExporter) -> StepEventWriter:
     return StepEventWriter(exporter, RESOURCE, InstrumentationScope(*SCOPE), N.RL_LOG_EVENT, A.RL_STEP, A.RL_LOG_KEY_SET)
 
 
-def direct_record_lines(path, steps, context) -> list[str]:
+def direct_record_lines(path, steps, context, packed: bool = False) -> list[str]:
+    """The direct writer's lines; ``packed``: float-only steps handed over packed, as log() packs them."""
     exporter = OtlpJsonLogExporter(path)
     writer = writer_for(exporter)
     for values, step, time_ns in steps:
-        writer.add(KeyTemplate(list(values), ints_of(values)), list(values.values()), step, time_ns, context)
+        numbers = list(values.values())
+        if packed and not ints_of(values):
+            numbers = struct.pack(f"<{len(numbers)}d", *numbers)
+        writer.add(KeyTemplate(list(values), ints_of(values)), numbers, step, time_ns, context)
         assert writer.write()
     exporter.shutdown()
     return path.read_text(encoding="utf-8").splitlines()
@@ -93,11 +97,13 @@ def only_record(line: str) -> dict:
     return record
 
 
-@pytest.mark.parametrize("steps", [STEPS, STEPS_WITH_INTS], ids=["floats", "ints-among-floats"])
+@pytest.mark.parametrize(
+    ("steps", "packed"), [(STEPS, False), (STEPS, True), (STEPS_WITH_INTS, False)], ids=["floats", "floats-packed", "ints-among-floats"]
+)
 @pytest.mark.parametrize("context", CONTEXTS, ids=["no-span", "sampled-span", "remote-unsampled"])
-def test_direct_records_read_back_as_the_sdk_pipelines_records(tmp_path, context, steps):
+def test_direct_records_read_back_as_the_sdk_pipelines_records(tmp_path, context, steps, packed):
     sdk = sdk_lines(tmp_path / "sdk.jsonl", steps, context)
-    direct = direct_record_lines(tmp_path / "direct.jsonl", steps, context)
+    direct = direct_record_lines(tmp_path / "direct.jsonl", steps, context, packed)
     assert len(sdk) == len(direct) == 2
     key_set = KeyTemplate(list(steps[0][0]), ints_of(steps[0][0])).key_set
     tag = {"key": A.RL_LOG_KEY_SET, "value": {"stringValue": key_set}}

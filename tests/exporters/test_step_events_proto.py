@@ -6,6 +6,8 @@ and through StepEventProtoWriter, and compares the encoded requests byte for byt
 
 from __future__ import annotations
 
+import struct
+
 import pytest
 from opentelemetry import trace
 from opentelemetry._logs import SeverityNumber
@@ -44,8 +46,9 @@ class Captured(LogRecordExporter):
         pass
 
 
-def both(steps: list[tuple[dict[str, float], int | None, SpanContext | None]]) -> tuple[bytes, bytes]:
-    """(the SDK encoder's request, the direct writer's request) for the same steps."""
+def both(steps: list[tuple[dict[str, float], int | None, SpanContext | None]], packed: bool = False) -> tuple[bytes, bytes]:
+    """(the SDK encoder's request, the direct writer's request) for the same steps; ``packed``: the
+    float-only steps handed over packed, as log() packs them."""
     captured = Captured()
     provider = LoggerProvider(resource=RESOURCE)
     provider.add_log_record_processor(SimpleLogRecordProcessor(captured))
@@ -72,7 +75,10 @@ def both(steps: list[tuple[dict[str, float], int | None, SpanContext | None]]) -
         )
         ints = tuple(i for i, v in enumerate(values.values()) if type(v) is int)
         template = templates.setdefault((tuple(values), ints), writer.template(list(values), ints))
-        writer.add(template, list(values.values()), step, time_ns, span_context)
+        numbers = list(values.values())
+        if packed and not ints:
+            numbers = struct.pack(f"<{len(numbers)}d", *numbers)
+        writer.add(template, numbers, step, time_ns, span_context)
     assert writer.pending
     assert writer.write() and not writer.pending
     assert writer.write()  # nothing pending: nothing stored, still success
@@ -102,8 +108,9 @@ def both(steps: list[tuple[dict[str, float], int | None, SpanContext | None]]) -
         pytest.param([({"a": 1.0, "b": 2}, 1, None), ({"a": 1.0, "b": 2.0}, 2, None)], id="same-keys-int-then-float"),
     ],
 )
-def test_the_request_is_the_sdk_encoders_byte_for_byte(steps) -> None:
-    sdk, direct = both(steps)
+@pytest.mark.parametrize("packed", [False, True], ids=["numbers", "packed"])
+def test_the_request_is_the_sdk_encoders_byte_for_byte(steps, packed) -> None:
+    sdk, direct = both(steps, packed)
     assert direct == sdk
     request = ExportLogsServiceRequest.FromString(direct)
     records = request.resource_logs[0].scope_logs[0].log_records
