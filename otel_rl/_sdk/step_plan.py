@@ -12,6 +12,7 @@ from typing import Any
 
 from otel_rl._sdk.aggregation import Attrs, BulkHistograms, LatestValues, SlotRow
 from otel_rl._sdk.summary import HEADLINE_LABELS
+from otel_rl._sdk.values import FLOAT_TYPES
 
 
 class Plan:
@@ -124,11 +125,14 @@ class StepPlan:
 
 def packed_step(plans: Mapping[tuple[Any, ...], StepPlan | None], values: dict[Any, Any]) -> tuple[StepPlan, bytes] | None:
     """For ``log()``, on the caller's thread: a step of a key set the worker has a plan for, every
-    value a finite float, as its plan and its values packed in key order (one C call over objects
+    value a finite float (Python's or a numpy float scalar), as its plan and its values packed in key order (one C call over objects
     this thread just made: the worker then touches one buffer instead of every key and value).
     None for anything else: the worker's per-step paths take it."""
     plan = plans.get(tuple(values))
-    if plan is None or countOf(map(type, values.values()), float) != len(values):
+    if plan is None:
+        return None
+    # Python floats (one cheap pass), else numpy float scalars among them (a set of the types)
+    if countOf(map(type, values.values()), float) != len(values) and not set(map(type, values.values())) <= FLOAT_TYPES:
         return None
     total = sum(values.values())
     if total - total != 0.0:  # a NaN or an infinity: the per-key path's

@@ -217,10 +217,11 @@ class TextPolicy:
 
 
 _FLOAT_ONLY = {float}
-_FLOAT_TYPES = frozenset({float, np.float64, np.float32, np.float16})
+# Float types a step may hold and still be packed as doubles (struct reads each as float(value) would).
+FLOAT_TYPES = frozenset({float, np.float64, np.float32, np.float16})
 # Integer types whose every value fits an int64: on the bulk path, the event keeps them as ints.
 _INT_TYPES = frozenset({int, np.int64, np.int32, np.int16, np.int8, np.uint32, np.uint16, np.uint8})
-_NUMBER_TYPES = _FLOAT_TYPES | _INT_TYPES
+_NUMBER_TYPES = FLOAT_TYPES | _INT_TYPES
 _PLAIN_NUMBERS = frozenset({float, int})
 
 
@@ -232,7 +233,7 @@ def step_numbers(raw: list[Any]) -> tuple[list[float], list[Any], tuple[int, ...
     kinds = set(map(type, raw))
     if kinds == _FLOAT_ONLY:
         return raw, raw, ()
-    if kinds <= _FLOAT_TYPES:  # numpy float scalars: the event carries the Python float (as item() gives)
+    if kinds <= FLOAT_TYPES:  # numpy float scalars: the event carries the Python float (as item() gives)
         floats = list(map(float, raw))
         return floats, floats, ()
     if not kinds <= _NUMBER_TYPES:
