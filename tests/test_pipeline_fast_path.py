@@ -93,7 +93,8 @@ def test_float_steps_are_packed_by_log_and_match_the_per_key_path(make_telemetry
             tel.flush()  # each step's plan is in place before the next log()
             if per_key:
                 tel._pipeline._step_plans.clear()
-    assert packed == [2, 3, 4, 5, 7, 8]  # step 1 builds the plan (per key); 6 holds a NaN
+    # Step 1 builds the plan (per key). Step 6 holds a NaN: packed, then sent per key by the worker.
+    assert packed == [2, 3, 4, 5, 6, 7, 8]
     assert _state(fast) == _state(slow)
     fast.shutdown()
     slow.shutdown()

@@ -309,6 +309,8 @@ class Pipeline:
         in bulk and emit its event. False (nothing done) for anything else: the per-key path decides."""
         raw = list(values.values())
         read = step_numbers(raw)
+        if read is None or read[2]:  # other types, or ints: log() need not try to pack these keys' steps
+            plan.packable = False
         if read is None:
             return False
         floats, numbers, ints = read
@@ -320,10 +322,14 @@ class Pipeline:
         return True
 
     def _process_log_packed(self, step: int | None, time_ns: int, span_context: Any, plan: StepPlan, packed: bytes) -> None:
-        """A step that ``log()`` found to be of a planned key set, every value a finite float, and
-        packed (``plan.packer``) on the caller's thread."""
+        """A step that ``log()`` found to be of a planned key set, every value a float, and packed
+        (``plan.packer``) on the caller's thread."""
         if type(time_ns) is not int:
             time_ns = self._event_time(time_ns)
+        total = float(np.frombuffer(packed, dtype="<f8").sum())
+        if total - total != 0.0:  # a NaN or an infinity (or a sum past the float range): per key, named
+            self._process_log_slow(step, time_ns, span_context, dict(zip(plan.keys, plan.packer.unpack(packed))))
+            return
         self._apply_step(plan, step, time_ns, span_context, packed)
 
     def _apply_step(

@@ -54,6 +54,7 @@ class StepPlan:
         "template",
         "int_templates",
         "packer",
+        "packable",
     )
 
     def __init__(
@@ -76,6 +77,9 @@ class StepPlan:
         self.int_templates: dict[tuple[int, ...], Any] = {}  # the same, per set of positions holding ints
         # A float-only step packed by log() on the caller's thread, and its histogram values read back.
         self.packer = struct.Struct(f"<{len(keys)}d")
+        # False once a step of these keys held an int or a value of another type (verl logs ints
+        # every step): log() then copies such steps without first trying to pack them.
+        self.packable = True
         indices = [i for i, _ in histograms]
         self.histogram_picker = struct.Struct("<" + "".join(f"{8 * (i - j - 1)}xd" for j, i in zip([-1, *indices], indices)))
         # the row of a step's histogram values in one C call (itemgetter of one index is no tuple)
@@ -125,16 +129,13 @@ class StepPlan:
 
 def packed_step(plans: Mapping[tuple[Any, ...], StepPlan | None], values: dict[Any, Any]) -> tuple[StepPlan, bytes] | None:
     """For ``log()``, on the caller's thread: a step of a key set the worker has a plan for, every
-    value a finite float (Python's or a numpy float scalar), as its plan and its values packed in key order (one C call over objects
+    value a float (Python's or a numpy float scalar), as its plan and its values packed in key order (one C call over objects
     this thread just made: the worker then touches one buffer instead of every key and value).
     None for anything else: the worker's per-step paths take it."""
     plan = plans.get(tuple(values))
-    if plan is None:
+    if plan is None or not plan.packable:
         return None
     # Python floats (one cheap pass), else numpy float scalars among them (a set of the types)
     if countOf(map(type, values.values()), float) != len(values) and not set(map(type, values.values())) <= FLOAT_TYPES:
         return None
-    total = sum(values.values())
-    if total - total != 0.0:  # a NaN or an infinity: the per-key path's
-        return None
-    return plan, plan.packer.pack(*values.values())
+    return plan, plan.packer.pack(*values.values())  # NaN and infinities: the worker sends those steps per key
