@@ -205,12 +205,13 @@ def test_log_and_stages_never_wait_during_an_outage_and_flush_returns_at_once(ma
     assert time.monotonic() - t0 < 1.5
     assert tel._providers.spool.pending_items()[LOGS] == 300
     # Step + stage + log per step: the outage never reaches the caller (a blocked export would
-    # cost the exporter's 10 s timeout). Median within 1 ms; the max allows for GIL hand-overs to
-    # the exporter threads (up to one 5 ms switch interval, as with the SDK's own exporters) and
-    # a 2-core machine shared with other jobs. tests/e2e/test_faults_e2e.py compares with healthy steps.
+    # cost the exporter's 10 s timeout, a retry its backoff of a second or more). Median within
+    # 1 ms; the slowest step allows for GIL hand-overs to the exporter threads and for the stalls
+    # of a 2-core virtual machine shared with other jobs (up to ~70 ms seen there), not for an
+    # export. tests/e2e/test_faults_e2e.py compares with healthy steps.
     took.sort()
     assert took[len(took) // 2] < 0.001, f"median {took[len(took) // 2] * 1000:.2f} ms"
-    assert took[-1] < 0.05, f"slowest step's telemetry took {took[-1] * 1000:.1f} ms"
+    assert took[-1] < 0.5, f"slowest step's telemetry took {took[-1] * 1000:.1f} ms"
     assert tel.latest(M.RL_TELEMETRY_SPOOL_USAGE) > 0
 
 
