@@ -29,23 +29,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_hotpath import step_values  # noqa: E402
-from bench_total import calibrate, thread_cpu  # noqa: E402
-
-import otel_rl  # noqa: E402
+from bench_total import OtelRl, calibrate, thread_cpu  # noqa: E402
 
 
 class Copied(dict):
     """Not an exact dict: ``log()`` copies it instead of packing it."""
 
 
-def telemetry() -> otel_rl.Telemetry:
-    # Built directly: both live side by side, and a second init() would shut the first down.
-    options = {"service_name": "bench", "run_dir": tempfile.mkdtemp(prefix="otel-rl-bench-pack-"), "console": False}
-    tel = otel_rl.Telemetry(otel_rl.resolve_config({**options, "framework": "roll", "metric_export_interval_s": 3600}))
-    for s in range(3):  # the key set's plan
-        tel.log(step_values(), step=s)
-        tel.flush()
-    return tel
+def telemetry() -> OtelRl:
+    """otel-rl with its default exporters (the run folder), its key set's plan built."""
+    way = OtelRl(Path(tempfile.mkdtemp(prefix="otel-rl-bench-pack-")), step_values(), None, None)
+    for s in range(3):
+        way.keys(s, lambda: None)
+        way.flush()
+    return way
 
 
 def run(rounds: int, steps: int) -> dict[str, Any]:
@@ -57,7 +54,8 @@ def run(rounds: int, steps: int) -> dict[str, Any]:
     samples: dict[str, list[tuple[float, float, float]]] = {name: [] for name in ways}
     for r in range(rounds):
         order = list(ways.items()) if r % 2 == 0 else list(ways.items())[::-1]
-        for name, (tel, kind) in order:
+        for name, (way, kind) in order:
+            tel = way.tel
             worker = tel._pipeline._thread.native_id  # no public handle on the worker thread
             caller_ns, w0, p0 = 0, thread_cpu(worker), time.process_time()
             for s in range(steps):
@@ -66,14 +64,12 @@ def run(rounds: int, steps: int) -> dict[str, Any]:
                 t0 = clock()
                 tel.log(values, step=r * steps + s)
                 caller_ns += clock() - t0
-            pipeline = tel._pipeline
-            while pipeline.queue or pipeline._drain_lock.locked():  # the round pays what it queued
-                time.sleep(0.002)
+            way.settle()  # the round pays what it queued
             samples[name].append(
                 (caller_ns / 1e3 / steps, (thread_cpu(worker) - w0) * 1e6 / steps, (time.process_time() - p0) * 1e6 / steps)
             )
-    for tel, _ in ways.values():
-        tel.shutdown()
+    for way, _ in ways.values():
+        way.close()
     out: dict[str, Any] = {}
     for name, rows in samples.items():
         table = np.array(rows)

@@ -58,8 +58,8 @@ def test_bulk_path_matches_the_per_key_path(make_telemetry, request, tmp_path):
     for step, values in enumerate(steps, start=1):  # the per-key path every time
         slow.log(values, step=step)
         slow.flush()
-        slow._pipeline._step_plans.clear()
-    assert any(plan is not None for plan in fast._pipeline._step_plans.values())
+        slow._pipeline.step_plans.clear()
+    assert any(plan is not None for plan in fast._pipeline.step_plans.values())
     assert _state(fast) == _state(slow)
     # the gib transform applied, exactly as the per-key path converts it
     gib = [v for (m, _), v in _state(fast)[0].items() if m == M.RL_GPU_MEMORY_USAGE]
@@ -92,7 +92,7 @@ def test_float_steps_are_packed_by_log_and_match_the_per_key_path(make_telemetry
             tel.log(values, step=step)
             tel.flush()  # each step's plan is in place before the next log()
             if per_key:
-                tel._pipeline._step_plans.clear()
+                tel._pipeline.step_plans.clear()
     # Step 1 builds the plan (per key). Step 6 holds a NaN: packed, then sent per key by the worker.
     assert packed == [2, 3, 4, 5, 6, 7, 8]
     assert _state(fast) == _state(slow)
@@ -134,10 +134,10 @@ def test_real_verl_steps_with_ints_take_the_bulk_path_and_match_the_per_key_path
     for step, values in enumerate(steps, start=1):
         slow.log(values, step=step)
         slow.flush()
-        slow._pipeline._step_plans.clear()
+        slow._pipeline.step_plans.clear()
     assert per_key == [1, 2, 3, 4, 5, 6]
     assert len(bulk_skipped) < len(steps) - 2  # the first steps go per key until the plan is built
-    plan = fast._pipeline._step_plans[tuple(keys)]
+    plan = fast._pipeline.step_plans[tuple(keys)]
     assert plan is not None and plan.template is None
     assert (len(plan.int_templates) == 1) == (not options)  # the run folder's writer took the steps with ints
     assert _state(fast) == _state(slow)
@@ -198,7 +198,7 @@ def test_a_series_whose_first_value_was_rejected_is_stored_once_it_has_values(ma
     tel.flush()
     loss = tel._latest.get(M.RL_LOSS, ((A.RL_LOSS_TYPE, "policy"), (A.RL_MODEL_ROLE, "actor")))
     assert loss == 0.1 * 7 and tel._latest.get(M.RL_GRAD_NORM, ((A.RL_MODEL_ROLE, "actor"),)) == 8.0
-    assert any(plan is not None for plan in tel._pipeline._step_plans.values())
+    assert any(plan is not None for plan in tel._pipeline.step_plans.values())
 
 
 def test_alternating_key_sets_keep_their_plans(make_telemetry):
@@ -208,7 +208,7 @@ def test_alternating_key_sets_keep_their_plans(make_telemetry):
     for step in range(1, 9):
         tel.log(train if step % 2 else val, step=step)
     tel.flush()
-    plans = tel._pipeline._step_plans
+    plans = tel._pipeline.step_plans
     assert set(plans) == {tuple(train), tuple(val)} and all(plan is not None for plan in plans.values())
 
 
@@ -228,7 +228,7 @@ def test_a_timer_a_stage_span_measured_is_not_counted_twice_on_the_bulk_path(mak
             step=step,
         )
     tel.flush()
-    assert any(plan is not None for plan in tel._pipeline._step_plans.values())
+    assert any(plan is not None for plan in tel._pipeline.step_plans.values())
     assert packed == list(range(1, steps))  # float steps: packed by log() once the plan is built
     histograms = tel._histograms
     measured = ((A.RL_CLUSTER, "actor_train"), (A.RL_STAGE, "train_step"), (A.RL_STAGE_PHASE, "total"))

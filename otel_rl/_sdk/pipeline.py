@@ -86,9 +86,9 @@ class Pipeline:
         self._event_logger = event_logger
         self._on_step_end = on_step_end
         self._plans: dict[str, Plan] = {}
-        self._step_plans: dict[tuple[Any, ...], StepPlan | None] = {}  # None: that key set goes per key
-        # Read by log() on the caller's thread: a step of a planned key set is packed there.
-        self.step_plans = self._step_plans
+        # None: that key set goes per key. Read by log() on the caller's thread too: a step of a
+        # planned key set is packed there.
+        self.step_plans: dict[tuple[Any, ...], StepPlan | None] = {}
         self._plan_tries: dict[tuple[Any, ...], int] = {}
         self._reported: set[tuple[str, str]] = set()
         self._span_measured: dict[int | None, set[tuple[str, Attrs]]] = {}
@@ -285,7 +285,7 @@ class Pipeline:
         if self.stamped is not None:  # metrics_at_log_time keeps every value as a point: per key
             return self._process_log_slow(step, time_ns, span_context, values)
         keys = tuple(values)
-        plans = self._step_plans
+        plans = self.step_plans
         plan = plans.get(keys, UNPLANNED)
         if plan is not None and plan is not UNPLANNED and self._process_log_fast(plan, step, time_ns, span_context, values):
             return

@@ -179,7 +179,6 @@ class Telemetry(SampleLogging):
         self._queue = self._pipeline.queue
         self._max_queue = config.max_queue or sys.maxsize
         self._wake_soon = self._pipeline.wake_soon
-        self._step_plans = self._pipeline.step_plans
         # Online alert rules: evaluated by the pipeline's worker after it resolves each log().
         self._alerts = build_alert_engine(config.alert_rules, self._pipeline, self._latest) if config.alert_rules else None
         if self._alerts is not None:
@@ -410,7 +409,7 @@ class Telemetry(SampleLogging):
             return self._pipeline.drop_queued(_SIGNAL_LOGS)
         if self.config.strict:
             check_strict(values, self._pipeline.plan)
-        if type(values) is dict and (found := packed_step(self._step_plans, values)) is not None:
+        if type(values) is dict and (found := packed_step(self._pipeline.step_plans, values)) is not None:
             self._append(
                 (
                     LOG_PACKED,

@@ -250,7 +250,7 @@ def test_the_run_folder_alone_takes_the_direct_path_and_reads_back_the_same(tmp_
             with tel.step(step):
                 tel.log({key: step + i / 8 for i, key in enumerate(keys)})
         tel.flush()
-        plan = tel._pipeline._step_plans[tuple(keys)]
+        plan = tel._pipeline.step_plans[tuple(keys)]
         assert (plan.template is not None) == (name == "direct")  # the later steps took the direct path
         tel.shutdown()
         folders[name] = folder

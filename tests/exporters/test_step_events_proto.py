@@ -185,7 +185,7 @@ def test_a_telemetry_writes_directly_where_every_destination_can_and_all_get_the
             with tel.step(step):
                 tel.log(values)
         assert tel.flush(10)
-        plan = tel._pipeline._step_plans[tuple(keys)]
+        plan = tel._pipeline.step_plans[tuple(keys)]
         assert (plan.template is not None) == bool(writers)  # the later steps took the direct path
         assert bool(plan.int_templates) == bool(writers)  # those with an int too
         received = {r[1][A.RL_STEP]: r[2] for r in sink.received.events(N.RL_LOG_EVENT)}
