@@ -27,7 +27,7 @@ from opentelemetry.context import Context
 from otel_rl._sdk.aggregation import Attrs, BulkHistograms, LatestValues, StampedPoints
 from otel_rl._sdk.goodput import StageInterval, StepGoodput
 from otel_rl._sdk.keys import KeyResolver
-from otel_rl._sdk.step_plan import PLAN_TRIES, STEP_PLANS, UNPLANNED, Plan, StepPlan
+from otel_rl._sdk.step_plan import PLAN_TRIES, STEP_PLANS, UNPLANNED, Plan, StepPlan, surely_finite
 from otel_rl._sdk.summary import HEADLINE_LABELS
 
 # Rejected and to_number are imported from here too (the analyzers coerce values as the worker does).
@@ -131,7 +131,12 @@ class Pipeline:
         # measured per thread on a 2-core VM), so there are as few as the bound allows.
         while not self._stopping:
             idle = self.idle
-            self.wake.wait(self._poll if idle else self._gather)
+            if idle:
+                self.wake.wait(self._poll)
+            else:
+                # Nothing wakes a busy worker, so a plain sleep: ~60 us less CPU per wake-up than a
+                # timed Event.wait on a 2-core VM (exact thread CPU beside a pure-Python loop).
+                time.sleep(self._gather)
             self.wake.clear()
             if idle and not self.idle:
                 continue  # woken by a caller: let the step's items gather first
@@ -326,8 +331,7 @@ class Pipeline:
         (``plan.packer``) on the caller's thread."""
         if type(time_ns) is not int:
             time_ns = self._event_time(time_ns)
-        total = float(np.frombuffer(packed, dtype="<f8").sum())
-        if total - total != 0.0:  # a NaN or an infinity (or a sum past the float range): per key, named
+        if not surely_finite(packed):  # a NaN or an infinity (or a value past ~5e303): per key, named
             self._process_log_slow(step, time_ns, span_context, dict(zip(plan.keys, plan.packer.unpack(packed))))
             return
         self._apply_step(plan, step, time_ns, span_context, packed)

@@ -139,3 +139,15 @@ def packed_step(plans: Mapping[tuple[Any, ...], StepPlan | None], values: dict[A
     if countOf(map(type, values.values()), float) != len(values) and not set(map(type, values.values())) <= FLOAT_TYPES:
         return None
     return plan, plan.packer.pack(*values.values())  # NaN and infinities: the worker sends those steps per key
+
+
+# 1 where a double's top byte (sign bit aside) is all ones: its exponent is at least 0x7F0, so it is a
+# NaN, an infinity or past ~5e303; every other value is finite.
+_TOP_BYTE_HIGH = bytes(1 if byte & 0x7F == 0x7F else 0 for byte in range(256))
+
+
+def surely_finite(packed: bytes) -> bool:
+    """Whether every little-endian double in ``packed`` is finite (False also for a few finite
+    values past ~5e303, which then take the per-key path): two C calls over one byte per value, a
+    third of numpy's ``sum()`` for a step's few hundred, and no floating-point warning."""
+    return 1 not in packed[7::8].translate(_TOP_BYTE_HIGH)
