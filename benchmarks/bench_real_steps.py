@@ -8,7 +8,7 @@ The steps are those of public training logs (``../shared/logs``, read with ``ote
 verl's metric dicts (58-80 keys, of which 5-12 are ints: ``training/global_step``,
 ``global_seqlen/*``, ``num_turns/*``) and TRL's ``log_history`` entries (13-28 floats). Each log's
 steps are logged in their order, one per 1 ms of pure-Python work, by each way in interleaved
-rounds (as ``bench_total.py`` does, whose machinery this uses):
+rounds of 100 steps (201 pairs per log, as ``bench_total.py``'s target row, whose machinery this uses):
 
 - off: the work alone;
 - otel-rl: ``otel_rl.init()`` with the log's framework and its default exporters (the run folder),
@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import numpy as np  # noqa: E402
-from bench_total import Off, OtelRl, Sdk, Way, _added, calibrate, measure, owned  # noqa: E402
+from bench_total import FLUSH_EVERY, TARGET_STEPS, Off, OtelRl, Sdk, Way, _added, calibrate, measure, owned  # noqa: E402
 
 from otel_rl.replay import parse_file  # noqa: E402
 
@@ -92,6 +92,9 @@ class SdkSteps(Sdk):
     step = keys
 
 
+PAIRS = 201  # paired rounds of 100 steps per log
+
+
 def run(quick: bool = False) -> dict[str, Any]:
     logging.getLogger("otel_rl").setLevel(logging.ERROR)
     folder = Path(tempfile.mkdtemp(prefix="otel-rl-bench-real-"))
@@ -102,7 +105,8 @@ def run(quick: bool = False) -> dict[str, Any]:
         run_folder = folder / name.split(".")[0]
         run_folder.mkdir()
         ways: list[Way] = [Off(), owned(lambda: OtelRlSteps(run_folder, steps, framework)), owned(lambda: SdkSteps(run_folder, steps))]
-        rows = measure(ways, work, 200 if quick else 1500, 3 if quick else 9, only_keys=True)
+        # many short paired rounds, as bench_total's target row: the median tightens with the pairs
+        rows = measure(ways, work, TARGET_STEPS, 21 if quick else PAIRS, only_keys=True, flush_every=FLUSH_EVERY)
         _added(rows)
         for way in ways:
             way.close()
@@ -116,20 +120,21 @@ def run(quick: bool = False) -> dict[str, Any]:
 def print_table(results: dict[str, Any]) -> None:
     print("real steps, logged one per 1 ms of work (whole process: every thread, flush included)")
     print(
-        f"{'log':54} {'keys':>4} {'ints':>4} {'otel-rl':>10} {'SDK gauges':>11} {'SDK/otel-rl':>11} {'work spread':>12} "
+        f"{'log':54} {'keys':>4} {'ints':>4} {'otel-rl':>10} {'its 95% interval':>17} {'SDK gauges':>11} {'SDK/otel-rl':>11} "
         f"{'otel-rl threads':>16}"
     )
     for name, result in results.items():
         rows = result["rows"]
         mine, sdk = rows["otel-rl"]["added_cpu_us"], rows["OTel SDK (sync gauges)"]["added_cpu_us"]
         ratio = f"{sdk / mine:.1f}x" if mine > 0 else "-"
+        low, high = rows["otel-rl"]["added_cpu_ci95_us"]
         print(
-            f"{name:54} {result['keys']:>4} {result['ints']:>4} {mine:>7.0f} us {sdk:>8.0f} us {ratio:>11} "
-            f"{rows['off']['spread_s'] * 1e6:>9.0f} us {result['own_threads_us']:>13.1f} us"
+            f"{name:54} {result['keys']:>4} {result['ints']:>4} {mine:>7.0f} us {f'{low:.0f}-{high:.0f} us':>17} {sdk:>8.0f} us "
+            f"{ratio:>11} {result['own_threads_us']:>13.1f} us"
         )
-    print("(added CPU per step: the median of the rounds' paired differences with the work alone, plus idle threads' CPU;")
-    print(" below the work's spread between rounds it is noise. otel-rl threads: its worker and metric reader, counted")
-    print(" apart to the nanosecond: a partial figure, without log() on the training thread)")
+    print("(added CPU per step: the median of the rounds' paired differences with the work alone, plus idle threads' CPU")
+    print(" and metric exports every 10,000 steps; with a 95% bootstrap interval of that median. otel-rl threads: its")
+    print(" worker and metric reader, counted apart to the nanosecond: a partial figure, without log() on the training thread)")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -71,7 +71,9 @@ def bench_trackers(quick: bool = False) -> dict[str, Any]:
     number = 50 if quick else 300
     tmp = Path(tempfile.mkdtemp(prefix="otel-rl-bench-trackers-"))
     values = step_values(250)
-    tel = otel_rl.init(service_name="bench", run_dir=str(tmp / "otel"), exporters="none", console=False, framework="roll")
+    # No bound on the queue: the worker is held while the rounds run (2,100 calls), and past the
+    # bound (1,000 by default) log() would be timing the drop of a call instead of the call.
+    tel = otel_rl.init(service_name="bench", run_dir=str(tmp / "otel"), exporters="none", console=False, framework="roll", max_queue=0)
     run = wandb.init(mode="offline", dir=str(tmp), project="bench", settings=wandb.Settings(silent=True, console="off"))
     writer = SummaryWriter(str(tmp / "tbx"))
     meter = tel._providers.meter_provider.get_meter("bench.sdk")
@@ -110,6 +112,7 @@ def bench_trackers(quick: bool = False) -> dict[str, Any]:
             {"dict": dict_store, "otel_rl": otel_rl_log, "otel_sdk": sdk_gauges, "wandb": wandb_log, "tensorboardX": tbx_scalars}, number
         )
         queued = len(pipeline.queue)
+    assert not tel.queue_dropped_calls, "the measured calls must be calls, not drops"
     t0 = time.perf_counter()
     pipeline.drain()
     worker = (time.perf_counter() - t0) / max(queued, 1)
