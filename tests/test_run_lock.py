@@ -17,13 +17,16 @@ import pytest
 
 import otel_rl
 from otel_rl._sdk.run_lock import RunFolderBusy, lock_path, take
+from otel_rl.runs.folder import read_metrics
+from otel_rl.semconv import attributes as A
+from otel_rl.semconv import metrics as M
 
 TIMEOUT_S = 60
 
 # Starts telemetry on RUN_DIR as run RUN_ID, logs two steps, says where it writes, then holds the
 # folder until a line arrives on stdin.
 HOLDER = textwrap.dedent("""
-    import logging, os, sys
+    import logging, os, sys, time
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     import otel_rl
     tel = otel_rl.init(run_dir=os.environ["RUN_DIR"], run_id=os.environ["RUN_ID"], rank=0, console=False, service_name="lock-test")
@@ -31,6 +34,11 @@ HOLDER = textwrap.dedent("""
         with tel.step(step):
             tel.log({"actor/pg_loss": 0.5})
     tel.flush()
+    with tel.step(2):  # after the last metric export: only its event reaches the folder
+        tel.log({"actor/pg_loss": 0.25})
+    from otel_rl.runs.folder import read_log_records
+    while sum(r["event_name"] == "rl.log" for r in read_log_records(tel.run_dir)) < 3:
+        time.sleep(0.01)
     print("READY", os.getpid(), tel.run_dir, flush=True)
     sys.stdin.readline()
     tel.shutdown()
@@ -110,7 +118,7 @@ def test_second_process_of_a_rank_writes_beside_the_first_and_the_folder_is_free
     assert json.loads((run_dir / "run.json").read_text())["run_id"] == "run-C"
 
 
-def test_a_killed_holder_frees_the_folder_and_the_next_process_is_told_how_to_rebuild_its_points(tmp_path: Path, caplog) -> None:
+def test_a_killed_holder_frees_the_folder_and_the_next_process_rebuilds_its_points(tmp_path: Path, caplog) -> None:
     run_dir = tmp_path / "run"
     holder = _start(run_dir, "run-A")
     try:
@@ -130,7 +138,14 @@ def test_a_killed_holder_frees_the_folder_and_the_next_process_is_told_how_to_re
     tel = otel_rl.Telemetry(otel_rl.resolve_config({"run_dir": str(run_dir), "console": False, "service_name": "resumed"}))
     tel.shutdown()
     said = [r.getMessage() for r in caplog.records if "ended without shutting down" in r.getMessage()]
-    assert len(said) == 1 and f"process {pid}" in said[0] and f"otel-rl recover {run_dir}" in said[0]
+    assert len(said) == 1 and f"process {pid}" in said[0] and f"otel-rl recover {run_dir} --rank 0 --before" in said[0]
+    # The killed holder's points, never exported, are rebuilt by a process of their own: here.
+    assert tel.recovery is not None and tel.recovery.wait(TIMEOUT_S) == 0
+    points = sorted(
+        (p for p in read_metrics(run_dir) if p.name == M.RL_LOSS and p.resource[A.SERVICE_NAME] == "lock-test"), key=lambda p: p.time_ns
+    )
+    assert [p.value for p in points] == [0.5, 0.25]  # its export, then its last step's point, rebuilt from the event
+    assert "wrote 1 point of 1 series for 1 event after" in (run_dir / "recover.rank0.log").read_text()  # its report
     caplog.clear()
     otel_rl.Telemetry(otel_rl.resolve_config({"run_dir": str(run_dir), "console": False, "service_name": "again"})).shutdown()
     assert not [r for r in caplog.records if "ended without shutting down" in r.getMessage()]

@@ -10,7 +10,8 @@ nothing is lost, and says so once with both folders and both PIDs.
 The kernel releases the lock when its holder exits, however it exits, so a crashed run never
 blocks the next. The file holds its holder's PID while it runs and is emptied at a clean shutdown:
 a PID found there by the next process of the rank names one that ended without shutting down
-(SIGKILL, the OOM killer, a lost node), whose last metric points were never exported. A forked child shares its parent's lock (the same open file description): it
+(SIGKILL, the OOM killer, a lost node), whose last metric points were never exported: that next
+process rebuilds them from the dead one's step events, in a process of its own. A forked child shares its parent's lock (the same open file description): it
 never unlocks it, and an ``init()`` in the child finds the folder taken and moves to a sibling.
 """
 
@@ -20,6 +21,9 @@ import dataclasses
 import errno
 import logging
 import os
+import subprocess
+import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -160,25 +164,43 @@ def claim_run_dir(config: TelemetryConfig) -> tuple[TelemetryConfig, RunLock | N
     return config, None
 
 
-def say_unclean_end(config: TelemetryConfig, lock: RunLock | None) -> None:
-    """Warn, once at start, that the process before this one in the run folder and rank ended
-    without shutting down, and how to rebuild the metric points it never exported."""
+def recover_unclean_end(config: TelemetryConfig, lock: RunLock | None) -> subprocess.Popen[bytes] | None:
+    """When the process before this one in the run folder and rank ended without shutting down,
+    rebuild the metric points it never exported (from its step events: ``otel-rl recover``) in a
+    process of its own, started here and said once: it reads what that process wrote, which may be
+    large, without taking this one's GIL. It covers only what was written before now, so it runs
+    while this process writes the folder. The process, or None when there is nothing to rebuild."""
     if lock is None or lock.unclean_end_pid is None or config.run_dir is None:
-        return
+        return None
     rank = config.rank or 0
     logs = Path(str(config.run_dir)) / rank_file_name(LOGS_FILE, rank)
     try:
         if logs.stat().st_size == 0:
-            return
+            return None
     except OSError:  # no step events there: nothing to rebuild from
-        return
-    logger.warning(
-        "otel-rl: process %d, the last to write rank %d of %s, ended without shutting down (killed, or its node lost): "
-        "its step events are on disk, but the metric points of its last steps (up to metric_export_interval_s) were "
-        "never exported. `otel-rl recover %s` rebuilds them from the events, under that process's own resource; run it "
-        "once this process has ended (a folder a live process writes is left alone).",
-        lock.unclean_end_pid,
-        rank,
-        config.run_dir,
-        config.run_dir,
+        return None
+    command = [sys.executable, "-m", "otel_rl.cli", "recover", str(config.run_dir), "--rank", str(rank), "--before", str(time.time_ns())]
+    what = (
+        f"otel-rl: process {lock.unclean_end_pid}, the last to write rank {rank} of {config.run_dir}, ended without shutting "
+        "down (killed, or its node lost): its step events are on disk, but the metric points of its last steps (up to "
+        "metric_export_interval_s) were never exported"
     )
+    report = Path(str(config.run_dir)) / f"recover.rank{rank}.log"  # what it did, or why it failed
+    try:
+        with open(report, "ab") as out:
+            # its own session: a Ctrl-C meant for training does not cut a rebuild short
+            recovery = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True)
+    except OSError as exc:
+        logger.warning(
+            "%s; rebuilding them failed to start (%s): run `otel-rl recover %s` once this process has ended.", what, exc, config.run_dir
+        )
+        return None
+    logger.warning(
+        "%s. Rebuilding them from the events in the background (process %d: `%s`; its report: %s); `otel-rl show` and "
+        "every other reader then find them in the run folder.",
+        what,
+        recovery.pid,
+        " ".join(["otel-rl", *command[3:]]),
+        report,
+    )
+    return recovery

@@ -36,7 +36,7 @@ from otel_rl._sdk.probes import CudaMemoryProbe, NvmlProbe, ProcessProbe
 from otel_rl._sdk.profiling import Profiler
 from otel_rl._sdk.propagation import extract_context, inject_context
 from otel_rl._sdk.providers import SCOPE_NAME, bind_series_guard, build_providers, series_guard
-from otel_rl._sdk.run_lock import claim_run_dir, say_unclean_end
+from otel_rl._sdk.run_lock import claim_run_dir, recover_unclean_end
 from otel_rl._sdk.samples import SampleLogging  # Telemetry.log_samples
 from otel_rl._sdk.scopes import NEW_TRACE_CONTEXT, JoinScope, Stage, StepScope, sorted_attrs
 from otel_rl._sdk.step_plan import packed_step
@@ -96,7 +96,8 @@ class Telemetry(SampleLogging):
     def __init__(self, config: TelemetryConfig, *, tracer_provider: Any = None) -> None:
         # One live process per run folder and rank: a busy folder moves this one to a sibling (run_lock).
         config, self._run_lock = claim_run_dir(with_placement(config))
-        say_unclean_end(config, self._run_lock)
+        # the metric points a killed predecessor never exported, rebuilt beside this process
+        self.recovery = recover_unclean_end(config, self._run_lock)
         self.config = config
         self.rank = config.rank or 0
         self._closed = False

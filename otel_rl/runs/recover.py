@@ -10,7 +10,9 @@ as the run would have made them: keys go through the same mapping rules, for the
 (``rl.framework`` of the event's resource), values through the same conversions, and each point
 is stamped with its step's time (as ``metrics_at_log_time`` stamps them). They are appended to
 the same metrics file, under the run's own resource, so every reader (show, analyze, a collector
-reading the folder) finds them; a second ``recover`` finds nothing left to do.
+reading the folder) finds them; a second ``recover`` finds nothing left to do. The next process
+that takes the killed one's rank starts this itself (``--before`` its start time: it may write the
+folder meanwhile; see ``otel_rl._sdk.run_lock``).
 
 Gauges and counters are rebuilt (a counter continues from the start time of its last exported
 point). Histograms are not: their cumulative state also holds what stage spans measured, which no
@@ -47,7 +49,8 @@ leaves up to that long of steps with events and no metric points. This command m
 events' keys to metrics with the same rules and conversions the run used, stamps each point with
 its step's time, and appends the points to the run's metrics file(s). Gauges and counters are
 rebuilt; histograms (timers, stage durations) are not: their values stay in the events and spans.
-Run it before resuming into the same folder. Running it twice adds nothing the second time.
+A process that resumes into the same folder runs it by itself, for the rank it takes (with
+--before its start). Running it twice adds nothing the second time.
 """
 
 
@@ -73,7 +76,8 @@ class Recovery:
         if not self.steps:
             return f"{name}: nothing to recover (no step event after the last metric export)"
         steps = f"steps {self.first_step}-{self.last_step}" if self.first_step is not None else "events without a step"
-        text = f"{name}: wrote {self.points:,} points of {self.series:,} series for {self.steps:,} events after the last metric export ({steps})"
+        points, events = _count(self.points, "point"), _count(self.steps, "event")
+        text = f"{name}: wrote {points} of {self.series:,} series for {events} after the last metric export ({steps})"
         if self.histogram_series:
             text += f"; {self.histogram_series} histogram series left to the events and spans"
         if self.not_numeric:
@@ -81,6 +85,10 @@ class Recovery:
         if self.problems:
             text += f"; skipped {len(self.problems)} unreadable lines (first: {self.problems[0]})"
         return text
+
+
+def _count(number: int, word: str) -> str:
+    return f"{number:,} {word}" if number == 1 else f"{number:,} {word}s"
 
 
 def _resource_key(resource: dict[str, Any]) -> str:
@@ -145,7 +153,7 @@ def _thin(times_values: list[tuple[int, float]], time_ns: int, value: float, win
         times_values.append((time_ns, value))
 
 
-def _recover_file(logs_path: Path, metrics_path: Path, resolution_s: float) -> Recovery:
+def _recover_file(logs_path: Path, metrics_path: Path, resolution_s: float, before_ns: int | None = None) -> Recovery:
     from otel_rl.semconv import attributes as A
     from otel_rl.semconv import names as N
 
@@ -157,6 +165,8 @@ def _recover_file(logs_path: Path, metrics_path: Path, resolution_s: float) -> R
     starts: dict[tuple[str, str, tuple[Any, ...]], int] = {}  # a sum series' start time, to continue it
     scopes: dict[str, str] = {}
     for point in points:
+        if before_ns is not None and point.time_ns >= before_ns:
+            continue  # exported by a process that started after the one being recovered
         key = _resource_key(point.resource)
         newest[key] = max(newest.get(key, 0), point.time_ns)
         scopes.setdefault(key, point.scope)
@@ -171,7 +181,7 @@ def _recover_file(logs_path: Path, metrics_path: Path, resolution_s: float) -> R
             continue
         key = _resource_key(record["resource"])
         time_ns = record["timestamp"]
-        if time_ns <= newest.get(key, 0):
+        if time_ns <= newest.get(key, 0) or (before_ns is not None and time_ns >= before_ns):
             continue
         report.steps += 1
         step = record["attributes"].get(A.RL_STEP)
@@ -260,12 +270,19 @@ def _export(exporter: Any, resource: Any, scope: Any, batch: list[Any], count: i
 
 
 def recover(
-    run_dir: str | os.PathLike[str], *, resolution_s: float = DEFAULT_RESOLUTION_S, say: Callable[[str], None] = print
+    run_dir: str | os.PathLike[str],
+    *,
+    resolution_s: float = DEFAULT_RESOLUTION_S,
+    say: Callable[[str], None] = print,
+    before_ns: int | None = None,
+    rank: int | None = None,
 ) -> list[Recovery]:
-    """Rebuild, for every rank of ``run_dir``, the metric points of the step events after its last
-    metric export; one :class:`Recovery` per metrics file. ``resolution_s``: keep the latest value
-    of each series per this many seconds of step time (0: every step). Raises FileNotFoundError
-    when ``run_dir`` is not a run folder."""
+    """Rebuild, for every rank of ``run_dir`` (or only ``rank``), the metric points of the step
+    events after its last metric export; one :class:`Recovery` per metrics file. ``resolution_s``:
+    keep the latest value of each series per this many seconds of step time (0: every step).
+    ``before_ns`` (Unix ns): only what was written before then, by a process that has ended since;
+    a process that took the folder later may be writing it meanwhile (the one that found its
+    predecessor killed starts this). Raises FileNotFoundError when ``run_dir`` is not a run folder."""
     folder = Path(run_dir)
     if not folder.is_dir():
         raise FileNotFoundError(f"{folder} is not a run folder")
@@ -274,16 +291,18 @@ def recover(
         logs_path = Path(logs)
         if not logs_path.exists():
             continue
-        rank = _rank_of(logs_path.name)
-        metrics_path = folder / rank_file_name(METRICS_FILE, rank)
-        holder = _live_holder(folder, rank)
+        file_rank = _rank_of(logs_path.name)
+        if rank is not None and file_rank != rank:
+            continue
+        metrics_path = folder / rank_file_name(METRICS_FILE, file_rank)
+        holder = None if before_ns is not None else _live_holder(folder, file_rank)
         if holder is not None:
-            report = Recovery(metrics_path, skipped=f"process {holder} is still writing rank {rank} of this run folder")
+            report = Recovery(metrics_path, skipped=f"process {holder} is still writing rank {file_rank} of this run folder")
         else:
             size = sum(p.stat().st_size for p in (logs_path, metrics_path) if p.exists())
             if size > LARGE_BYTES:  # reading takes a while: say what is being read
                 say(f"reading {logs_path.name} and {metrics_path.name} ({size / 2**20:,.0f} MiB)...")
-            report = _recover_file(logs_path, metrics_path, resolution_s)
+            report = _recover_file(logs_path, metrics_path, resolution_s, before_ns)
         say(report.summary())
         reports.append(report)
     if not reports:
@@ -294,7 +313,7 @@ def recover(
 def _cmd_recover(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     try:
-        reports = recover(args.run_dir, resolution_s=args.resolution)
+        reports = recover(args.run_dir, resolution_s=args.resolution, before_ns=args.before, rank=args.rank)
     except (FileNotFoundError, OSError) as exc:
         print(f"otel-rl recover: {exc}", file=sys.stderr)
         return 1
@@ -316,6 +335,15 @@ def add_cli(subparsers: Any) -> argparse.ArgumentParser:
         default=DEFAULT_RESOLUTION_S,
         metavar="S",
         help=f"keep each series' latest value per S seconds of step time; 0 keeps every step (default {DEFAULT_RESOLUTION_S:g})",
+    )
+    parser.add_argument("--rank", type=int, metavar="N", help="only rank N's files (default: every rank's)")
+    parser.add_argument(
+        "--before",
+        type=int,
+        metavar="UNIX_NS",
+        help="only the events and metric points written before this time (Unix epoch ns), when a later process took "
+        "the folder: that process may be writing it meanwhile (an otel-rl process that finds its predecessor killed "
+        "runs this itself)",
     )
     parser.set_defaults(func=_cmd_recover)
     return parser

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from otlp_sink import OtlpSink
 
+import otel_rl
 import otel_rl.runs.push as _push
 from otel_rl.cli import main
 from otel_rl.runs.folder import read_log_records, read_metrics, read_spans
@@ -110,6 +111,33 @@ def test_a_sigkill_loses_at_most_the_last_few_steps_of_the_run_folder(tmp_path: 
     step = finished - MAX_MISSING
     fn7 = next(p for p in by_step[step] if p.attributes[A.RL_REWARD_FUNCTION] == "fn7")
     assert (fn7.value, fn7.time_ns) == (pytest.approx(step + 0.007), times[step])
+
+
+def test_the_next_process_in_the_folder_rebuilds_the_killed_ones_metric_points_by_itself(tmp_path: Path) -> None:
+    # No command run by hand: the process that takes the folder next finds its predecessor's PID in
+    # the rank's lock file and rebuilds the points from the events, beside itself, at the default
+    # resolution (each series' latest value per second of step time).
+    finished, _ = kill_mid_run(tmp_path, "", after_steps=250)
+    run = tmp_path / "run"
+    assert not [p for p in read_metrics(run) if p.name == M.RL_REWARD_COMPONENT]
+    resumed = otel_rl.Telemetry(otel_rl.resolve_config({"run_dir": str(run), "console": False, "service_name": "resumed"}))
+    try:
+        assert str(resumed.run_dir) == str(run) and resumed.recovery is not None
+        assert resumed.recovery.wait(60) == 0
+    finally:
+        resumed.shutdown()
+    events = {r["attributes"][A.RL_STEP]: r for r in read_log_records(run) if r["event_name"] == N.RL_LOG_EVENT}
+    fn7 = sorted(
+        (p for p in read_metrics(run) if p.name == M.RL_REWARD_COMPONENT and p.attributes[A.RL_REWARD_FUNCTION] == "fn7"),
+        key=lambda p: p.time_ns,
+    )
+    assert fn7, "no point rebuilt"
+    # one point per second of steps at ~100 steps/s, each at its step's own time and value
+    assert len(fn7) >= (finished - 1) // 120
+    at_time = {r["timestamp"]: step for step, r in events.items()}
+    for point in fn7:
+        assert point.value == pytest.approx(at_time[point.time_ns] + 0.007)
+    assert fn7[-1].value > finished - MAX_MISSING  # the last one: one of the last few steps
 
 
 def test_a_sigkill_during_a_collector_outage_leaves_a_spool_that_push_delivers(tmp_path: Path) -> None:

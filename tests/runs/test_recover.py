@@ -125,6 +125,32 @@ def test_a_live_run_folder_is_left_alone(make_telemetry, capsys) -> None:
     assert not (run / "metrics.jsonl").exists() or not read_metrics(run)
 
 
+def test_before_takes_only_what_was_written_before_it_while_a_live_process_writes_the_folder(make_telemetry, capsys) -> None:
+    # What a process that found its predecessor killed starts: the folder is live (this telemetry
+    # holds it), and what was written after the cut (events, and an export whose time would hide
+    # the events before it) belongs to the live process, not to the one being recovered.
+    tel = make_telemetry(framework="roll", metric_export_interval_s=3600)
+    run = Path(tel.config.run_dir)
+    for step in range(1, 6):
+        tel.log(step_values(step), step=step)
+    tel.flush()  # the last export before the cut
+    for step in range(6, 11):
+        tel.log(step_values(step), step=step)
+    wait_for_events(run, 10)
+    cut = time.time_ns()
+    for step in range(11, 13):
+        tel.log(step_values(step), step=step)
+    tel.flush()  # an export after the cut, of the same resource
+    assert main(["recover", str(run), "--before", str(cut), "--rank", "0", "--resolution", "0"]) == 0
+    assert "steps 6-10" in capsys.readouterr().out
+    loss = series(read_metrics(run), M.RL_LOSS, PG_LOSS)
+    rebuilt = [p for p in loss if p.time_ns < cut][1:]  # after the export following step 5
+    assert [p.value for p in rebuilt] == [0.5 / s for s in range(6, 11)]
+    assert [p.value for p in loss if p.time_ns >= cut] == [0.5 / 12]  # the live export alone
+    assert main(["recover", str(run), "--rank", "1", "--before", str(cut)]) == 1  # no rank 1 here
+    assert "nothing to recover from" in capsys.readouterr().out
+
+
 def test_the_command_names_a_missing_folder(tmp_path: Path, capsys) -> None:
     assert main(["recover", str(tmp_path / "nope")]) == 1
     assert f"{tmp_path / 'nope'} is not a run folder" in capsys.readouterr().err
