@@ -189,7 +189,9 @@ def recover_unclean_end(config: TelemetryConfig, lock: RunLock | None) -> subpro
     try:
         with open(report, "ab") as out:
             # its own session: a Ctrl-C meant for training does not cut a rebuild short
-            recovery = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True)
+            recovery = subprocess.Popen(
+                command, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True, env=_importable_env()
+            )
     except OSError as exc:
         logger.warning(
             "%s; rebuilding them failed to start (%s): run `otel-rl recover %s` once this process has ended.", what, exc, config.run_dir
@@ -204,3 +206,11 @@ def recover_unclean_end(config: TelemetryConfig, lock: RunLock | None) -> subpro
         report,
     )
     return recovery
+
+
+def _importable_env() -> dict[str, str]:
+    """This environment, with otel-rl's own folder first on PYTHONPATH: a training script that
+    imports it from a checkout (sys.path set in the script) still starts a process that can."""
+    root = str(Path(__file__).resolve().parents[2])
+    path = os.environ.get("PYTHONPATH")
+    return {**os.environ, "PYTHONPATH": root if not path else os.pathsep.join((root, path))}
