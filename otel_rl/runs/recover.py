@@ -22,10 +22,11 @@ event carries; their values stay in the events and the spans.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -85,6 +86,31 @@ class Recovery:
         if self.problems:
             text += f"; skipped {len(self.problems)} unreadable lines (first: {self.problems[0]})"
         return text
+
+
+RECOVER_LOCK_PREFIX = ".recover.rank"  # held (flock) while a recover rebuilds that rank's points
+
+
+@contextlib.contextmanager
+def _one_recovery(folder: Path, rank: int) -> Iterator[bool]:
+    """Whether this is the only ``recover`` of the rank now (a second process that resumes the
+    folder while the first one's recovery still runs starts another); the kernel frees the lock
+    however the process ends."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: no flock
+        yield True
+        return
+    with open(folder / f"{RECOVER_LOCK_PREFIX}{rank}", "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def _count(number: int, word: str) -> str:
@@ -299,10 +325,14 @@ def recover(
         if holder is not None:
             report = Recovery(metrics_path, skipped=f"process {holder} is still writing rank {file_rank} of this run folder")
         else:
-            size = sum(p.stat().st_size for p in (logs_path, metrics_path) if p.exists())
-            if size > LARGE_BYTES:  # reading takes a while: say what is being read
-                say(f"reading {logs_path.name} and {metrics_path.name} ({size / 2**20:,.0f} MiB)...")
-            report = _recover_file(logs_path, metrics_path, resolution_s, before_ns)
+            with _one_recovery(folder, file_rank) as alone:
+                if not alone:  # two at once would both append the same points
+                    report = Recovery(metrics_path, skipped=f"another otel-rl recover is rebuilding rank {file_rank} of this run folder")
+                else:
+                    size = sum(p.stat().st_size for p in (logs_path, metrics_path) if p.exists())
+                    if size > LARGE_BYTES:  # reading takes a while: say what is being read
+                        say(f"reading {logs_path.name} and {metrics_path.name} ({size / 2**20:,.0f} MiB)...")
+                    report = _recover_file(logs_path, metrics_path, resolution_s, before_ns)
         say(report.summary())
         reports.append(report)
     if not reports:

@@ -151,6 +151,20 @@ def test_before_takes_only_what_was_written_before_it_while_a_live_process_write
     assert "nothing to recover from" in capsys.readouterr().out
 
 
+def test_a_second_recover_of_a_rank_leaves_it_to_the_first(crashed, capsys) -> None:
+    # Two processes resuming one folder in turn may start two recoveries of a rank at once: the
+    # second would append the same points again, so it stands aside while the first holds the rank.
+    image, _ = crashed
+    with open(image / ".recover.rank0", "a") as held:
+        fcntl = pytest.importorskip("fcntl")
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as a running recover holds it
+        assert main(["recover", str(image)]) == 1
+        assert "another otel-rl recover is rebuilding rank 0" in capsys.readouterr().out
+        assert len(series(read_metrics(image), M.RL_LOSS, PG_LOSS)) == 1  # nothing written
+    assert main(["recover", str(image), "--resolution", "0"]) == 0  # freed: the next one does it
+    assert len(series(read_metrics(image), M.RL_LOSS, PG_LOSS)) == 6
+
+
 def test_the_command_names_a_missing_folder(tmp_path: Path, capsys) -> None:
     assert main(["recover", str(tmp_path / "nope")]) == 1
     assert f"{tmp_path / 'nope'} is not a run folder" in capsys.readouterr().err
