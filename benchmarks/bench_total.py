@@ -476,11 +476,13 @@ def run(quick: bool = False, keys_only: bool = False) -> dict[str, Any]:
     target_rows = measure(ways, work, TARGET_STEPS, 21 if quick else TARGET_ROUNDS, only_keys=True, flush_every=FLUSH_EVERY)
     _added(target_rows)
     # Then the SDK against the work alone, for the ratio: built only now, so its threads were not there before.
-    ways.append(owned(lambda: Sdk(folder, values, dist)))
-    sdk_rows = measure([ways[0], ways[2]], work, TARGET_STEPS, 5 if quick else SDK_ROUNDS, only_keys=True, flush_every=FLUSH_EVERY)
+    sdk_way = owned(lambda: Sdk(folder, values, dist))
+    ways.append(sdk_way)
+    sdk_rows = measure([ways[0], sdk_way], work, TARGET_STEPS, 5 if quick else SDK_ROUNDS, only_keys=True, flush_every=FLUSH_EVERY)
     _added(sdk_rows)
-    sdk_row = target_rows[ways[2].name] = sdk_rows[ways[2].name]
-    sdk_row["vs_otel_rl"] = sdk_row["added_cpu_us"] / target_rows["otel-rl"]["added_cpu_us"]
+    sdk_row = target_rows[sdk_way.name] = sdk_rows[sdk_way.name]
+    otel_added = target_rows["otel-rl"]["added_cpu_us"]
+    sdk_row["vs_otel_rl"] = sdk_row["added_cpu_us"] / otel_added if otel_added > 0 else float("nan")
     results: dict[str, Any] = {"target_rows": target_rows, "steps": {}}
     more: list[Way] = [owned(lambda: OtelRl(folder / "pipeline", values, dist, "none"))]
     for extra in () if keys_only else (Wandb, TensorboardX):

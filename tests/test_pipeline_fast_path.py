@@ -80,7 +80,7 @@ def test_float_steps_are_packed_by_log_and_match_the_per_key_path(make_telemetry
     float_step = {k: float(v) for k, v in ROLL_STEP.items()}
     steps = [{k: v * (1 + 0.1 * i) for k, v in float_step.items()} for i in range(8)]
     steps[5] = {**steps[5], "actor/pg_loss": math.nan}  # NaN: the per-key path rejects it, named
-    steps[3] = {**steps[3], "actor/pg_loss": 1e200}  # finite, but its square is not: per key too, stored as is
+    steps[3] = {**steps[3], "actor/pg_loss": 1e200}  # large but finite: packed and stored as is
     # numpy float scalars among them: packed too, each as float(value), as the per-key path reads it
     steps[6] = {**steps[6], "actor/grad_norm": np.float32(steps[6]["actor/grad_norm"]), "actor/pg_loss": np.float64(-0.5)}
     fast = make_telemetry(framework="roll", **options)

@@ -23,8 +23,9 @@ from otel_rl.semconv import metrics as M
 
 TIMEOUT_S = 60
 
-# Starts telemetry on RUN_DIR as run RUN_ID, logs two steps, says where it writes, then holds the
-# folder until a line arrives on stdin.
+# Starts telemetry on RUN_DIR as run RUN_ID, logs two steps, exports its metrics, logs a third step
+# and waits for its event on disk, says where it writes, then holds the folder until a line arrives
+# on stdin.
 HOLDER = textwrap.dedent("""
     import logging, os, sys, time
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
@@ -37,7 +38,8 @@ HOLDER = textwrap.dedent("""
     with tel.step(2):  # after the last metric export: only its event reaches the folder
         tel.log({"actor/pg_loss": 0.25})
     from otel_rl.runs.folder import read_log_records
-    while sum(r["event_name"] == "rl.log" for r in read_log_records(tel.run_dir)) < 3:
+    from otel_rl.semconv import names as N
+    while sum(r["event_name"] == N.RL_LOG_EVENT for r in read_log_records(tel.run_dir)) < 3:
         time.sleep(0.01)
     print("READY", os.getpid(), tel.run_dir, flush=True)
     sys.stdin.readline()

@@ -16,7 +16,10 @@ def _packed(*values: float) -> bytes:
     return struct.pack(f"<{len(values)}d", *values)
 
 
-@pytest.mark.parametrize("bad", [math.nan, -math.nan, math.inf, -math.inf, struct.unpack("<d", bytes.fromhex("0100000000f0ff7f"))[0]])
+SIGNALING_NAN = struct.unpack("<d", bytes.fromhex("0100000000f0ff7f"))[0]  # the lowest mantissa bit set, the quiet bit clear
+
+
+@pytest.mark.parametrize("bad", [math.nan, -math.nan, math.inf, -math.inf, SIGNALING_NAN], ids=["nan", "-nan", "inf", "-inf", "snan"])
 def test_a_nan_or_an_infinity_anywhere_is_found(bad: float) -> None:
     for position in range(5):
         values = [1.0, -2.5, 0.0, 3e10, -1e-300]
@@ -40,4 +43,7 @@ def test_every_double_found_non_finite_is_past_5e303_or_not_finite() -> None:
 @pytest.mark.parametrize("value", [0.0, -0.0, 5e-324, 1.0, -1e300, 2.0**1008, sys.float_info.min, 123456.789])
 def test_ordinary_values_are_finite(value: float) -> None:
     assert surely_finite(_packed(1.0, value, 2.0))
-    assert surely_finite(b"")  # a step of no values
+
+
+def test_a_step_of_no_values_is_finite() -> None:
+    assert surely_finite(b"")

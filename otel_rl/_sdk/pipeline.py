@@ -125,7 +125,7 @@ class Pipeline:
             self.wake.set()
 
     def _run(self) -> None:
-        # Busy (steps keep coming): one timed wait and one drain per gather_s, callers wake nothing.
+        # Busy (steps keep coming): one sleep and one drain per gather_s, callers wake nothing.
         # Idle: wait for a caller's wake_soon() (or the poll), then gather for gather_s. Every wake-up
         # and every GIL hand-off costs the whole process on a virtual machine (~100 us of CPU each,
         # measured per thread on a 2-core VM), so there are as few as the bound allows.

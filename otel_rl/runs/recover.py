@@ -101,16 +101,13 @@ def _one_recovery(folder: Path, rank: int) -> Iterator[bool]:
     except ImportError:  # Windows: no flock
         yield True
         return
-    with open(folder / f"{RECOVER_LOCK_PREFIX}{rank}", "a") as lock:
+    with open(folder / f"{RECOVER_LOCK_PREFIX}{rank}", "a") as lock:  # closing it unlocks
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             yield False
             return
-        try:
-            yield True
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+        yield True
 
 
 def _count(number: int, word: str) -> str:
