@@ -331,11 +331,11 @@ def _two_step_run(run_dir):
 def test_trace_prints_the_url_and_tree_and_writes_jaeger_json(tmp_path, capsys):
     run_dir = _two_step_run(tmp_path / "run")
     out = tmp_path / "step2.json"
-    assert cli.main(["trace", "--step", "2", "--run-dir", str(run_dir), "--out", str(out), "--jaeger-url", "http://127.0.0.1:9/"]) == 0
+    assert cli.main(["trace", "--step", "2", "--run-dir", str(run_dir), "--out", str(out), "--jaeger", "http://127.0.0.1:9/"]) == 0
     printed = capsys.readouterr().out
     trace = json.loads(out.read_text())["data"][0]
     trace_id = trace["traceID"]
-    # no Jaeger answers on the discard port: no link, the upload of the written file instead (tests/test_trace_links.py)
+    # no Jaeger answers on the discard port: no link, the upload of the written file instead (tests/e2e/test_stack_truth_e2e.py)
     assert "/trace/" not in printed and f"load the file --out writes ({out}) in Jaeger's UI (Search > JSON File)" in printed
     assert "rl.train_step" in printed and "rl.execute" in printed
     # Jaeger's model (model/json/model.go): these fields, microsecond times, typed tags, CHILD_OF references.
@@ -367,3 +367,16 @@ def test_trace_defaults_to_the_latest_run_folder(tmp_path, capsys, monkeypatch):
     assert "otel-rl-runs/newer" in capsys.readouterr().out
     assert cli.main(["trace", "--step", "9"]) == 1
     assert "steps available: 1-2" in capsys.readouterr().err
+
+
+def test_trace_from_a_jaeger_that_is_not_there_says_where_it_looked(tmp_path, capsys, monkeypatch):
+    import socket
+
+    monkeypatch.chdir(tmp_path)  # no otel-rl-runs/ here
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{s.getsockname()[1]}"
+    assert cli.main(["trace", "--step", "1", "--jaeger", closed]) == 1
+    assert f"cannot reach Jaeger's query API at {closed}" in capsys.readouterr().err
+    assert cli.main(["trace", "--step", "1", "--jaeger", closed, "--lookback", "soon"]) == 2
+    assert "--lookback: not a lookback: 'soon'" in capsys.readouterr().err

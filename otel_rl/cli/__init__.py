@@ -24,7 +24,7 @@ examples:
   otel-rl show otel-rl-runs/<run>            the headline values of every step, one row each
   otel-rl show otel-rl-runs/<run> --step 3   that step's trace as a waterfall
   otel-rl export otel-rl-runs/<run> --format csv --out steps.csv   every logged key, one row per step
-  otel-rl trace --step 3 --out step3.json    find a step's trace (latest run or --phoenix URL), export it for Jaeger
+  otel-rl trace --step 3 --out step3.json    find a step's trace (latest run or --jaeger URL), export it for Jaeger
   otel-rl trace RUN --steps 3-7 --format chrome --out t.json   those steps as a timeline for ui.perfetto.dev
   otel-rl recover otel-rl-runs/<run>         after a crash: the metric points it had not exported, from its events
   otel-rl semconv check                      validate the registry and the framework mappings

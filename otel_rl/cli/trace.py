@@ -1,4 +1,4 @@
-"""``otel-rl trace``: find one step's trace (run folder or Phoenix), print where to open it and its
+"""``otel-rl trace``: find one step's trace (run folder or Jaeger), print where to open it and its
 span tree, and export it as the JSON Jaeger's UI loads."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 DESCRIPTION = (
-    "Find step N's trace in a run folder (default: the latest under otel-rl-runs/) or in a Phoenix trace "
-    "store (--phoenix URL), print where to open it (Jaeger's /trace/<id>, Phoenix), its span tree, and "
+    "Find step N's trace in a run folder (default: the latest under otel-rl-runs/) or in Jaeger (--jaeger URL; "
+    "also when there is no run folder), print its Jaeger link (when that Jaeger holds the trace) and its span tree, and "
     "with --out write it as the JSON Jaeger's UI loads from its upload button, or with --format chrome as the "
     "Chrome Trace Event JSON that ui.perfetto.dev and chrome://tracing open (a step or a range, --steps 3-7; one "
     "process per rank, one thread per cluster, memory counters, torch.profiler traces merged with --profile)."
@@ -29,21 +29,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     which.add_argument("--step", type=int, help="the training step")
     which.add_argument("--steps", metavar="N-M", help="several steps for --format chrome: a range (3-7) or a list (1,4-6)")
     parser.add_argument("--run-dir", metavar="DIR", help="read from this run folder")
-    parser.add_argument("--phoenix", metavar="URL", help="read from the Phoenix trace store at URL (e.g. http://127.0.0.1:6006)")
     parser.add_argument(
-        "--project",
-        default="default",
-        help="Phoenix project (default: default; a run picks its project with OTEL_RESOURCE_ATTRIBUTES=openinference.project.name=NAME)",
+        "--jaeger",
+        metavar="URL",
+        help="read the trace from Jaeger's query API at URL (without --jaeger and without a run folder: the local stack's, "
+        "http://127.0.0.1:16686); with a run folder given, only where the link points, printed when that Jaeger holds the trace",
+    )
+    parser.add_argument("--service", metavar="NAME", help="with Jaeger: the run's service.name (default: search every service)")
+    parser.add_argument(
+        "--run-id", metavar="ID", help="with Jaeger: the run (its rl.run.id) when several runs have the step; without it they are listed"
     )
     parser.add_argument(
-        "--run-id",
-        metavar="ID",
-        help="with --phoenix: the run (its rl.run.id) when several runs in the project have the step; without it they are listed",
-    )
-    parser.add_argument(
-        "--jaeger-url",
-        default="http://localhost:16686",
-        help="Jaeger query service/UI base URL (default: the Docker stack's); the link is printed only when it answers",
+        "--lookback", default="30d", metavar="SPAN", help="with Jaeger: how far back to search (30d, the local stack's retention; 12h, 90m)"
     )
     parser.add_argument("--out", metavar="FILE", help="write the trace to FILE (as --format says)")
     parser.add_argument(
@@ -89,15 +86,20 @@ def run(args: argparse.Namespace) -> int:
             return _fail(f"--steps: {exc}", 2)
     if args.run_dir_arg and args.run_dir and Path(args.run_dir_arg) != Path(args.run_dir):
         return _fail(f"two run folders given ({args.run_dir_arg} and --run-dir {args.run_dir}): give one", 2)
-    source: str
-    phoenix_url = args.phoenix or None
+    from otel_rl.runs.jaeger import DEFAULT_JAEGER_URL, AmbiguousRunError, JaegerClient, JaegerError, parse_lookback
+
+    try:
+        lookback_s = parse_lookback(args.lookback)
+    except ValueError as exc:
+        return _fail(f"--lookback: {exc}", 2)
     run_dir_arg = args.run_dir_arg or args.run_dir
     run_dir = Path(run_dir_arg) if run_dir_arg else None
-    if run_dir is None and phoenix_url is None:
+    # A run folder given: read it (a --jaeger URL is then only where the link points). --jaeger alone:
+    # read Jaeger. Neither: the latest run folder, else the local stack's Jaeger.
+    if run_dir is None and not args.jaeger:
         run_dir = latest_run_dir()
-        if run_dir is None:
-            phoenix_url = "http://127.0.0.1:6006"
-    trace_url = None
+    client = JaegerClient(args.jaeger or DEFAULT_JAEGER_URL, lookback_s=lookback_s)
+    source: str
     spans: list[SpanRecord]
     if run_dir is not None:
         if not run_dir.exists():
@@ -108,16 +110,14 @@ def run(args: argparse.Namespace) -> int:
         spans = read
         source = f"run folder {run_dir}"
     else:
-        from otel_rl.runs.phoenix import AmbiguousRunError, PhoenixClient, PhoenixError
-
-        client = PhoenixClient(str(phoenix_url), project=args.project)
         try:
-            spans = [span for step in steps for span in client.step_trace_spans(step, run_id=args.run_id)]
+            spans = [span for step in steps for span in client.step_trace_spans(step, service=args.service, run_id=args.run_id)]
         except AmbiguousRunError as exc:
             return _fail(_list_runs(str(exc), exc.choices), 2)
-        except PhoenixError as exc:
-            return _fail(str(exc), 1)
-        source = f"Phoenix at {phoenix_url} (project {args.project})"
+        except JaegerError as exc:
+            hint = "" if args.jaeger else " (no run folder under otel-rl-runs/ either: give one, or --jaeger URL)"
+            return _fail(f"{exc}{hint}", 1)
+        source = f"Jaeger at {client.base_url}" + (f" (service {args.service})" if args.service else "")
     if args.step is None:
         return _write_chrome(args, spans, steps, source)
     try:
@@ -125,21 +125,12 @@ def run(args: argparse.Namespace) -> int:
     except LookupError as exc:
         return _fail(f"{exc} (in {source})", 1)
     trace_id = trace[0].trace_id
-    if run_dir is None:
-        try:
-            trace_url = client.trace_url(trace_id)
-        except PhoenixError as exc:
-            print(f"otel-rl trace: {exc}", file=sys.stderr)
-    from otel_rl.runs.jaeger_json import jaeger_answers
-
     print(f"step {args.step}: trace {trace_id} from {source}")
-    if jaeger_answers(args.jaeger_url):
-        print(f"  Jaeger:  {args.jaeger_url.rstrip('/')}/trace/{trace_id}")
+    if run_dir is None or _jaeger_has(client.base_url, trace_id):
+        print(f"  Jaeger:  {client.trace_url(trace_id)}")
     else:
         upload = f"the file --out writes ({args.out})" if args.out else "the file --out FILE writes"
-        print(f"  Jaeger:  none answers at {args.jaeger_url}; load {upload} in Jaeger's UI (Search > JSON File)")
-    if trace_url:
-        print(f"  Phoenix: {trace_url}")
+        print(f"  Jaeger:  {client.base_url} does not hold this trace; load {upload} in Jaeger's UI (Search > JSON File)")
     print(render_waterfall(trace, width=args.width))
     if chrome:
         return _write_chrome(args, trace, steps, source)
@@ -147,20 +138,35 @@ def run(args: argparse.Namespace) -> int:
         from otel_rl.runs.jaeger_json import write_jaeger_json
 
         write_jaeger_json(trace, args.out)
-        print(f"wrote {args.out}: load it in Jaeger's UI (Search > JSON File) to view this step without a Jaeger server")
+        print(f"wrote {args.out}: Jaeger's own JSON of the trace; its UI loads it from Search > JSON File")
     return 0
 
 
+def _jaeger_has(base_url: str, trace_id: str) -> bool:
+    """Whether the Jaeger the link would point at holds the trace (bounded: a Jaeger that is not there costs ~1 s)."""
+    from otel_rl.runs.jaeger import JaegerClient, JaegerError
+
+    try:
+        return bool(JaegerClient(base_url, timeout_s=1.0).trace(trace_id))
+    except JaegerError:
+        return False
+
+
 def _list_runs(message: str, choices: list[Any]) -> str:
-    """The message and one line per run: run id, first and last step time (UTC), number of steps."""
+    """The message and one line per run: service, run id, first and last step time (UTC), number of steps."""
     from datetime import datetime, timezone
 
     def when(ns: int) -> str:
         return datetime.fromtimestamp(ns / 1e9, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
 
-    lines = [message, f"  {'run id (--run-id)':<36} {'first step (UTC)':<20} {'last step (UTC)':<20} steps"]
+    width = max([len(c.service) for c in choices] + [len("service (--service)")])
+    lines = [
+        message,
+        f"  {'service (--service)':<{width}} {'run id (--run-id)':<36} {'first step (UTC)':<20} {'last step (UTC)':<20} steps",
+    ]
     for c in choices:
-        lines.append(f"  {c.run_id or '(none: spans without rl.run.id)':<36} {when(c.first_ns):<20} {when(c.last_ns):<20} {c.steps}")
+        run = c.run_id or "(none: spans without rl.run.id)"
+        lines.append(f"  {c.service:<{width}} {run:<36} {when(c.first_ns):<20} {when(c.last_ns):<20} {c.steps}")
     return "\n".join(lines)
 
 

@@ -1,2 +1,2 @@
-"""Reading what a run left behind: its run folder (OTLP/JSON lines), one step's trace from a
-Phoenix store or as Jaeger JSON, and pushing its disk spool to a collector."""
+"""Reading what a run left behind: its run folder (OTLP/JSON lines), one step's trace from
+Jaeger or as Jaeger's JSON, and pushing its disk spool to a collector."""

@@ -116,6 +116,10 @@ def _scope_name(scope_entry: Mapping[str, Any]) -> str:
     return str((scope_entry.get("scope") or {}).get("name", ""))
 
 
+def _scope_version(scope_entry: Mapping[str, Any]) -> str:
+    return str((scope_entry.get("scope") or {}).get("version", ""))
+
+
 def _list(obj: Mapping[str, Any], key: str) -> list[Any]:
     value = obj.get(key, [])
     if value is None:
@@ -141,7 +145,7 @@ def decode_trace_request(obj: Mapping[str, Any]) -> list[SpanRecord]:
     for resource_spans in _list(obj, "resourceSpans"):
         resource = _resource(resource_spans)
         for scope_spans in _list(resource_spans, "scopeSpans"):
-            scope = _scope_name(scope_spans)
+            scope, scope_version = _scope_name(scope_spans), _scope_version(scope_spans)
             for span in _list(scope_spans, "spans"):
                 trace_id = _hex_id(span.get("traceId"), 16)
                 span_id = _hex_id(span.get("spanId"), 8)
@@ -168,6 +172,7 @@ def decode_trace_request(obj: Mapping[str, Any]) -> list[SpanRecord]:
                         status_message=message,
                         kind=_int(span.get("kind")),
                         scope=scope,
+                        scope_version=scope_version,
                     )
                 )
     return spans

@@ -63,6 +63,7 @@ class SpanRecord:
     status_message: str = ""
     kind: int = 0  # OTLP SpanKind: 0 unspecified, 1 internal, 2 server, 3 client, ...
     scope: str = ""  # instrumentation scope name
+    scope_version: str = ""
 
     @property
     def duration_ns(self) -> int:
