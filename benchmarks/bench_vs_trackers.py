@@ -2,7 +2,7 @@
 
     python benchmarks/bench_vs_trackers.py trackers   # side by side in one process (ratios)
     python benchmarks/bench_vs_trackers.py demo       # the CPU demo with telemetry on vs off (paired runs)
-    python benchmarks/bench_vs_trackers.py ranks      # 16 ranks at 1 step/s through the rotel collector
+    python benchmarks/bench_vs_trackers.py ranks      # 16 ranks at 1 step/s through the collector
     python benchmarks/bench_vs_trackers.py rss        # RSS growth over 100k logged steps
     python benchmarks/bench_vs_trackers.py all --json
 
@@ -22,7 +22,8 @@ folder exporters) and off (exporters=none, no trackers, no console line), in pai
 alternates; the figure is the median over pairs of (on - off) / off of the training time.
 
 ranks: 16 processes, each an otel-rl rank (RANK=i, WORLD_SIZE=16) logging 250 keys plus two stage
-spans at one step per second over OTLP/gRPC into one rotel, which forwards to a counting receiver.
+spans at one step per second over OTLP/gRPC into one OpenTelemetry Collector (the build of
+collector-config/builder-config.yaml), which forwards to a counting receiver.
 Checked: every rl.log event and span arrived (no drops); reported: each rank's CPU time per step,
 against the same loop with exporters=none (the exporter's share is the difference).
 
@@ -268,40 +269,18 @@ print(json.dumps({{"rank": rank, "cpu_s": cpu, "rss_mb": proc.memory_info().rss 
 
 
 def bench_ranks(steps: int = 30, ranks: int = 16) -> dict[str, Any]:
+    from go_builds import collector_binary
+    from local_collector import Collector
     from otlp_sink import OtlpSink
 
-    from otel_rl.stack import Stack
-    from otel_rl.stack.process import free_port
-
-    data = os.environ.get("OTEL_RL_BENCH_STACK_DIR") or str(Path(tempfile.gettempdir()) / "otel-rl-bench-stack")
-    stack = Stack(data, only=["rotel"], out=None)
-    stack.install()
-    binary = stack._installer.binary("rotel", "rotel-agent")
     tmp = Path(tempfile.mkdtemp(prefix="otel-rl-bench-ranks-"))
     code = RANK_CHILD.format(bench=str(ROOT / "benchmarks"))
     results: dict[str, Any] = {"ranks": ranks, "steps": steps}
     with OtlpSink() as sink:
-        grpc_port, http_port = free_port(), free_port()
-        env = {k: v for k, v in os.environ.items() if not k.startswith("ROTEL_")}
-        env.update(
-            {
-                "ROTEL_OTLP_GRPC_ENDPOINT": f"127.0.0.1:{grpc_port}",
-                "ROTEL_OTLP_HTTP_ENDPOINT": f"127.0.0.1:{http_port}",
-                "ROTEL_EXPORTER": "otlp",
-                "ROTEL_OTLP_EXPORTER_PROTOCOL": "http",
-                "ROTEL_OTLP_EXPORTER_ENDPOINT": sink.endpoint,
-                "NO_COLOR": "1",
-            }
-        )
-        rotel = subprocess.Popen(
-            [str(binary), "start", "--pid-file", str(tmp / "rotel.pid"), "--log-file", str(tmp / "rotel-agent.log")],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
+        collector = Collector(collector_binary(), sink.endpoint, tmp)
+        collector.start()
+        grpc_port = collector.grpc_port
         try:
-            time.sleep(1.0)
             for mode in ("none", "otlp"):
                 procs = [
                     subprocess.Popen(
@@ -328,8 +307,7 @@ def bench_ranks(steps: int = 30, ranks: int = 16) -> dict[str, Any]:
                 time.sleep(0.2)
             time.sleep(1.0)
         finally:
-            rotel.terminate()
-            rotel.wait(15)
+            collector.stop(timeout_s=15)
         events = sink.received.events(N.RL_LOG_EVENT)
         results["events_received"] = len(events)
         results["events_emitted"] = ranks * steps

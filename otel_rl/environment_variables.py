@@ -110,10 +110,17 @@ OTEL_RL_STACK_DIR = "OTEL_RL_STACK_DIR"
 """The local stack's data folder; default ``.stack/`` in the working directory."""
 
 OTEL_RL_STACK_CACHE = "OTEL_RL_STACK_CACHE"
-"""Where the stack's downloaded servers are kept; default ``~/.cache/otel-rl/stack``."""
+"""Where the stack's downloaded servers and Go builds are kept; default ``~/.cache/otel-rl/stack``."""
+
+OTEL_RL_GO = "OTEL_RL_GO"
+"""The ``go`` command the stack builds the collector and Jaeger with; default ``go`` on PATH, else ``/usr/local/go/bin/go``."""
 
 OTEL_RL_STACK_PORT_OFFSET = "OTEL_RL_STACK_PORT_OFFSET"
 """Added to every default port of the local stack (two stacks on one machine). Default 0."""
+
+OTEL_RL_STACK_CONFIG_SHA256 = "OTEL_RL_STACK_CONFIG_SHA256"
+"""Set by ``otel-rl stack`` on the collectors, Jaeger and Prometheus it starts: the digest of their config files
+(recorded with the launch, so that a changed file restarts the server)."""
 
 # -- the project's own tooling (its tests, benchmarks and scripts; the package does not read these) --
 OTEL_RL_VENV = "OTEL_RL_VENV"
@@ -131,8 +138,8 @@ OTEL_RL_E2E_STACK_DIR = "OTEL_RL_E2E_STACK_DIR"
 OTEL_RL_E2E_PORT_OFFSET = "OTEL_RL_E2E_PORT_OFFSET"
 """End-to-end tests: the port offset of the local stack they start."""
 
-OTEL_RL_BENCH_STACK_DIR = "OTEL_RL_BENCH_STACK_DIR"
-"""Benchmarks: the data folder of the local stack they start."""
+OTEL_RL_REQUIRE_GO = "OTEL_RL_REQUIRE_GO"
+"""Tests: ``1`` turns the skip of tests that run the collector or Jaeger built with Go, on a machine without Go, into a failure (CI sets it)."""
 
 OTEL_RL_ALERT_TOOLS_DIR = "OTEL_RL_ALERT_TOOLS_DIR"
 """Tests: where promtool and vmalert are kept for the alert-rule checks."""

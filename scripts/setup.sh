@@ -5,7 +5,8 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="${OTEL_RL_VENV:-$root/.venv}"
 python="${PYTHON:-python3}"
-# CPU build of PyTorch; override (e.g. TORCH_SPEC="torch>=2.1") on machines with a GPU.
+# PyTorch from PyPI: its CUDA build, which also runs on CPU (~4 GB with its nvidia-* wheels).
+# Override with TORCH_SPEC (e.g. "torch>=2.1", or a CPU wheel from your own index).
 torch_spec="${TORCH_SPEC:-torch==2.13.0}"
 
 stamp="$venv/.otel-rl-setup"
@@ -26,11 +27,11 @@ pip_install() {
   fi
 }
 pip_install --upgrade pip
-# torch first, so the [torch] extra is already satisfied by the CPU build.
+# torch first, so the [torch] extra is already satisfied by it.
 pip_install "$torch_spec"
 pip_install -e "$root[test,torch,tensorboard,wandb,swanlab,mlflow,analyze]"
 # The frameworks the integration tests run for real, at the versions they were tested with.
-# The constraint keeps the CPU build of torch; verl and ms-swift pin versions of transformers
+# The constraint keeps torch at the version above; verl and ms-swift pin versions of transformers
 # and trl that conflict with TRL 1.x, so they go in without their (GPU-heavy) dependencies
 # plus the few light ones their tracking and callback modules import.
 constraints="$(mktemp)"

@@ -51,7 +51,7 @@ def _otel_rl_logs_propagate() -> Iterator[None]:
 
 
 # Tests that start real servers fail past this deadline (SIGALRM) so their finalizers still stop
-# every server by PID; the first full-stack run installs Phoenix (~850 MB).
+# every server by PID; the first full-stack run builds the collector and Jaeger from Go modules.
 E2E_DEADLINE_S = 900
 
 

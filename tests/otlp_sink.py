@@ -1,6 +1,6 @@
 """A counting OTLP/HTTP receiver on 127.0.0.1 for the fault, fork and TLS tests.
 
-It decodes the real OTLP protobuf requests (gzip or plain, as rotel and the SDK send them) and
+It decodes the real OTLP protobuf requests (gzip or plain, as the collector and the SDK send them) and
 keeps every span, log record and metric data point, so a test can compare what arrived with what
 was emitted, exactly, and spot duplicates. Optional: TLS (an ``ssl.SSLContext``), a required
 header (401 without it), and a forced status code (to act as a collector that refuses data).

@@ -1,15 +1,19 @@
-"""Consistency of the otelcol-contrib configurations in collector-config/otelcol/.
+"""The collector configurations in collector-config/otelcol/.
 
-No upstream collector runs on these machines, so this checks what `otelcol-contrib validate`
-would check (every pipeline names defined components, every defined component is used,
-connectors join pipelines of the right signals) and what otel-rl relies on: registry attribute
-names, registry bucket boundaries, the agent reaching the gateway, processor order.
+Every shipped file, alone and with its overlays, and as deploy/docker-compose.yml runs it, passes
+`validate` of the collector built from collector-config/builder-config.yaml (the upstream
+collector's own check: component types, pipelines, connectors, each component's settings, OTTL
+statements). On top of that, what otel-rl relies on and no validator checks: current component
+names rather than deprecated aliases, every component used, registry attribute names and bucket
+boundaries, the agent reaching the gateway, processor order.
 """
 
 from __future__ import annotations
 
 import copy
+import os
 import re
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,26 +36,17 @@ README = REPO_ROOT / "collector-config" / "README.md"
 KINDS = ("receivers", "processors", "exporters", "connectors", "extensions")
 SIGNALS = ("traces", "metrics", "logs")
 
-# Component types of otelcol-contrib (>= 0.153, the release that finished the snake_case
-# renames) that these configurations may use, by kind. A misspelt or retired type fails here
-# instead of at the user's collector start.
-KNOWN_TYPES = {
-    "receivers": {"otlp", "prometheus"},
-    "processors": {"memory_limiter", "batch", "resource_detection", "filter", "transform"},
-    "exporters": {"otlp_grpc", "otlp_http", "prometheus_remote_write", "prometheus", "file", "debug"},
-    "connectors": {"span_metrics"},
-    "extensions": {"health_check", "file_storage"},
-}
-# Old names still accepted as deprecated aliases (they log a warning at every start).
+# Deprecated aliases the collector still accepts (validate passes them silently; they log a
+# warning at every start). The current names only.
 DEPRECATED_TYPES = {
     "otlp": "otlp_grpc",  # as an exporter; `otlp` stays the receiver's name
     "otlphttp": "otlp_http",
     "spanmetrics": "span_metrics",
     "resourcedetection": "resource_detection",
     "prometheusremotewrite": "prometheus_remote_write",
+    "healthcheck": "health_check",
+    "memorylimiter": "memory_limiter",
 }
-# Which signal a connector consumes (as an exporter) and emits (as a receiver).
-CONNECTOR_SIGNALS = {"span_metrics": ("traces", "metrics")}
 
 _PLACEHOLDER = re.compile(r"\$\{env:([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _DOLLAR = re.compile(r"\$\$|\$")
@@ -167,25 +162,76 @@ def test_every_collector_config_yaml_parses() -> None:
             assert yaml.safe_load(f) is not None, f"{path} is empty"
 
 
-def test_pipeline_ids_name_a_signal(config: dict[str, Any]) -> None:
-    for pipeline_id in pipelines(config):
-        assert component_type(pipeline_id) in SIGNALS, f"pipeline {pipeline_id}: the type must be one of {SIGNALS}"
+# --------------------------------------------------------------------------- the real collector's validate
 
 
-def test_pipelines_use_only_defined_components(config: dict[str, Any]) -> None:
-    connectors = set(config.get("connectors") or {})
-    for pipeline_id, pipeline in pipelines(config).items():
-        assert pipeline.get("receivers"), f"{pipeline_id} has no receivers"
-        assert pipeline.get("exporters"), f"{pipeline_id} has no exporters"
-        for kind, allowed in (
-            ("receivers", set(config.get("receivers") or {}) | connectors),
-            ("processors", set(config.get("processors") or {})),
-            ("exporters", set(config.get("exporters") or {}) | connectors),
-        ):
-            for component_id in pipeline.get(kind) or []:
-                assert component_id in allowed, f"{pipeline_id}: {kind[:-1]} {component_id} is not defined"
-    for extension_id in config["service"].get("extensions") or []:
-        assert extension_id in (config.get("extensions") or {}), f"extension {extension_id} is not defined"
+COMPOSE = REPO_ROOT / "deploy" / "docker-compose.yml"
+
+
+@pytest.fixture(scope="module")
+def otelcol() -> Path:
+    from go_builds import collector_binary
+
+    return collector_binary()
+
+
+def validate(otelcol: Path, files: list[Path], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`otelcol-rl validate` of the files merged in order, with only ``env`` set (no OTEL_* of this process)."""
+    args = [str(otelcol), "validate"] + [f"--config={path}" for path in files]
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    return subprocess.run(args, capture_output=True, text=True, timeout=60, env={**clean, **(env or {})})
+
+
+SHIPPED = {"agent": [AGENT], "gateway": [GATEWAY], "gateway+bridge": [GATEWAY, BRIDGE_OVERLAY], "agent+engines": [AGENT, ENGINES_OVERLAY]}
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("name", list(SHIPPED))
+def test_every_shipped_config_passes_the_collectors_validate(otelcol: Path, name: str) -> None:
+    done = validate(otelcol, SHIPPED[name])
+    assert done.returncode == 0, f"{name}: {done.stdout}{done.stderr}"
+
+
+@pytest.mark.e2e
+def test_the_compose_gateway_passes_validate_with_the_composes_command_and_environment(otelcol: Path) -> None:
+    service = yaml.safe_load(COMPOSE.read_text())["services"]["otel-gateway"]
+    mount = next(v for v in service["volumes"] if v.endswith(":/etc/otel-rl:ro"))
+    host_dir = (COMPOSE.parent / mount.split(":", 1)[0]).resolve()
+    assert host_dir == OTELCOL_DIR
+    files = [host_dir / arg.removeprefix("--config=/etc/otel-rl/") for arg in service["command"]]
+    done = validate(otelcol, files, {k: str(v) for k, v in service["environment"].items()})
+    assert done.returncode == 0, done.stdout + done.stderr
+    # The image compose pins is the release the project builds and validates with.
+    release = yaml.safe_load((REPO_ROOT / "collector-config" / "builder-config.yaml").read_text())["dist"]["version"]
+    assert service["image"] == f"otel/opentelemetry-collector-contrib:{release}"
+
+
+@pytest.mark.e2e
+def test_validate_fails_on_a_broken_config_naming_it(otelcol: Path, tmp_path: Path) -> None:
+    """The check above can fail: a misspelt component type, a bad OTTL statement, a pipeline naming nothing defined."""
+    text = GATEWAY.read_text()
+    for broken, expected in (
+        (text.replace("otlp_grpc/jaeger:", "otlp_grcp/jaeger:"), "otlp_grcp"),
+        (text.replace('IsMatch(event_name, "^rl\\\\.")', 'IsMatch(event_name "^rl")'), "filter/rl_events"),
+        (text.replace("exporters: [file/rl_events]", "exporters: [file/nowhere]"), "file/nowhere"),
+    ):
+        assert broken != text
+        path = tmp_path / "broken.yaml"
+        path.write_text(broken)
+        done = validate(otelcol, [path])
+        assert done.returncode != 0 and expected in done.stdout + done.stderr, (expected, done.stdout + done.stderr)
+
+
+@pytest.mark.e2e
+def test_component_types_are_in_the_build_under_their_current_names(otelcol: Path, config: dict[str, Any]) -> None:
+    listed = yaml.safe_load(subprocess.run([str(otelcol), "components"], capture_output=True, text=True, timeout=60).stdout)
+    built = {kind: {c["name"] for c in listed[kind]} for kind in KINDS}
+    for kind in KINDS:
+        for component_id in config.get(kind) or {}:
+            ctype = component_type(component_id)
+            assert ctype in built[kind], f"{kind[:-1]} type {ctype!r} ({component_id}) is not in the collector build"
+            if ctype in DEPRECATED_TYPES and not (kind == "receivers" and ctype == "otlp"):
+                pytest.fail(f"{component_id}: {ctype!r} is a deprecated alias of {DEPRECATED_TYPES[ctype]!r}")
 
 
 def test_every_defined_component_is_used(config: dict[str, Any]) -> None:
@@ -199,25 +245,6 @@ def test_every_defined_component_is_used(config: dict[str, Any]) -> None:
     for kind in KINDS:
         unused = set(config.get(kind) or {}) - used[kind]
         assert not unused, f"{kind} defined but used by no pipeline: {sorted(unused)}"
-
-
-def test_connectors_join_pipelines_of_their_signals(config: dict[str, Any]) -> None:
-    for connector_id in config.get("connectors") or {}:
-        consumes, emits = CONNECTOR_SIGNALS[component_type(connector_id)]
-        as_exporter = [p for p, body in pipelines(config).items() if connector_id in (body.get("exporters") or [])]
-        as_receiver = [p for p, body in pipelines(config).items() if connector_id in (body.get("receivers") or [])]
-        assert as_exporter and as_receiver, f"connector {connector_id} must end one pipeline and start another"
-        assert all(component_type(p) == consumes for p in as_exporter), f"{connector_id} consumes {consumes}"
-        assert all(component_type(p) == emits for p in as_receiver), f"{connector_id} emits {emits}"
-
-
-def test_component_types_are_current_contrib_names(config: dict[str, Any]) -> None:
-    for kind in KINDS:
-        for component_id in config.get(kind) or {}:
-            ctype = component_type(component_id)
-            assert ctype in KNOWN_TYPES[kind], f"{kind[:-1]} type {ctype!r} ({component_id}) is not a known otelcol-contrib type"
-            if ctype in DEPRECATED_TYPES and not (kind == "receivers" and ctype == "otlp"):
-                pytest.fail(f"{component_id}: {ctype!r} is a deprecated alias of {DEPRECATED_TYPES[ctype]!r}")
 
 
 def test_env_placeholders_use_the_env_provider_syntax(config: dict[str, Any]) -> None:
@@ -273,10 +300,14 @@ def test_agent_queue_is_persistent_and_retried() -> None:
 
 
 def test_agent_keeps_the_senders_host_name() -> None:
-    detection = load(AGENT)["processors"]["resource_detection"]
-    assert set(detection["detectors"]) == {"env", "system"}
-    assert detection["override"] is False, "otel-rl sets host.name itself: the detector must not replace it"
-    assert detection["system"]["resource_attributes"][A.HOST_NAME]["enabled"] is True
+    statements = load(AGENT)["processors"]["transform/host_name"]
+    for signal in ("trace", "metric", "log"):
+        (group,) = statements[f"{signal}_statements"]
+        (statement,) = group["statements"]
+        assert group["context"] == "resource"
+        # Only where the sender set none, and only when the node's name is given: never overwrite, never empty.
+        assert statement.startswith(f'set(attributes["{A.HOST_NAME}"], "${{env:OTEL_AGENT_HOST_NAME:-}}")'), statement
+        assert f'where attributes["{A.HOST_NAME}"] == nil and "${{env:OTEL_AGENT_HOST_NAME:-}}" != ""' in statement
 
 
 def test_agent_memory_limit_is_absolute() -> None:
@@ -419,4 +450,4 @@ def test_readme_documents_every_variable_and_component_file() -> None:
         assert path.name in text, f"README does not mention {path.name}"
     missing = sorted(v for v in variables if v not in text)
     assert not missing, f"README does not document {missing}"
-    assert "](rotel/)" in text and (README.parent / "rotel").is_dir(), "README must link collector-config/rotel/"
+    assert "builder-config.yaml" in text, "README must name the collector build's manifest"

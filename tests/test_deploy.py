@@ -2,7 +2,7 @@
 
 There is no Docker engine on these machines, so the compose stack cannot be started here. What
 is checked instead is that its parts agree with each other: the collector config it mounts is
-the gateway, the ports it publishes are the ports the gateway and the local stack's rotel listen
+the gateway, the ports it publishes are the ports the gateway and the local stack's agent listen
 on, every exporter and data source points at a service that listens there, every mount source
 and data-source uid exists, and every metric named is a registry metric in Prometheus form.
 """
@@ -27,7 +27,6 @@ DEPLOY = REPO_ROOT / "deploy"
 COMPOSE = DEPLOY / "docker-compose.yml"
 GATEWAY = REPO_ROOT / "collector-config" / "otelcol" / "gateway.yaml"
 BRIDGE_OVERLAY = REPO_ROOT / "collector-config" / "otelcol" / "gateway-bridge.yaml"
-ROTEL_ENV = REPO_ROOT / "collector-config" / "rotel" / "rotel.env"
 PROVISIONING = REPO_ROOT / "grafana" / "provisioning"
 DATASOURCES = PROVISIONING / "datasources" / "datasources.yaml"
 DASHBOARD_PROVIDERS = PROVISIONING / "dashboards" / "dashboards.yaml"
@@ -280,11 +279,8 @@ def otlp_receiver_ports() -> dict[str, int]:
 
 
 def local_stack_otlp_ports() -> dict[str, int]:
-    """The OTLP ports `otel-rl stack up` gives rotel (no port offset), and rotel.env must use them."""
-    ports = stack_components.component_ports("rotel", 0)
-    env = ROTEL_ENV.read_text(encoding="utf-8")
-    assert re.search(r"^ROTEL_OTLP_GRPC_ENDPOINT=127\.0\.0\.1:\$\{OTLP_GRPC_PORT\}$", env, re.M), "rotel.env's gRPC receiver"
-    assert re.search(r"^ROTEL_OTLP_HTTP_ENDPOINT=127\.0\.0\.1:\$\{OTLP_HTTP_PORT\}$", env, re.M), "rotel.env's HTTP receiver"
+    """The OTLP ports `otel-rl stack up` gives the agent (no port offset): where a training job sends."""
+    ports = stack_components.component_ports("otelcol-agent", 0)
     return {"grpc": ports["otlp_grpc"], "http": ports["otlp_http"]}
 
 
@@ -483,3 +479,16 @@ def test_deploy_readme_says_what_runs_where() -> None:
         assert f"`{service}`" in text, f"deploy/README.md does not mention the service {service}"
     for needle in ("OTEL_EXPORTER_OTLP_ENDPOINT=http://localhost:4317", "otel-rl demo --steps 40", "rl_stage_duration_seconds_bucket"):
         assert needle in text, needle
+
+
+def test_the_compose_prometheus_config_passes_promtool(tmp_path: Path) -> None:
+    """The compose file is not run here; the Prometheus config it mounts is checked by Prometheus' own promtool
+    (Debian's, the one the alert tests use), as the gateway config is by the collector's validate."""
+    from alerts.alert_tools import install_rule_tools
+
+    tools = install_rule_tools()
+    done = tools.run([tools.promtool, "check", "config", DEPLOY / "prometheus.yml"])
+    assert done.returncode == 0 and "SUCCESS" in done.stdout + done.stderr, done.stdout + done.stderr
+    broken = tmp_path / "prometheus.yml"
+    broken.write_text((DEPLOY / "prometheus.yml").read_text().replace("scrape_configs:", "scrape_configz:"))
+    assert tools.run([tools.promtool, "check", "config", broken]).returncode != 0

@@ -1,7 +1,7 @@
 """The disk spool in front of the OTLP exporters: outage, bound, crash, restart, push, shutdown.
 
 Every collector here is a real OTLP/HTTP server on 127.0.0.1 (tests/otlp_sink.py) that decodes the
-protobuf requests; the versions through the rotel collector are in tests/e2e/test_faults_e2e.py.
+protobuf requests; the versions through the real collector are in tests/e2e/test_faults_e2e.py.
 """
 
 from __future__ import annotations

@@ -2,9 +2,10 @@
 endpoints on 127.0.0.1, certificate errors that say what to fix, credentials that never reach any
 output, capped attribute values and series, and text kept out of exports unless asked for.
 
-rotel (the collector the other tests use) has no TLS receiver, so the TLS endpoints are Python's
-ssl module in front of the counting OTLP/HTTP receiver, and grpcio's TLS server for OTLP/gRPC
-(tests/otlp_sink.py); certificates are made per test session with ``cryptography``.
+The TLS endpoints are Python's ssl module in front of the counting OTLP/HTTP receiver, and
+grpcio's TLS server for OTLP/gRPC (tests/otlp_sink.py), because these tests read every request's
+headers, which a collector does not hand back; certificates are made per test session with
+``cryptography``.
 """
 
 from __future__ import annotations

@@ -137,7 +137,7 @@ example (bridge.yaml):
   split_runs: true
 
   otel-rl bridge --config bridge.yaml
-  otel-rl stack up --bridge-config bridge.yaml    the local stack: rotel's logs go to the bridge
+  otel-rl stack up --bridge-config bridge.yaml    the local stack: the gateway's rl.* events go to the bridge
 
 Collector route: otelcol-contrib with collector-config/otelcol/gateway-bridge.yaml
 (OTEL_RL_BRIDGE_ENDPOINT=http://HOST:4319; it posts to /v1/logs). Relative paths are relative

@@ -21,7 +21,7 @@ def add_cli(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def stack_target(endpoint: str | None) -> Any:
-    """The running local stack's VictoriaMetrics when ``endpoint`` is that stack's rotel, else None."""
+    """The running local stack's VictoriaMetrics when ``endpoint`` is that stack's agent or gateway, else None."""
     from otel_rl.stack.replay_target import target_for_endpoint
 
     return target_for_endpoint(endpoint)

@@ -36,19 +36,19 @@ from otel_rl.semconv import names as N
 
 # Registry metrics deliberately on no board, with why. A new registry metric must be placed on a
 # board or listed here (tests/grafana checks it), so no metric is forgotten silently.
-_NOT_IN_DEMO = "not emitted by the reference run (the demo), so a panel could not be checked against data"
+NOT_IN_DEMO = "not emitted by the reference run (the demo), so a panel could not be checked against data"
 NOT_ON_A_BOARD: Mapping[str, str] = {
     M.RL_TENSOR_CHECKSUM: "a checksum is compared across stages (rl.shape_ledger.mismatches is on the data-quality board), not read as a curve",
     M.RL_UNMAPPED: "one series per unknown framework key: a fallback to find in Explore, not a panel",
     M.RL_TELEMETRY_REJECTED: "only present after bad values arrived; the alert rules watch it",
-    M.RL_TELEMETRY_DROPPED: _NOT_IN_DEMO + " (it counts only when delivery to the collector fails)",
-    M.RL_TELEMETRY_SPOOL_USAGE: _NOT_IN_DEMO + " (it is non-zero only while the collector is unreachable)",
-    M.RL_ALERT: _NOT_IN_DEMO + " (alerts fire only on an unhealthy run; grafana/alerts has the rules)",
-    M.RL_THROUGHPUT_STEPS: _NOT_IN_DEMO + "; rl.step.duration shows the same",
-    M.RL_STEP_TOKENS: _NOT_IN_DEMO + "; rl.throughput.tokens is on the timeline",
-    **{metric: _NOT_IN_DEMO + " (read from a vLLM / SGLang /metrics page; the demo runs no inference engine)"
+    M.RL_TELEMETRY_DROPPED: NOT_IN_DEMO + " (it counts only when delivery to the collector fails)",
+    M.RL_TELEMETRY_SPOOL_USAGE: NOT_IN_DEMO + " (it is non-zero only while the collector is unreachable)",
+    M.RL_ALERT: NOT_IN_DEMO + " (alerts fire only on an unhealthy run; grafana/alerts has the rules)",
+    M.RL_THROUGHPUT_STEPS: NOT_IN_DEMO + "; rl.step.duration shows the same",
+    M.RL_STEP_TOKENS: NOT_IN_DEMO + "; rl.throughput.tokens is on the timeline",
+    **{metric: NOT_IN_DEMO + " (read from a vLLM / SGLang /metrics page; the demo runs no inference engine)"
        for metric in (M.RL_ROLLOUT_REQUESTS, M.RL_ROLLOUT_ENGINE_PREEMPTIONS)},
-    **{metric: _NOT_IN_DEMO for metric in (
+    **{metric: NOT_IN_DEMO for metric in (
         M.RL_PROGRESS_STEP, M.RL_PROGRESS_EPOCH, M.RL_PROGRESS_MAX_STEPS, M.RL_PROGRESS_RATIO, M.RL_PROGRESS_TOKENS,
         M.RL_RUN_ELAPSED_TIME, M.RL_RUN_REMAINING_TIME, M.RL_RUN_FLOPS, M.RL_RUN_LOSS, M.RL_STAGE_TIME_PER_TOKEN,
         M.RL_CRITIC_EXPLAINED_VARIANCE, M.RL_RESPONSE_TERMINATED_LENGTH, M.RL_RESPONSE_NON_ABORTED_LENGTH,

@@ -2,35 +2,37 @@
 
 Real servers, all on 127.0.0.1, all data in one git-ignored folder (default ``.stack/``)::
 
-    rotel (OTLP 4317 gRPC / 4318 HTTP) --traces--> Phoenix 6006 (UI + OTLP/HTTP; its gRPC 4327)
-                                        --metrics-> vmagent 8429 --> VictoriaMetrics 8428 and Prometheus 9090
-                                        --logs----> bridge 4319 --> experiment trackers (only with a
-                                                    bridge config; else rotel drops the logs)
+    OTLP --> otelcol-agent 4317/4318 --> otelcol-gateway 4417 --traces--> Jaeger (query API 16686)
+                                                            --metrics-> VictoriaMetrics 8428 (remote write)
+                                                            --metrics-> :8889 <-- Prometheus 9090 scrapes
+                                                            --logs----> rl-events.jsonl, tracker bridge 4319
     vmalert 8880 evaluates grafana/alerts/*.yml against VictoriaMetrics.
 
-Everything comes from PyPI (rotel, arize-phoenix, each in its own venv in the data folder) and
-Debian's archive (victoria-metrics from trixie, prometheus from bookworm, unpacked into the data
-folder through a scratch apt set-up); nothing is installed on the system. Every port moves by one
-``port_offset`` so a second stack (a test's) can run beside a user's.
+The collectors are the upstream OpenTelemetry Collector, built from its Go modules with
+collector-config/builder-config.yaml and run with the project's own configs (agent.yaml,
+gateway.yaml); Jaeger v2 is built from its Go module; VictoriaMetrics and Prometheus come from
+Debian's archive (a scratch apt set-up; nothing is installed on the system). Without Go, ``up``
+says so once and runs the rest. Every port moves by one ``port_offset`` so a second stack (a
+test's) can run beside a user's.
 
-Timing worth knowing when checking data: VictoriaMetrics makes a *new* series searchable about
-10 s after it arrives (it publishes new series to its index every 10 s); Prometheus, through
-vmagent, within about a second; Phoenix stores spans within a second. Poll with a deadline.
+Timing worth knowing when checking data: the agent and gateway batch for up to 1 s each;
+VictoriaMetrics makes a *new* series searchable about 10 s after it arrives (it publishes new series
+to its index every 10 s); Prometheus sees a value at its next scrape (every second); Jaeger stores
+spans within a second of the gateway's export. Poll with a deadline.
 
 ```python
 from otel_rl.stack import Stack
 
-stack = Stack(".stack", port_offset=0, only=["rotel", "victoria-metrics"])
-stack.up()                          # installs what is missing, starts, waits until healthy
-stack.endpoints["otlp_http"]        # 'http://127.0.0.1:4318'
-stack.status()                      # [ComponentStatus(name='rotel', state='healthy', ...), ...]
+stack = Stack(".stack", port_offset=0, only=["otelcol-agent", "otelcol-gateway", "victoria-metrics"])
+stack.up()                          # builds/installs what is missing, starts, waits until healthy
+stack.endpoints["otlp_http"]        # 'http://127.0.0.1:4318' (the agent)
+stack.status()                      # [ComponentStatus(name='otelcol-agent', state='healthy', ...), ...]
 stack.down()                        # SIGTERM (then SIGKILL) by PID, ports verified free
 ```
 """
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
 import sys
@@ -47,7 +49,8 @@ import otel_rl.stack.process as _process
 from otel_rl.reporting import LOGGER_NAME, ReportOnce
 from otel_rl.stack._components import ALL_COMPONENT_NAMES, COMPONENT_NAMES, COMPONENTS, START_ORDER, Context, component_ports, user_urls
 from otel_rl.stack._errors import HealthCheckError, InstallError, MissingBinaryError, PortInUseError, StackError
-from otel_rl.stack._install import PACKAGES, PHOENIX_VERSION, ROTEL_VERSION, Installer, default_cache_dir, format_seconds
+from otel_rl.stack._go_build import GO_MISSING, JAEGER_RELEASE, find_go
+from otel_rl.stack._install import PACKAGES, Installer, default_cache_dir, format_seconds
 from otel_rl.stack.replay_target import retention_of as _retention_of
 
 __all__ = [
@@ -57,10 +60,9 @@ __all__ = [
     "ComponentStatus",
     "HealthCheckError",
     "InstallError",
+    "JAEGER_RELEASE",
     "MissingBinaryError",
-    "PHOENIX_VERSION",
     "PortInUseError",
-    "ROTEL_VERSION",
     "Stack",
     "StackError",
     "default_cache_dir",
@@ -162,11 +164,13 @@ class Stack:
         cache_dir: where downloaded ``.deb`` files are kept across data folders
             (``OTEL_RL_STACK_CACHE``, default ``~/.cache/otel-rl/stack``).
         out: where progress lines go (default: standard output; None: nowhere).
-        rotel_config: rotel's settings file (default ``collector-config/rotel/rotel.env`` of the checkout).
+        collector_config: the folder of the collector configs (default ``collector-config/otelcol`` of the
+            checkout); the collector is built from ``../builder-config.yaml`` beside it.
         rules_dir: vmalert's rule folder (default ``grafana/alerts`` of the checkout, when it has rule files).
         bridge_config: the tracker bridge's YAML file (``otel-rl bridge --help``). With it the stack runs
-            ``otel-rl bridge`` on 127.0.0.1:4319 (+ offset) in that file's folder and rotel sends the
-            logs (the ``rl.log`` step events) there; without it rotel drops them.
+            ``otel-rl bridge`` on 127.0.0.1:4319 (+ offset) in that file's folder and the gateway sends it
+            the logs (the ``rl.*`` events) through gateway-bridge.yaml; without it they go only to the
+            gateway's events file.
     """
 
     def __init__(
@@ -177,7 +181,7 @@ class Stack:
         only: str | Iterable[str] | None = None,
         cache_dir: str | os.PathLike | None = None,
         out: TextIO | None | object = _STDOUT,
-        rotel_config: str | os.PathLike | None = None,
+        collector_config: str | os.PathLike | None = None,
         rules_dir: str | os.PathLike | None = None,
         bridge_config: str | os.PathLike | None = None,
     ):
@@ -189,9 +193,10 @@ class Stack:
         self.components = _parse_only(only, COMPONENT_NAMES + (("bridge",) if self.bridge_config is not None else ()))
         self.cache_dir = Path(cache_dir).expanduser().resolve() if cache_dir is not None else default_cache_dir()
         self._out = out
-        self.rotel_config = Path(rotel_config).resolve() if rotel_config is not None else None
+        self.collector_config = Path(collector_config).expanduser().resolve() if collector_config is not None else None
         self.rules_dir = Path(rules_dir).resolve() if rules_dir is not None else None
-        self._installer = Installer(self.data_dir, self.cache_dir, self._stream)
+        manifest = self.collector_config.parent / "builder-config.yaml" if self.collector_config is not None else None
+        self._installer = Installer(self.data_dir, self.cache_dir, self._stream, collector_manifest=manifest)
 
     def __repr__(self) -> str:
         return f"Stack({str(self.data_dir)!r}, port_offset={self.port_offset}, only={list(self.components)!r})"
@@ -204,20 +209,28 @@ class Stack:
 
     @property
     def endpoints(self) -> dict[str, str]:
-        """Base URLs: otlp_grpc, otlp_http (rotel), victoria_metrics, vmagent, prometheus, phoenix, vmalert."""
+        """Base URLs: otlp_grpc, otlp_http (the agent: where training sends), gateway_grpc, gateway_http,
+        gateway_scrape (its prometheus exporter), jaeger (query API), victoria_metrics, prometheus, vmalert."""
 
         def http(name: str, role: str = "http") -> str:
             return f"http://{_process.LOOPBACK}:{self.ports(name)[role]}"
 
         return {
-            "otlp_grpc": http("rotel", "otlp_grpc"),
-            "otlp_http": http("rotel", "otlp_http"),
+            "otlp_grpc": http("otelcol-agent", "otlp_grpc"),
+            "otlp_http": http("otelcol-agent", "otlp_http"),
+            "gateway_grpc": http("otelcol-gateway", "otlp_grpc"),
+            "gateway_http": http("otelcol-gateway", "otlp_http"),
+            "gateway_scrape": http("otelcol-gateway", "prometheus"),
+            "jaeger": http("jaeger"),
             "victoria_metrics": http("victoria-metrics"),
-            "vmagent": http("vmagent"),
             "prometheus": http("prometheus"),
-            "phoenix": http("phoenix"),
             "vmalert": http("vmalert"),
         }
+
+    @property
+    def events_file(self) -> Path:
+        """The gateway's file of ``rl.*`` events (collector-config/otelcol/gateway.yaml's ``file/rl_events``)."""
+        return self.data_dir / "data" / "otelcol-gateway" / "rl-events.jsonl"
 
     @property
     def bridge_endpoint(self) -> str:
@@ -231,14 +244,15 @@ class Stack:
 
         Idempotent: ``install.json`` in the data folder records what is there. Raises InstallError.
         """
-        packages = [p for p in PACKAGES if any(COMPONENTS[c].package == p for c in self.components)]
         with self._locked():
+            selected = self._startable()
+            packages = [p for p in PACKAGES if any(COMPONENTS[c].package == p for c in selected)]
             return self._installer.install(packages)
 
     def up(self, timeout_s: float | None = None, *, install: bool = True) -> list[ComponentStatus]:
         """Start the selected components (installing what is missing) and wait until each is healthy.
 
-        ``timeout_s`` bounds each component's health wait (default 30 s; Phoenix 90 s). Components
+        ``timeout_s`` bounds each component's health wait (default 30 s). Components
         already running and healthy with the same configuration are left alone; one whose command
         line would change (other ports, another routing) is restarted. On any failure, what this
         call started is stopped again and the error (PortInUseError, MissingBinaryError,
@@ -299,16 +313,10 @@ class Stack:
         ignore = self.data_dir / ".gitignore"
         if not ignore.exists():  # the data folder never belongs in git, wherever it is
             ignore.write_text("# written by otel-rl stack: nothing in this folder belongs in git\n*\n")
-        with open(self.data_dir / ".lock", "w") as fh:
-            try:
-                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                self._say(f"waiting for another `otel-rl stack` command on {self.data_dir} to finish...")
-                fcntl.flock(fh, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(fh, fcntl.LOCK_UN)
+        with _process.exclusive_lock(
+            self.data_dir / ".lock", lambda: self._say(f"waiting for another `otel-rl stack` command on {self.data_dir} to finish...")
+        ):
+            yield
 
     def _running_offset(self) -> int | None:
         """The port offset of the components running from this data folder (None when none runs)."""
@@ -335,20 +343,40 @@ class Stack:
     def _binary(self, package: str, name: str) -> Path:
         return self._installer.binary(package, name)
 
+    def _startable(self) -> tuple[str, ...]:
+        """The selected components, less those built with Go when Go is missing and they are not built yet.
+
+        Left out by default, saying so once; asked for by name (``only``), an InstallError.
+        """
+        unbuilt = [
+            name
+            for name in self.components
+            if COMPONENTS[name].package in PACKAGES
+            and PACKAGES[COMPONENTS[name].package].source == "go"
+            and not self._installer.is_installed(COMPONENTS[name].package)
+        ]
+        if not unbuilt or find_go() is not None:
+            return self.components
+        if self._only_given:
+            raise InstallError(f"{', '.join(unbuilt)}: built from Go modules, and {GO_MISSING}")
+        self._say(f"{', '.join(unbuilt)}: not started: they are built from Go modules, and {GO_MISSING}. Starting the rest.")
+        return tuple(n for n in self.components if n not in unbuilt)
+
     def _up(self, timeout_s: float | None, install: bool) -> list[ComponentStatus]:
         self._adopt_running_offset()
         records = {name: _process.read_pid_file(self._pid_path(name)) for name in ALL_COMPONENT_NAMES}
         alive = {name for name, rec in records.items() if rec is not None and _process.is_alive(rec)}
+        selected = self._startable()
         ctx = Context(
             data_dir=self.data_dir,
             offset=self.port_offset,
-            running=frozenset(alive | set(self.components)),
+            running=frozenset(alive | set(selected)),
             binary=self._binary,
-            rotel_config=self.rotel_config,
+            collector_config=self.collector_config,
             rules_dir=self.rules_dir,
             bridge_config=self.bridge_config,
         )
-        order = [n for n in START_ORDER if n in self.components]
+        order = [n for n in START_ORDER if n in selected]
         launches = self._plan(ctx, order)
 
         to_start: list[str] = []

@@ -1,13 +1,13 @@
-"""Install the stack's servers into its data folder, from Debian's archive and PyPI only.
+"""Install the stack's servers into its data folder: from Debian's archive, and built from Go modules.
 
 Nothing here changes the system: Debian packages are fetched with a scratch apt set-up that lives
 in ``<data>/apt`` (its own sources list naming a suite of the mirror the system already uses, its
 own state and cache, the system's Debian archive keyring for signatures; /etc/apt is only read) and
-unpacked with ``dpkg-deb -x`` into ``<data>/debs/<package>``; PyPI packages go into virtual
-environments under ``<data>/venvs``. Downloaded ``.deb`` files are kept in the cache folder
-(``OTEL_RL_STACK_CACHE``, default ``~/.cache/otel-rl/stack``) so that a new data folder does not
-download them again; pip keeps its own cache. ``<data>/install.json`` records what was installed,
-so installing again is a no-op.
+unpacked with ``dpkg-deb -x`` into ``<data>/debs/<package>``; the collector and Jaeger are built
+with Go (_go_build.py) and copied to ``<data>/bin``. Downloaded ``.deb`` files and built binaries
+are kept in the cache folder (``OTEL_RL_STACK_CACHE``, default ``~/.cache/otel-rl/stack``) so that a
+new data folder neither downloads nor builds them again. ``<data>/install.json`` records what was
+installed, so installing again is a no-op.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable
@@ -27,10 +26,9 @@ from typing import TextIO
 
 import otel_rl.environment_variables as ENV
 from otel_rl.stack._errors import InstallError
+from otel_rl.stack._go_build import COLLECTOR_MANIFEST, JAEGER_RELEASE, JAEGER_VERSION, CollectorManifest, GoBuilder, jaeger_key
 from otel_rl.stack.process import log_tail
 
-ROTEL_VERSION = "0.0.1a15"
-PHOENIX_VERSION = "20.26.1"
 DEBIAN_KEYRING = Path("/usr/share/keyrings/debian-archive-keyring.gpg")
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 # Suites the scratch sources list names: VictoriaMetrics needs trixie's (bookworm's 1.79 has no
@@ -54,26 +52,24 @@ _FORWARDED_APT_OPTIONS = (
 
 @dataclass(frozen=True)
 class Package:
-    """One thing to install: a Debian package (unpacked) or a PyPI requirement (in its own venv)."""
+    """One thing to install: a Debian package (unpacked) or a program built from Go modules."""
 
     name: str
-    source: str  # "debian" or "pypi"
-    spec: str  # Debian package name, or a pip requirement
+    source: str  # "debian" or "go"
+    spec: str  # Debian package name, or what the Go build takes (the manifest; module@version)
     suite: str = ""  # Debian suite to take it from
     binaries: tuple[str, ...] = ()
 
     @property
     def label(self) -> str:
-        return f"Debian {self.suite}" if self.source == "debian" else f"PyPI {self.spec}"
+        return f"Debian {self.suite}" if self.source == "debian" else f"Go modules: {self.spec}"
 
 
 PACKAGES: dict[str, Package] = {
-    "rotel": Package("rotel", "pypi", f"rotel=={ROTEL_VERSION}", binaries=("rotel-agent",)),
-    "victoria-metrics": Package(
-        "victoria-metrics", "debian", "victoria-metrics", "trixie", binaries=("victoria-metrics", "vmagent", "vmalert")
-    ),
+    "otelcol": Package("otelcol", "go", str(COLLECTOR_MANIFEST), binaries=("otelcol-rl",)),
+    "jaeger": Package("jaeger", "go", f"github.com/jaegertracing/jaeger/cmd/jaeger@{JAEGER_VERSION}", binaries=("jaeger",)),
+    "victoria-metrics": Package("victoria-metrics", "debian", "victoria-metrics", "trixie", binaries=("victoria-metrics", "vmalert")),
     "prometheus": Package("prometheus", "debian", "prometheus", "bookworm", binaries=("prometheus", "promtool")),
-    "phoenix": Package("phoenix", "pypi", f"arize-phoenix=={PHOENIX_VERSION}", binaries=("phoenix",)),
 }
 
 
@@ -207,11 +203,12 @@ def write_scratch_apt(
 class Installer:
     """Installs packages into ``data_dir`` (see the module doc); ``out`` gets one progress line per step."""
 
-    def __init__(self, data_dir: Path, cache_dir: Path, out: Callable[[], TextIO | None]):
+    def __init__(self, data_dir: Path, cache_dir: Path, out: Callable[[], TextIO | None], collector_manifest: Path | None = None):
         self.data_dir = data_dir
         self.cache_dir = cache_dir
         self._out = out
         self.manifest_path = data_dir / "install.json"
+        self.collector_manifest = collector_manifest  # collector-config/builder-config.yaml of the checkout
 
     # -- queries -------------------------------------------------------------------------------
 
@@ -226,18 +223,42 @@ class Installer:
         pkg = PACKAGES[package]
         if pkg.source == "debian":
             return self.data_dir / "debs" / package / "usr" / "bin" / name
-        venv = self.data_dir / "venvs" / package
-        if package == "rotel":  # the wheel ships the agent binary inside the package folder
-            found = sorted(venv.glob(f"lib/python*/site-packages/rotel/{name}"))
-            return found[-1] if found else venv / "lib" / "python3" / "site-packages" / "rotel" / name
-        return venv / "bin" / name
+        return self.data_dir / "bin" / name
+
+    def build_key(self, package: str) -> str:
+        """What a Go build of ``package`` is built from, as a digest ("" for Debian packages)."""
+        if package == "otelcol":
+            return CollectorManifest.load(self._collector_manifest()).key
+        if package == "jaeger":
+            return jaeger_key()
+        return ""
 
     def is_installed(self, package: str) -> bool:
+        """Installed, and for a Go build built from what the checkout asks for now (its manifest, Jaeger's version)."""
         pkg = PACKAGES[package]
         entry = self.manifest().get(package)
-        if not entry or (pkg.source == "pypi" and entry.get("requirement") != pkg.spec):
+        if not entry:
             return False
+        if pkg.source == "go":
+            try:
+                if entry.get("build_key") != self.build_key(package):
+                    return False
+            except InstallError:
+                pass  # no manifest to compare with (outside a checkout): what is installed runs
         return all(os.access(self.binary(package, b), os.X_OK) for b in pkg.binaries)
+
+    def _collector_manifest(self) -> Path:
+        if self.collector_manifest is not None:
+            return self.collector_manifest
+        from otel_rl.stack._components import find_in_repository
+
+        found = find_in_repository(str(COLLECTOR_MANIFEST))
+        if found is None:
+            raise InstallError(
+                f"the collector is built from {COLLECTOR_MANIFEST} of an otel-rl checkout, and none was found from here "
+                "or beside otel_rl: run from a checkout (git clone ...), or pass --collector-config with a checkout's collector-config/otelcol"
+            )
+        return found
 
     # -- install -------------------------------------------------------------------------------
 
@@ -252,9 +273,10 @@ class Installer:
 
     def _install_one(self, pkg: Package) -> None:
         started = time.monotonic()
-        self._say(f"installing {pkg.name} ({pkg.label})... ", end="")
+        # A build prints its own progress lines: its "done" goes on a line of its own.
+        self._say(f"installing {pkg.name} ({pkg.label})... ", end="\n" if pkg.source == "go" else "")
         try:
-            entry = self._install_debian(pkg) if pkg.source == "debian" else self._install_pypi(pkg)
+            entry = self._install_debian(pkg) if pkg.source == "debian" else self._install_go(pkg)
         except InstallError:
             self._say("failed")
             raise
@@ -371,38 +393,28 @@ class Installer:
             got[0].replace(final)  # only a complete, verified download lands in the cache
         return final
 
-    # PyPI: python -m venv + pip install
+    # Go: build into the cache (or find the cached build), copy into <data>/bin
 
-    def _install_pypi(self, pkg: Package) -> dict:
-        log = self.data_dir / "logs" / f"install-{pkg.name}.log"
-        venv = self.data_dir / "venvs" / pkg.name
-        if venv.exists():
-            shutil.rmtree(venv)
-        venv.parent.mkdir(parents=True, exist_ok=True)
-        self._run(
-            f"creating the virtual environment {venv}",
-            [sys.executable, "-m", "venv", str(venv)],
-            log=log,
-            hint="the venv module needs ensurepip (on Debian: the python3-venv package)",
-        )
-        python = venv / "bin" / "python"
-        env = dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INPUT="1", PIP_PROGRESS_BAR="off")
-        self._run(
-            f"pip install {pkg.spec}",
-            [str(python), "-m", "pip", "install", pkg.spec],
-            log=log,
-            env=env,
-            hint=f"check that PyPI is reachable and has {pkg.spec} for Python "
-            f"{sys.version_info.major}.{sys.version_info.minor}; the full output is in {log}",
-        )
-        dist = pkg.spec.split("==", 1)[0]
-        version = (
-            subprocess.run(
-                [str(python), "-c", f"import importlib.metadata as m; print(m.version({dist!r}))"], capture_output=True, text=True
-            ).stdout.strip()
-            or pkg.spec.split("==")[-1]
-        )
-        return {"source": "pypi", "requirement": pkg.spec, "version": version, "path": str(venv)}
+    def _install_go(self, pkg: Package) -> dict:
+        builder = GoBuilder(self.cache_dir, self.data_dir / "logs", self._out)
+        if pkg.name == "otelcol":
+            manifest = CollectorManifest.load(self._collector_manifest())
+            built, spec, version = builder.collector(manifest), str(manifest.path), manifest.version
+        else:
+            built, spec, version = builder.jaeger(), pkg.spec, JAEGER_RELEASE
+        target = self.binary(pkg.name, pkg.binaries[0])
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.tmp")
+        shutil.copy2(built, tmp)  # a copy, not a link: a later build in the cache never changes a running stack
+        tmp.replace(target)
+        return {
+            "source": "go",
+            "spec": spec,
+            "build_key": self.build_key(pkg.name),
+            "version": version,
+            "cached": str(built),
+            "path": str(target),
+        }
 
 
 def format_seconds(seconds: float) -> str:

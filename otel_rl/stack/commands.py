@@ -8,35 +8,40 @@ import sys
 from dataclasses import asdict
 
 DESCRIPTION = """\
-A local observability stack without Docker: real servers on 127.0.0.1, installed from PyPI and
-Debian's archive into the data folder (nothing is installed on the system), data and logs there too.
+A local observability stack without Docker: real servers on 127.0.0.1, built from upstream Go
+modules or taken from Debian's archive into the data folder (nothing is installed on the system),
+data and logs there too.
 
-  rotel            OTel collector: OTLP gRPC 4317, OTLP HTTP 4318 (config: collector-config/rotel/rotel.env)
+  otelcol-agent    the OpenTelemetry Collector with collector-config/otelcol/agent.yaml:
+                   OTLP gRPC 4317, OTLP HTTP 4318; forwards to the gateway (queued on disk)
+  otelcol-gateway  the same collector with gateway.yaml: OTLP gRPC 4417, HTTP 4418; traces to
+                   Jaeger, metrics to VictoriaMetrics (remote write) and :8889 (scrape), rl.* events
+                   to <dir>/data/otelcol-gateway/rl-events.jsonl (and the bridge)
+  jaeger           Jaeger v2: query API on 16686 (/api/traces), OTLP gRPC on 4327
   victoria-metrics metrics store, PromQL/MetricsQL API on 8428
-  vmagent          OTLP metrics in on 8429, remote write to VictoriaMetrics and Prometheus
   vmalert          evaluates grafana/alerts/*.yml against VictoriaMetrics, UI on 8880
-  prometheus       Prometheus 2.42 with the remote-write receiver on 9090
-  phoenix          Arize Phoenix trace store with a web UI on 6006 (its OTLP gRPC on 4327)
+  prometheus       Prometheus 2.42 on 9090, scraping the gateway's :8889
   bridge           the otel-rl tracker bridge on 4319 (OTLP/HTTP logs in, TensorBoard/W&B/... out);
-                   only with `up --bridge-config FILE`
+                   only with `up --bridge-config FILE`, fed by gateway-bridge.yaml
 
-traces -> Phoenix; metrics -> vmagent -> VictoriaMetrics + Prometheus; logs (the rl.log step events)
--> the tracker bridge when it runs, else dropped.
+The collector (otelcol-rl, from collector-config/builder-config.yaml) and Jaeger are built with Go
+the first time (several minutes each; cached in OTEL_RL_STACK_CACHE, default ~/.cache/otel-rl/stack).
+Without Go, `up` says so and starts the rest.
 """
 
 EPILOG = """\
 examples:
-  otel-rl stack up                                 install what is missing, start everything, wait until healthy
-  otel-rl stack up --only rotel,victoria-metrics   just the collector and the metrics store (seconds)
+  otel-rl stack up                                 build/install what is missing, start everything, wait until healthy
+  otel-rl stack up --only otelcol-agent,otelcol-gateway,victoria-metrics   collectors and the metrics store
   otel-rl stack status                             component, PID, ports, health and the URLs to open
   otel-rl stack down                               stop everything by PID; ports are checked free
   otel-rl stack up --port-offset 20000             a second stack beside yours (4317 -> 24317, ...)
-  otel-rl stack up --bridge-config bridge.yaml     also the tracker bridge; rotel sends it the step events
+  otel-rl stack up --bridge-config bridge.yaml     also the tracker bridge; the gateway sends it the step events
   OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318 otel-rl demo     send a demo run through it
+  otel-rl trace --jaeger http://127.0.0.1:16686 --step 3             one step's trace, from Jaeger
 
-The first `up` installs about 1 GB (Phoenix is most of it; a few minutes); downloaded .deb files
-are cached in OTEL_RL_STACK_CACHE (default ~/.cache/otel-rl/stack). Logs: <dir>/logs/<name>.log;
-PID files: <dir>/run/<name>.json.
+Logs: <dir>/logs/<name>.log (builds: <dir>/logs/build-*.log); PID files: <dir>/run/<name>.json;
+the configs each server runs with: <dir>/config/.
 """
 
 
@@ -51,15 +56,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     common.add_argument(
         "--only",
         metavar="NAME[,NAME]",
-        help="only these components: rotel, victoria-metrics, vmagent, vmalert, prometheus, phoenix, bridge (which needs --bridge-config)",
+        help="only these components: otelcol-agent, otelcol-gateway, jaeger, victoria-metrics, vmalert, prometheus, "
+        "bridge (which needs --bridge-config)",
+    )
+    common.add_argument(
+        "--collector-config",
+        metavar="DIR",
+        help="the collector configs (agent.yaml, gateway.yaml; default collector-config/otelcol of the checkout); "
+        "the collector is built from builder-config.yaml in the folder above it",
     )
     sub = parser.add_subparsers(dest="stack_command", metavar="SUBCOMMAND")
     install = sub.add_parser(
         "install",
         parents=[common],
         help="install the servers into the data folder (idempotent)",
-        description="Install what is missing, from PyPI (venvs) and Debian's archive (a scratch "
-        "apt set-up; dpkg-deb -x), into the data folder. A no-op when all is there.",
+        description="Install what is missing into the data folder: the collector and Jaeger built with Go, "
+        "VictoriaMetrics and Prometheus from Debian's archive (a scratch apt set-up; dpkg-deb -x). A no-op when all is there.",
     )
     install.set_defaults(stack_func=_install)
     up = sub.add_parser(
@@ -70,15 +82,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "answers its health check. Already running and healthy: left alone. On a failure "
         "what this call started is stopped and the failing server's log tail is shown.",
     )
-    up.add_argument(
-        "--timeout", type=float, metavar="S", help="seconds to wait for each component to become healthy (default 30; Phoenix 90)"
-    )
+    up.add_argument("--timeout", type=float, metavar="S", help="seconds to wait for each component to become healthy (default 30)")
     up.add_argument("--no-install", action="store_true", help="fail instead of installing what is missing")
     up.add_argument(
         "--bridge-config",
         metavar="FILE",
         help="also run the tracker bridge with this YAML file (otel-rl bridge --help) on 4319, in the "
-        "file's folder, and route rotel's logs to it (without it they are dropped)",
+        "file's folder, and have the gateway send it the rl.* events (collector-config/otelcol/gateway-bridge.yaml)",
     )
     up.set_defaults(stack_func=_up)
     down = sub.add_parser(
@@ -111,7 +121,13 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None)
 
     command = f"otel-rl stack {args.stack_command}"
     try:
-        stack = Stack(args.dir, port_offset=args.port_offset, only=args.only, bridge_config=getattr(args, "bridge_config", None))
+        stack = Stack(
+            args.dir,
+            port_offset=args.port_offset,
+            only=args.only,
+            bridge_config=getattr(args, "bridge_config", None),
+            collector_config=args.collector_config,
+        )
         return int(func(stack, args) or 0)
     except ValueError as exc:
         print(f"{command}: {exc}", file=sys.stderr)
@@ -140,13 +156,18 @@ def _up(stack, args: argparse.Namespace) -> int:
     statuses = stack.up(timeout_s=args.timeout, install=not args.no_install)
     print()
     _print_table(statuses)
-    if "rotel" in stack.components:
+    healthy = {s.name for s in statuses if s.healthy}
+    if "otelcol-agent" in healthy:
         print(
             f"\nsend telemetry: OTEL_EXPORTER_OTLP_ENDPOINT={stack.endpoints['otlp_http']} (http/protobuf) "
             f"or {stack.endpoints['otlp_grpc']} with OTEL_EXPORTER_OTLP_PROTOCOL=grpc"
         )
-    if any(s.name == "bridge" and s.healthy for s in statuses):
-        print(f"step events: rotel -> tracker bridge {stack.bridge_endpoint} (its log: {stack.data_dir}/logs/bridge.log)")
+    if "jaeger" in healthy:
+        print(f"one step's trace: otel-rl trace --jaeger {stack.endpoints['jaeger']} --step N")
+    if "otelcol-gateway" in healthy:
+        print(f"step events as they arrived: {stack.events_file}")
+    if "bridge" in healthy:
+        print(f"step events: gateway -> tracker bridge {stack.bridge_endpoint} (its log: {stack.data_dir}/logs/bridge.log)")
     print(f"stop with: otel-rl stack down{_dir_flag(stack, args)}")
     return 0
 

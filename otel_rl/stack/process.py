@@ -9,6 +9,7 @@ program is never signalled.
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import os
 import signal
@@ -17,7 +18,8 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -282,6 +284,22 @@ def tcp_open(port: int, host: str = LOOPBACK, timeout_s: float = 1.0) -> bool:
             return True
     except OSError:
         return False
+
+
+@contextmanager
+def exclusive_lock(path: Path, on_wait: Callable[[], None]) -> Iterator[None]:
+    """Hold an flock on ``path`` (created if missing); ``on_wait`` is called once when another holds it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            on_wait()
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def log_tail(path: Path | str, lines: int = 25, start: int = 0) -> str:

@@ -1,7 +1,7 @@
 """The local stack as a replay's target: its VictoriaMetrics' retention, and what it stored.
 
-``otel-rl replay`` sends to an OTLP endpoint; when that endpoint is the running stack's rotel
-(found by the PID files in the stack's data folder), the replay knows where the metric points end
+``otel-rl replay`` sends to an OTLP endpoint; when that endpoint is the running stack's collector
+(its agent or gateway, found by the PID files in the stack's data folder), the replay knows where the metric points end
 up: the stack's VictoriaMetrics, with the retention its command line gives. The replay checks
 its points' times against it before sending and reads the samples back afterwards.
 """
@@ -52,7 +52,7 @@ def retention_of(command: Sequence[str]) -> str:
 
 @dataclass
 class StackTarget:
-    """The stack's VictoriaMetrics, behind its rotel endpoint."""
+    """The stack's VictoriaMetrics, behind its collector's endpoint."""
 
     url: str  # VictoriaMetrics' base URL
     retention: str
@@ -62,7 +62,7 @@ class StackTarget:
     def count_stored(self, run_id: str, times_ms: Sequence[int], expected: int, deadline_s: float) -> int:
         """Samples of ``run_id`` stored at ``times_ms``, polled until ``expected`` are there or the deadline.
 
-        vmagent forwards in batches and VictoriaMetrics makes new series searchable seconds after
+        the collectors forward in batches and VictoriaMetrics makes new series searchable seconds after
         they arrive; ``/internal/force_flush`` shortens the wait, the deadline bounds it."""
         if not times_ms or expected <= 0:
             return 0
@@ -94,7 +94,7 @@ def _escape(value: str) -> str:
 
 
 def target_for_endpoint(endpoint: str | None, data_dir: str | Path | None = None) -> StackTarget | None:
-    """The stack's VictoriaMetrics when ``endpoint`` is the running stack's rotel (in ``data_dir``,
+    """The stack's VictoriaMetrics when ``endpoint`` is the running stack's agent or gateway (in ``data_dir``,
     default ``OTEL_RL_STACK_DIR`` or ``.stack``); None for any other endpoint, or when no
     VictoriaMetrics of that stack runs."""
     if not endpoint:
@@ -108,8 +108,11 @@ def target_for_endpoint(endpoint: str | None, data_dir: str | Path | None = None
         return None
     # The data folder as otel_rl.stack.default_data_dir() finds it (that package imports this module).
     run = Path(str(data_dir) if data_dir is not None else os.environ.get(ENV.OTEL_RL_STACK_DIR) or ".stack").expanduser().resolve() / "run"
-    rotel = _process.read_pid_file(run / "rotel.json")
-    if rotel is None or port not in rotel.ports.values() or not _process.is_alive(rotel):
+    collectors = [_process.read_pid_file(run / f"{name}.json") for name in ("otelcol-agent", "otelcol-gateway")]
+    if not any(
+        rec is not None and port in (rec.ports.get("otlp_grpc"), rec.ports.get("otlp_http")) and _process.is_alive(rec)
+        for rec in collectors
+    ):
         return None
     vm = _process.read_pid_file(run / "victoria-metrics.json")
     if vm is None or "http" not in vm.ports or not _process.is_alive(vm):

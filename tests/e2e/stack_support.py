@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import time
 import urllib.parse
 import urllib.request
@@ -53,36 +52,18 @@ class DemoRun:
     protocol: str
     service: str
     run_id: str
-    project: str
     run_dir: Path
     steps: int
 
 
-def init_in_phoenix_project(project: str, **options: Any) -> otel_rl.Telemetry:
-    """``otel_rl.init(**options)`` with its resource in Phoenix project ``project`` (Phoenix files
-    spans by this resource attribute: one project per run keeps the runs apart); the environment
-    is restored after."""
-    previous = os.environ.get("OTEL_RESOURCE_ATTRIBUTES")
-    os.environ["OTEL_RESOURCE_ATTRIBUTES"] = f"openinference.project.name={project}"
-    try:
-        return otel_rl.init(**options)
-    finally:
-        if previous is None:
-            os.environ.pop("OTEL_RESOURCE_ATTRIBUTES", None)
-        else:
-            os.environ["OTEL_RESOURCE_ATTRIBUTES"] = previous
-
-
 def run_demo_into(stack: Any, protocol: str, root: Path, steps: int = 4) -> DemoRun:
-    """Run the CPU demo exporting over OTLP (and to a run folder, to compare against)."""
+    """Run the CPU demo exporting over OTLP to the stack's agent (and to a run folder, to compare against)."""
     from otel_rl.demo import run_demo
 
     tag = "grpc" if protocol == "grpc" else "http"
     run_id = f"e2e-{tag}-{int(time.time())}"
-    project = f"e2e-{tag}"
     endpoint = stack.endpoints["otlp_grpc"] if protocol == "grpc" else stack.endpoints["otlp_http"]
-    tel = init_in_phoenix_project(
-        project,
+    tel = otel_rl.init(
         service_name=f"otel-rl-e2e-{tag}",
         run_id=run_id,
         endpoint=endpoint,
@@ -96,4 +77,4 @@ def run_demo_into(stack: Any, protocol: str, root: Path, steps: int = 4) -> Demo
         run_demo(steps=steps, algo="ppo", telemetry=tel, out=root / tag, progress=False)
     finally:
         tel.shutdown()
-    return DemoRun(protocol, f"otel-rl-e2e-{tag}", run_id, project, root / tag, steps)
+    return DemoRun(protocol, f"otel-rl-e2e-{tag}", run_id, root / tag, steps)

@@ -9,7 +9,7 @@ windows, a 1-hour baseline, ``for: 2m``, evaluation every minute). A demo run la
 this test runs the same rules with every duration divided by 60 (``otel_rl.ops.alerts``, time scale
 60: 10 s windows, a 1-minute baseline, ``for: 2s``, evaluation every second) in a vmalert of its
 own, each evaluation as of EVAL_DELAY_S ago: a sample takes a few seconds from the demo through
-rotel and vmagent into VictoriaMetrics, nothing against 10-minute windows but most of a 2-second
+the agent and gateway collectors into VictoriaMetrics, nothing against 10-minute windows but most of a 2-second
 one. Thresholds, floors and expressions are otherwise identical (tests/alerts checks that).
 """
 
@@ -38,7 +38,7 @@ pytestmark = pytest.mark.e2e
 SCALE = _alerts.FAST_TIME_SCALE
 EVAL_S = _alerts.INTERVAL_S // SCALE
 RECENT_S = _alerts.RECENT_S // SCALE
-EVAL_DELAY_S = 5  # demo -> rotel -> vmagent -> VictoriaMetrics takes 2-4 s on a busy 2-core machine
+EVAL_DELAY_S = 5  # demo -> agent -> gateway -> VictoriaMetrics takes 2-4 s on a busy 2-core machine (1 s batches each)
 # Gauges export the latest value per export: a step must outlast an export, or its value (the
 # spike's, say) may never leave the process. The demo's own pace on 2 cores is 0.1-3 s a step.
 EXPORT_S = 0.25

@@ -1,8 +1,10 @@
-"""The tracker bridge end to end, with real servers: the CPU demo -> rotel (OTLP gRPC and HTTP) ->
-the bridge (started by ``otel-rl stack``) -> TensorBoard event files, read back with TensorBoard's
-own EventAccumulator and compared, step by step and value by value, with what the demo logged (its
-run folder's ``rl.log`` events). Two runs, two TensorBoard folders. Every server is stopped by its
-PID at the end however the test ends, and the whole test runs under a deadline."""
+"""The tracker bridge end to end, with real servers: the CPU demo -> the agent collector (OTLP gRPC
+and HTTP) -> the gateway collector with collector-config/otelcol/gateway-bridge.yaml -> the bridge
+(all started by ``otel-rl stack``) -> TensorBoard event files, read back with TensorBoard's own
+EventAccumulator and compared, step by step and value by value, with what the demo logged (its run
+folder's ``rl.log`` events); and the gateway's own events file (``file/rl_events``) holds the same
+steps. Two runs, two TensorBoard folders. Every server is stopped by its PID at the end however the
+test ends, and the whole test runs under a deadline."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from typing import Any
 import numpy as np
 import pytest
 import yaml
+from go_builds import require_go_built
 
 import otel_rl
 from otel_rl.runs.folder import read_log_records
@@ -33,7 +36,7 @@ _INVALID_TAG_CHARS = re.compile(r"[^-/\w.]")  # TensorBoard's tag rule, as the t
 
 @pytest.fixture
 def bridge_stack(tmp_path: Path) -> Iterator[Any]:
-    """rotel + the tracker bridge on a free port offset, in a data folder of the test's."""
+    """Agent, gateway and the tracker bridge on a free port offset, in a data folder of the test's."""
     from otel_rl.stack import Stack, free_port_offset
     from otel_rl.stack.process import is_alive, read_pid_file
 
@@ -43,11 +46,13 @@ def bridge_stack(tmp_path: Path) -> Iterator[Any]:
     # A relative log_dir: under the stack the bridge runs in its config file's folder.
     config.write_text(yaml.safe_dump({"track_with": "tensorboard", "tracker_kwargs": {"log_dir": "tb"}}))
     out = io.StringIO()
-    stack = Stack(tmp_path / "stack", port_offset=free_port_offset(), only="rotel,bridge", bridge_config=config, out=out)
+    require_go_built()
+    names = ("otelcol-agent", "otelcol-gateway", "bridge")
+    stack = Stack(tmp_path / "stack", port_offset=free_port_offset(), only=",".join(names), bridge_config=config, out=out)
     records: list[Any] = []
     try:
         stack.up()
-        records = [read_pid_file(stack.data_dir / "run" / f"{name}.json") for name in ("rotel", "bridge")]
+        records = [read_pid_file(stack.data_dir / "run" / f"{name}.json") for name in names]
         yield stack
     finally:
         stack.down()
@@ -74,8 +79,8 @@ def wait_for(what: str, probe: Any, deadline_s: float) -> Any:
     pytest.fail(f"{what}: not within {deadline_s} s (last: {last!r})")
 
 
-def run_demo_through_rotel(stack: Any, protocol: str, run_id: str, root: Path) -> Path:
-    """The CPU demo exporting OTLP to rotel, and to a run folder (the record of what was logged)."""
+def run_demo_through_the_agent(stack: Any, protocol: str, run_id: str, root: Path) -> Path:
+    """The CPU demo exporting OTLP to the agent, and to a run folder (the record of what was logged)."""
     from otel_rl.demo import run_demo
 
     endpoint = stack.endpoints["otlp_grpc" if protocol == "grpc" else "otlp_http"]
@@ -139,22 +144,33 @@ def expected_tensorboard(steps: dict[int, dict[str, Any]]) -> tuple[dict[str, li
     return scalars, texts
 
 
-def test_demo_through_rotel_and_the_bridge_into_tensorboard(bridge_stack: Any, tmp_path: Path) -> None:
+def gateway_events(path: Path) -> dict[str, dict[int, dict[str, Any]]]:
+    """run id -> step -> the rl.log map, from the gateway's events file (OTLP-JSON lines, one request a line)."""
+    from otel_rl.runs.otlp_json_decode import decode_logs_request
+
+    runs: dict[str, dict[int, dict[str, Any]]] = {}
+    for line in path.read_text().splitlines():
+        for record in decode_logs_request(json.loads(line)):
+            if record["event_name"] == N.RL_LOG_EVENT:
+                runs.setdefault(str(record["resource"]["rl.run.id"]), {})[int(record["attributes"]["rl.step"])] = record["body"]
+    return runs
+
+
+def test_demo_through_the_collectors_and_the_bridge_into_tensorboard(bridge_stack: Any, tmp_path: Path) -> None:
     stack = bridge_stack
     from otel_rl.stack.process import read_pid_file
 
-    # The stack routed rotel's logs exporter to the bridge (OTLP/HTTP; rotel appends /v1/logs).
-    rotel = read_pid_file(stack.data_dir / "run" / "rotel.json")
-    assert rotel.env["ROTEL_EXPORTERS"] == "traces:otlp,metrics:otlp,logs:otlp"
-    assert rotel.env["ROTEL_EXPORTER_LOGS_PROTOCOL"] == "http"
-    assert rotel.env["ROTEL_EXPORTER_LOGS_ENDPOINT"] == stack.bridge_endpoint
-    assert {s.name: s.state for s in stack.status()} == {"rotel": "healthy", "bridge": "healthy"}
+    # The stack ran the gateway with the bridge overlay, pointed at the bridge (the exporter appends /v1/logs).
+    gateway = read_pid_file(stack.data_dir / "run" / "otelcol-gateway.json")
+    assert any(arg.endswith("collector-config/otelcol/gateway-bridge.yaml") for arg in gateway.command)
+    assert gateway.env["OTEL_RL_BRIDGE_ENDPOINT"] == stack.bridge_endpoint
+    assert {s.name: s.state for s in stack.status()} == dict.fromkeys(("otelcol-agent", "otelcol-gateway", "bridge"), "healthy")
 
     demo_root = tmp_path / "demo"
     stamp = int(time.time())
     runs = {
-        f"bridge-grpc-{stamp}": run_demo_through_rotel(stack, "grpc", f"bridge-grpc-{stamp}", demo_root),
-        f"bridge-http-{stamp}": run_demo_through_rotel(stack, "http/protobuf", f"bridge-http-{stamp}", demo_root),
+        f"bridge-grpc-{stamp}": run_demo_through_the_agent(stack, "grpc", f"bridge-grpc-{stamp}", demo_root),
+        f"bridge-http-{stamp}": run_demo_through_the_agent(stack, "http/protobuf", f"bridge-http-{stamp}", demo_root),
     }
     logged = {run_id: logged_steps(run_dir) for run_id, run_dir in runs.items()}
     for run_id, steps in logged.items():
@@ -168,8 +184,10 @@ def test_demo_through_rotel_and_the_bridge_into_tensorboard(bridge_stack: Any, t
     )
     stats = bridge_stats(stack)
     assert stats["bad_requests"] == 0 and stats["worker_errors"] == 0 and stats["runs"] == 2
-    # The rotel -> bridge -> tracker path up to here; down() then stops rotel, then the bridge (SIGTERM:
-    # the trackers are flushed and finished).
+    # The same steps, value for value, in the gateway's events file (its file/rl_events exporter).
+    assert wait_for("every step in the gateway's events file", lambda: gateway_events(stack.events_file) == logged, 30)
+    # The agent -> gateway -> bridge -> tracker path up to here; down() then stops the collectors, then
+    # the bridge (SIGTERM: the trackers are flushed and finished).
     stack.down()
     bridge_log = (stack.data_dir / "logs" / "bridge.log").read_text()
     assert "otel-rl bridge: listening on" in bridge_log and "otel-rl bridge: stopped; 2 run(s)" in bridge_log

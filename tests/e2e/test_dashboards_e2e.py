@@ -1,10 +1,14 @@
-"""The Grafana boards against a real run: after the demo went through rotel into VictoriaMetrics (and
-through vmagent into Prometheus), every panel query returns data for that run, except exactly the
-GPU-only ones; Prometheus parses and answers every query; the boards render to PNGs from it."""
+"""The Grafana boards against a real run: after the demo went through the real collectors (agent ->
+gateway) into VictoriaMetrics (the gateway's prometheus_remote_write exporter) and Prometheus (which
+scrapes the gateway's prometheus exporter), every panel query returns data for that run from both,
+except exactly the GPU-only ones; the boards render to PNGs from it. The metric names are the
+collector's own translation, so a name the boards expect and the collector writes otherwise fails here."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -16,7 +20,12 @@ from stack_support import DemoRun, poll
 
 import otel_rl.ops.dashboards as D
 import otel_rl.ops.grafana_render as R
+from otel_rl.codegen.generate import prometheus_name
 from otel_rl.codegen.registry import load_registry
+from otel_rl.ops.promql import label
+from otel_rl.semconv import METRICS
+from otel_rl.semconv import attributes as A
+from otel_rl.semconv import metrics as M
 
 # One demo run is enough (the gRPC one, shared with the other e2e tests of the session).
 pytestmark = [pytest.mark.e2e, pytest.mark.parametrize("demo_run", ["grpc"], indirect=True)]
@@ -64,12 +73,12 @@ def targets_without_data(api: R.QueryAPI, window: R.RunWindow, targets: list[tup
     return empty
 
 
-def remote_write_drops(vmagent_url: str) -> dict[str, float]:
-    """vmagent's count of blocks a remote-write target rejected, per target (its /metrics page)."""
-    with urllib.request.urlopen(f"{vmagent_url}/metrics", timeout=10) as response:  # noqa: S310 - loopback test server
+def gateway_failures(gateway_telemetry_url: str) -> dict[str, float]:
+    """The gateway's own count of metric points its exporters failed to send, per exporter (its :8888-style page)."""
+    with urllib.request.urlopen(f"{gateway_telemetry_url}/metrics", timeout=10) as response:  # noqa: S310 - loopback test server
         lines = response.read().decode("utf-8").splitlines()
-    name = "vmagent_remotewrite_packets_dropped_total{"
-    return {line[len(name) :].rsplit("}", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith(name)}
+    name = "otelcol_exporter_send_failed_metric_points"
+    return {line.split('exporter="', 1)[1].split('"', 1)[0]: float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith(name + "{")}
 
 
 _SETTLED: dict[str, tuple[R.RunWindow, set[str]]] = {}
@@ -95,7 +104,7 @@ def settled(stack: Any, demo_run: DemoRun) -> tuple[R.RunWindow, set[str]]:
     return _SETTLED[demo_run.run_id]
 
 
-def test_every_panel_query_returns_data_from_victoria_metrics(stack, demo_run: DemoRun) -> None:
+def test_every_panel_query_returns_data_from_victoria_metrics_behind_the_remote_write_exporter(stack, demo_run: DemoRun) -> None:
     targets = board_targets()
     expected_empty = gpu_only(targets)
     assert 8 <= len(expected_empty) < len(targets) // 4
@@ -105,10 +114,28 @@ def test_every_panel_query_returns_data_from_victoria_metrics(stack, demo_run: D
     )
 
 
-def test_prometheus_parses_and_answers_every_panel_query(stack, demo_run: DemoRun) -> None:
-    """The Docker stack's Grafana reads Prometheus: its PromQL must accept and answer every query."""
+def scraped_window(prometheus: R.QueryAPI, window: R.RunWindow) -> R.RunWindow:
+    """The run's window as Prometheus holds it. A scraped sample carries the scrape's time, which trails
+    the data point's own time (what remote write stores) by the agent's and the gateway's batching and
+    the scrape interval: the same window, moved by that lag as measured on the run's first sample."""
+    mdef = METRICS[M.RL_STEP_DURATION]
+    selector = f'{prometheus_name(mdef.name, mdef.unit, mdef.instrument)}_count{{{label(A.RL_RUN_ID)}="{window.run}"}}'
+
+    def first_scraped() -> float:
+        series = prometheus.query(f"{selector}[1h]", time.time())
+        return min(float(t) for s in series for t, _ in s["values"])
+
+    lag = poll(first_scraped, lambda t: t > 0, 30, f"{selector} in Prometheus") - window.first
+    assert 0 <= lag < 10, f"Prometheus' first sample of the run is {lag:.1f} s after the data point's time"
+    return dataclasses.replace(window, first=window.first + lag, last=window.last + lag)
+
+
+def test_prometheus_parses_and_answers_every_panel_query_from_the_scraped_gateway(stack, demo_run: DemoRun) -> None:
+    """The Docker stack's Grafana reads Prometheus: its PromQL must accept and answer every query, here
+    on what Prometheus scraped from the gateway's prometheus exporter (its own metric names)."""
     prometheus = R.QueryAPI(stack.endpoints["prometheus"])
-    window, _ = settled(stack, demo_run)
+    vm_window, _ = settled(stack, demo_run)
+    window = scraped_window(prometheus, vm_window)
     targets = board_targets()
     empty = poll(
         lambda: targets_without_data(prometheus, window, targets),
@@ -117,10 +144,10 @@ def test_prometheus_parses_and_answers_every_panel_query(stack, demo_run: DemoRu
         "data for every non-GPU panel query in Prometheus",
     )
     assert empty == gpu_only(targets)
-    # vmagent delivered every block to both stores: Prometheus rejects a block with any sample out
-    # of order (vmagent's queues run in parallel) unless the stack gives it an out-of-order window.
-    dropped = remote_write_drops(stack.endpoints["vmagent"])
-    assert len(dropped) == 2 and not any(dropped.values()), dropped
+    # The gateway's remote write delivered every point (a rejected sample shows in its own counters).
+    telemetry = f"http://127.0.0.1:{stack.ports('otelcol-gateway')['telemetry']}"
+    failed = gateway_failures(telemetry)
+    assert not any(failed.values()), failed
     # The same path rejects what Prometheus cannot parse (a query error, not an empty answer).
     with pytest.raises(R.QueryError, match="parse error"):
         prometheus.query(D.substitute(targets[0][2]["expr"], window.values()) + ")", window.last)
@@ -162,3 +189,32 @@ def test_the_boards_render_from_the_run(stack, demo_run: DemoRun, tmp_path: Path
         }
         assert set(result.empty_panels) == gpu_panels, result.slug
         assert not any(data.errors for data in result.panels.values()), result.slug
+
+
+def test_every_metric_the_alert_rules_read_is_stored_under_the_collectors_name(stack, demo_run: DemoRun) -> None:
+    """The rule expressions only return a result when a run misbehaves, so what is checked against the
+    healthy demo run is what they read: every series name in every rule has data for the run in
+    VictoriaMetrics, behind the real prometheus_remote_write exporter, except the metrics a CPU demo run
+    cannot have (GPU-only) and those the demo does not emit (listed, with why, in NOT_ON_A_BOARD)."""
+    import yaml
+    from promql_names import promql_metric_names
+
+    from otel_rl.ops.dashboard_boards import NOT_IN_DEMO, NOT_ON_A_BOARD
+    from otel_rl.ops.dashboard_model import GPU_ONLY_METRICS
+
+    metrics = D.Metrics(load_registry(REPO_ROOT / "semconv"))
+    absent = {m for m, why in NOT_ON_A_BOARD.items() if why.startswith(NOT_IN_DEMO)} | set(GPU_ONLY_METRICS)
+    rules = yaml.safe_load((REPO_ROOT / "grafana" / "alerts" / "otel-rl.rules.yml").read_text())
+    read = {name: rule["alert"] for group in rules["groups"] for rule in group["rules"] for name in promql_metric_names(rule["expr"])}
+    assert read and all(name in metrics.by_series for name in read), sorted(n for n in read if n not in metrics.by_series)
+    expected = {name for name in read if metrics.by_series[name] not in absent}
+    assert len(expected) >= 8, sorted(expected)
+    settled(stack, demo_run)  # the run's series are searchable by now
+    url = f"{stack.endpoints['victoria_metrics']}/api/v1/series"
+    missing = []
+    for name in sorted(expected):
+        query = urllib.parse.urlencode([("match[]", f'{name}{{{label(A.RL_RUN_ID)}="{demo_run.run_id}"}}'), ("start", "0")])
+        with urllib.request.urlopen(f"{url}?{query}", timeout=10) as response:  # noqa: S310 - loopback test server
+            if not json.loads(response.read())["data"]:
+                missing.append(f"{name} (rule {read[name]})")
+    assert not missing, f"series the alert rules read that the collector did not store for the run: {missing}"

@@ -1,8 +1,10 @@
-"""The demo through the real collector (rotel) into Phoenix, VictoriaMetrics and Prometheus,
-over gRPC and over HTTP: one step's whole trace, every metric the demo emits, no per-step series."""
+"""The demo through the real collectors (agent -> gateway, collector-config/otelcol/) into Jaeger,
+VictoriaMetrics and Prometheus, over gRPC and over HTTP: one step's whole trace as Jaeger's own
+query API returns it, every metric the demo emits under its Prometheus name, no per-step series."""
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections import defaultdict
@@ -12,7 +14,8 @@ from stack_support import DemoRun, http_json, poll
 
 from otel_rl.codegen.generate import prometheus_name
 from otel_rl.runs.folder import find_step_trace, read_metrics, read_spans
-from otel_rl.runs.phoenix import PhoenixClient
+from otel_rl.runs.jaeger import JaegerClient
+from otel_rl.runs.jaeger_json import to_jaeger_trace
 from otel_rl.semconv import METRICS
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import names as N
@@ -40,17 +43,26 @@ def vm_series(stack, selector: str) -> list[dict]:
 
 
 @pytest.mark.parametrize("step", [1, 4])
-def test_a_steps_whole_trace_reaches_the_trace_store(stack, demo_run: DemoRun, step):
+def test_a_steps_whole_trace_reaches_jaeger_as_the_run_folder_holds_it(stack, demo_run: DemoRun, step):
     expected = find_step_trace(read_spans(demo_run.run_dir), step)
-    client = PhoenixClient(stack.endpoints["phoenix"], project=demo_run.project)
+    client = JaegerClient(stack.endpoints["jaeger"])
     spans = poll(
-        lambda: client.step_trace_spans(step),
+        lambda: client.step_trace_spans(step, service=demo_run.service, run_id=demo_run.run_id),
         lambda got: len(got) == len(expected),
         60,
-        f"step {step}'s {len(expected)} spans in Phoenix project {demo_run.project}",
+        f"step {step}'s {len(expected)} spans in Jaeger (service {demo_run.service})",
     )
     by_id = {s.span_id: s for s in spans}
     assert by_id.keys() == {s.span_id for s in expected}
+    for want in expected:  # every span as the run folder holds it, at Jaeger's microsecond precision
+        got = by_id[want.span_id]
+        assert (got.trace_id, got.parent_span_id, got.name) == (want.trace_id, want.parent_span_id, want.name)
+        assert (got.start_ns, got.duration_ns // 1000) == (want.start_ns // 1000 * 1000, want.duration_ns // 1000), want.name
+        assert got.attributes == want.attributes and got.status == want.status and got.kind == want.kind
+        assert [(e.name, e.time_ns, e.attributes) for e in got.events] == [
+            (e.name, e.time_ns // 1000 * 1000, e.attributes) for e in want.events
+        ]
+        assert {k: got.resource[k] for k in want.resource} == want.resource  # the agent may add host.name, never change one
     roots = [s for s in spans if s.parent_span_id is None]
     assert len(roots) == 1 and roots[0].name == N.RL_STEP_SPAN and roots[0].attributes[A.RL_STEP] == step
     root = roots[0]
@@ -76,12 +88,40 @@ def test_a_steps_whole_trace_reaches_the_trace_store(stack, demo_run: DemoRun, s
         if span.name in PHASES:
             assert parent in stages and span.attributes[A.RL_STAGE_PHASE] == span.name.removeprefix("rl.")
     train = [s for s in stages if s.attributes[A.RL_STAGE] == "train_step" and s.attributes.get(A.RL_CLUSTER) == "actor_train"][0]
-    assert train.attributes[A.RL_CLUSTER] == "actor_train"
     assert {s.name for s in spans if s.parent_span_id == train.span_id} == PHASES
     snapshots = [
         (e.attributes[A.RL_MEMORY_WHEN], e.attributes[A.RL_MEMORY_STATE]) for e in train.events if e.name == N.RL_MEMORY_SNAPSHOT_EVENT
     ]
     assert snapshots == [("start", "offload"), ("start", "onload"), ("end", "onload"), ("end", "offload")]
+
+
+def test_the_jaeger_json_otel_rl_writes_is_what_jaegers_api_returns(stack, demo_run: DemoRun):
+    """``otel-rl trace --out`` writes Jaeger's own JSON: field by field, what /api/traces/<id> answers."""
+    import urllib.request
+
+    expected = find_step_trace(read_spans(demo_run.run_dir), 2)
+    ours = to_jaeger_trace(expected)["data"][0]
+    url = f"{stack.endpoints['jaeger']}/api/traces/{ours['traceID']}"
+
+    def fetch() -> dict:
+        with urllib.request.urlopen(url, timeout=10) as response:  # noqa: S310 - loopback test server
+            return json.loads(response.read())["data"][0]
+
+    theirs = poll(fetch, lambda t: len(t["spans"]) == len(ours["spans"]), 60, f"trace {ours['traceID']} in Jaeger")
+
+    def by_span(trace: dict) -> dict[str, dict]:  # process ids are per answer: compare the processes themselves
+        return {s["spanID"]: {**s, "processID": trace["processes"][s["processID"]]} for s in trace["spans"]}
+
+    mine, jaegers = by_span(ours), by_span(theirs)
+    assert mine.keys() == jaegers.keys()
+    host = [t for t in jaegers[next(iter(jaegers))]["processID"]["tags"] if t["key"] == "host.name"]
+    for span_id, span in mine.items():
+        other = jaegers[span_id]
+        assert set(span) == set(other), span["operationName"]
+        for field in span:
+            if field == "processID" and host and host[0] not in span[field]["tags"]:  # the agent filled in host.name
+                span[field]["tags"] = sorted([*span[field]["tags"], host[0]], key=lambda t: t["key"])
+            assert span[field] == other[field], (span["operationName"], field)
 
 
 def test_every_metric_the_demo_emits_is_queryable_with_its_prometheus_name_and_labels(stack, demo_run: DemoRun):
@@ -170,7 +210,8 @@ def settled_series_count(stack, run: str, quiet_s: float = 12.0, deadline_s: flo
     pytest.fail(f"the series count of {run} never settled (last {count})")
 
 
-def test_prometheus_receives_the_metrics_through_vmagent(stack, demo_run: DemoRun):
+def test_prometheus_scrapes_the_metrics_from_the_gateway(stack, demo_run: DemoRun):
+    """The pull way of gateway.yaml: its prometheus exporter on :8889, scraped with honor_labels."""
     run = f'{label(A.RL_RUN_ID)}="{demo_run.run_id}"'
     prom = prometheus_name("rl.loss", "1", "gauge")
 
@@ -178,5 +219,10 @@ def test_prometheus_receives_the_metrics_through_vmagent(stack, demo_run: DemoRu
         answer = http_json(f"{stack.endpoints['prometheus']}/api/v1/query", {"query": f"{prom}{{{run}}}"})
         return answer["data"]["result"]
 
-    result = poll(query, bool, 60, f"{prom} in Prometheus")
+    result = poll(
+        query,
+        lambda r: {s["metric"].get(label(A.RL_LOSS_TYPE)) for s in r} >= {"policy", "kl", "total", "value"},
+        60,
+        f"{prom} in Prometheus",
+    )
     assert {s["metric"][label(A.RL_LOSS_TYPE)] for s in result} >= {"policy", "kl", "total", "value"}

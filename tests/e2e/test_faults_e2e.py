@@ -1,9 +1,10 @@
-"""Collector faults with the real rotel collector: never lose telemetry, never hurt the run.
+"""Collector faults with the real OpenTelemetry Collector: never lose telemetry, never hurt the run.
 
-    training loop -> otel-rl (spool) --OTLP--> rotel --OTLP/HTTP--> counting receiver (tests/otlp_sink.py)
+    training loop -> otel-rl (spool) --OTLP--> otelcol --OTLP/HTTP--> counting receiver (tests/otlp_sink.py)
 
-rotel (the PyPI build the stack installs) runs alone on 127.0.0.1, started and stopped by its PID
-here so it can be stopped and restarted on the same ports mid-run. The receiver decodes every
+The collector (the build of collector-config/builder-config.yaml the stack runs) runs alone on
+127.0.0.1 with a config of this test's (otlp receiver -> batch -> otlp_http exporter), started and
+stopped by its PID here so it can be stopped and restarted on the same ports mid-run. The receiver decodes every
 request, so what arrived is compared with what was emitted exactly: every span, every rl.log
 record, every metric data point, none twice.
 
@@ -13,12 +14,12 @@ What each test does to the collector, while a training loop runs 20 steps a seco
   variant; 8 s keeps CI short and already spans several exporter retries and backoffs);
 - flapping: up and down every 1.5 s;
 - down for longer than a small spool holds: the oldest is dropped, and exactly that is counted;
-- and once the whole way to a store: the local stack's rotel (-> vmagent -> VictoriaMetrics)
-  stopped for 8 s, after which VictoriaMetrics holds exactly one sample per step.
+- and once the whole way to a store: the local stack's agent collector (-> gateway ->
+  VictoriaMetrics) stopped for 8 s, after which VictoriaMetrics holds exactly one sample per step.
 
-rotel is stopped with SIGTERM, on which it forwards what it already accepted: a SIGKILLed
+The collector is stopped with SIGTERM, on which it forwards what it already accepted: a SIGKILLed
 collector loses the batch it holds in memory, which no client can get back, so exact counts
-would then measure rotel, not otel-rl.
+would then measure the collector, not otel-rl.
 
 The training loop's telemetry calls are timed each step (step span, two stages, log()). The
 outage must not add more than 1 ms to the median step; the slowest step must stay under 1 ms +
@@ -31,9 +32,7 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -43,6 +42,8 @@ from typing import Any
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from go_builds import collector_binary  # noqa: E402
+from local_collector import Collector  # noqa: E402
 from otlp_sink import OtlpSink  # noqa: E402
 from stack_support import poll, raw_samples  # noqa: E402
 
@@ -51,11 +52,6 @@ from otel_rl._sdk.spool import LOGS, METRICS, SPOOL_FULL, TRACES  # noqa: E402
 from otel_rl.semconv import attributes as A  # noqa: E402
 from otel_rl.semconv import metrics as M  # noqa: E402
 from otel_rl.semconv import names as N  # noqa: E402
-from otel_rl.stack.process import (  # noqa: E402
-    free_port,  # noqa: E402
-    http_ok,
-    tcp_open,
-)
 
 pytestmark = pytest.mark.e2e
 
@@ -65,82 +61,18 @@ FIGURES = os.environ.get("OTEL_RL_FAULTS_FIGURES")  # a JSON-lines file to appen
 
 
 @pytest.fixture(scope="module")
-def rotel_binary(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from otel_rl.stack import Stack
-
-    data_dir = os.environ.get("OTEL_RL_E2E_STACK_DIR") or str(tmp_path_factory.mktemp("rotel-stack"))
-    stack = Stack(data_dir, only=["rotel"], out=None)
-    stack.install()
-    return stack._installer.binary("rotel", "rotel-agent")
-
-
-class Rotel:
-    """rotel on fixed loopback ports, forwarding all three signals to ``target`` over OTLP/HTTP."""
-
-    def __init__(self, binary: Path, target: str, folder: Path) -> None:
-        self.binary = binary
-        self.target = target
-        self.folder = folder
-        self.grpc_port, self.http_port = free_port(), free_port()
-        self.process: subprocess.Popen | None = None
-        self.starts = 0
-
-    def endpoint(self, protocol: str) -> str:
-        return f"http://127.0.0.1:{self.grpc_port if protocol == 'grpc' else self.http_port}"
-
-    def start(self, timeout_s: float = 15.0) -> None:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("ROTEL_")}
-        env.update(
-            {
-                "ROTEL_OTLP_GRPC_ENDPOINT": f"127.0.0.1:{self.grpc_port}",
-                "ROTEL_OTLP_HTTP_ENDPOINT": f"127.0.0.1:{self.http_port}",
-                "ROTEL_EXPORTER": "otlp",
-                "ROTEL_OTLP_EXPORTER_PROTOCOL": "http",
-                "ROTEL_OTLP_EXPORTER_ENDPOINT": self.target,
-                "ROTEL_BATCH_TIMEOUT": "100ms",
-                "NO_COLOR": "1",
-            }
-        )
-        self.starts += 1
-        log = open(self.folder / "rotel.log", "ab")  # noqa: SIM115 - handed to the child
-        self.process = subprocess.Popen(
-            [str(self.binary), "start", "--pid-file", str(self.folder / "rotel.pid"), "--log-file", str(self.folder / "rotel-agent.log")],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        log.close()
-        end = time.monotonic() + timeout_s
-        while not (
-            http_ok(
-                f"http://127.0.0.1:{self.http_port}/v1/metrics", data=b"", timeout_s=1.0, headers={"Content-Type": "application/x-protobuf"}
-            )
-            and tcp_open(self.grpc_port)
-        ):
-            if self.process.poll() is not None or time.monotonic() > end:
-                raise AssertionError(f"rotel did not start: {(self.folder / 'rotel.log').read_text()[-2000:]}")
-            time.sleep(0.05)
-
-    def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 10.0) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.send_signal(sig)
-        try:
-            self.process.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(5)
+def otelcol_binary() -> Path:
+    return collector_binary()
 
 
 @pytest.fixture
-def collector(rotel_binary: Path, tmp_path: Path) -> Iterator[tuple[Rotel, OtlpSink]]:
+def collector(otelcol_binary: Path, tmp_path: Path) -> Iterator[tuple[Collector, OtlpSink]]:
     with OtlpSink() as sink:
-        rotel = Rotel(rotel_binary, sink.endpoint, tmp_path)
+        otelcol = Collector(otelcol_binary, sink.endpoint, tmp_path)
         try:
-            yield rotel, sink
+            yield otelcol, sink
         finally:
-            rotel.stop()
+            otelcol.stop()
 
 
 def run_training(
@@ -177,10 +109,10 @@ def run_training(
     return step
 
 
-def start_telemetry(rotel: Rotel, protocol: str, tmp_path: Path, **options: Any) -> otel_rl.Telemetry:
+def start_telemetry(otelcol: Collector, protocol: str, tmp_path: Path, **options: Any) -> otel_rl.Telemetry:
     return otel_rl.init(
         service_name="otel-rl-faults",
-        endpoint=rotel.endpoint(protocol),
+        endpoint=otelcol.endpoint(protocol),
         protocol=protocol,
         exporters="otlp",
         run_dir=str(tmp_path / "run"),
@@ -234,12 +166,12 @@ def report(name: str, figures: dict[str, Any]) -> None:
 
 
 def test_collector_down_when_the_run_starts(collector, tmp_path: Path) -> None:
-    rotel, sink = collector
-    tel = start_telemetry(rotel, "grpc", tmp_path)
+    otelcol, sink = collector
+    tel = start_telemetry(otelcol, "grpc", tmp_path)
     timings: dict[str, list[float]] = {}
     step = run_training(tel, 3.0, "outage", timings, 0)
     assert sink.received.counts() == {"traces": 0, "logs": 0, "metrics": 0}
-    rotel.start()
+    otelcol.start()
     step = run_training(tel, 3.0, "healthy", timings, step)
     t0 = time.monotonic()
     tel.shutdown()
@@ -249,15 +181,15 @@ def test_collector_down_when_the_run_starts(collector, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("outage_s", [pytest.param(8.0, id="8s"), pytest.param(30.0, id="30s", marks=pytest.mark.slow)])
 def test_collector_stopped_mid_run_then_restarted(collector, tmp_path: Path, outage_s: float) -> None:
-    rotel, sink = collector
-    rotel.start()
-    tel = start_telemetry(rotel, "http/protobuf", tmp_path)
+    otelcol, sink = collector
+    otelcol.start()
+    tel = start_telemetry(otelcol, "http/protobuf", tmp_path)
     timings: dict[str, list[float]] = {}
     step = run_training(tel, 2.5, "healthy", timings, 0)
-    rotel.stop()
+    otelcol.stop()
     step = run_training(tel, outage_s, "outage", timings, step)
     assert tel._providers.spool.pending_bytes > 0  # waiting on disk
-    rotel.start()
+    otelcol.start()
     step = run_training(tel, 2.5, "after", timings, step)
     t0 = time.monotonic()
     tel.shutdown()
@@ -266,8 +198,8 @@ def test_collector_stopped_mid_run_then_restarted(collector, tmp_path: Path, out
 
 
 def test_every_step_reaches_victoria_metrics_through_a_restarted_stack_collector(stack: Any, tmp_path: Path) -> None:
-    """The whole way to a metrics store: the stack's rotel (-> vmagent -> VictoriaMetrics) stopped for
-    8 s mid-run; with metrics_at_log_time every step's logged loss is its own sample, so the store
+    """The whole way to a metrics store: the stack's agent collector (-> gateway -> VictoriaMetrics)
+    stopped for 8 s mid-run; with metrics_at_log_time every step's logged loss is its own sample, so the store
     must hold exactly one sample per step, values 0..N-1, none twice, none lost."""
     import otel_rl.ops.alerts as _alerts
 
@@ -287,11 +219,11 @@ def test_every_step_reaches_victoria_metrics_through_a_restarted_stack_collector
     started = time.time()
     try:
         step = run_training(tel, 2.5, "healthy", timings, 0)
-        assert stack.down("rotel") == ["rotel"]
+        assert stack.down("otelcol-agent") == ["otelcol-agent"]
         step = run_training(tel, 8.0, "outage", timings, step)
         assert tel._providers.spool.pending_bytes > 0
     finally:
-        stack.up()  # rotel again, on the same ports
+        stack.up()  # the agent again, on the same ports
     step = run_training(tel, 2.5, "after", timings, step)
     tel.shutdown()
     assert all(s.dropped_total == 0 for s in tel._providers.spool.stats().values())
@@ -313,16 +245,16 @@ def test_every_step_reaches_victoria_metrics_through_a_restarted_stack_collector
 
 
 def test_flapping_collector(collector, tmp_path: Path) -> None:
-    rotel, sink = collector
-    rotel.start()
-    tel = start_telemetry(rotel, "grpc", tmp_path)
+    otelcol, sink = collector
+    otelcol.start()
+    tel = start_telemetry(otelcol, "grpc", tmp_path)
     timings: dict[str, list[float]] = {}
     step = 0
     for _ in range(4):
         step = run_training(tel, 1.5, "healthy", timings, step)
-        rotel.stop()
+        otelcol.stop()
         step = run_training(tel, 1.5, "outage", timings, step)
-        rotel.start()
+        otelcol.start()
     step = run_training(tel, 1.5, "healthy", timings, step)
     t0 = time.monotonic()
     tel.shutdown()
@@ -331,17 +263,17 @@ def test_flapping_collector(collector, tmp_path: Path) -> None:
 
 
 def test_outage_longer_than_the_spool_holds_drops_the_oldest_counted(collector, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    rotel, sink = collector
+    otelcol, sink = collector
     monkeypatch.setenv("OTEL_RL_SPOOL_MAX_BYTES", "64KiB")
-    rotel.start()
-    tel = start_telemetry(rotel, "http/protobuf", tmp_path)
+    otelcol.start()
+    tel = start_telemetry(otelcol, "http/protobuf", tmp_path)
     timings: dict[str, list[float]] = {}
     step = outage_start = run_training(tel, 1.0, "healthy", timings, 0)
-    rotel.stop()
+    otelcol.stop()
     step = run_training(tel, 8.0, "outage", timings, step)
     stats = tel._providers.spool.stats()
     assert stats[LOGS].dropped_total > 0
-    rotel.start()
+    otelcol.start()
     step = run_training(tel, 1.0, "after", timings, step)
     tel.shutdown(timeout_s=10)
     stats = tel._providers.spool.stats()

@@ -731,7 +731,7 @@ def test_cli_help_explains_the_config_file_and_bad_configs_exit_2(tmp_path: Path
 # ---- the bridge in the local stack ----------------------------------------------------------------
 
 
-def test_the_stack_runs_the_bridge_only_with_a_config_and_routes_rotels_logs_to_it(tmp_path: Path) -> None:
+def test_the_stack_runs_the_bridge_only_with_a_config_and_routes_the_gateways_logs_to_it(tmp_path: Path) -> None:
     from otel_rl.stack import COMPONENT_NAMES, Stack, StackError
     from otel_rl.stack._components import Context, check_health, plan_launch
 
@@ -747,12 +747,12 @@ def test_the_stack_runs_the_bridge_only_with_a_config_and_routes_rotels_logs_to_
         )
         return plan_launch(name, ctx)
 
-    alone = launch("rotel", {"rotel", "vmagent"}).env
-    assert alone["ROTEL_EXPORTERS"] == "traces:otlp,metrics:otlp,logs:blackhole"
-    routed = launch("rotel", {"rotel", "bridge"}).env
-    assert routed["ROTEL_EXPORTERS"] == "traces:otlp,metrics:otlp,logs:otlp"
-    assert (routed["ROTEL_EXPORTER_LOGS_PROTOCOL"], routed["ROTEL_EXPORTER_LOGS_ENDPOINT"]) == ("http", "http://127.0.0.1:4419")
-    bridge = launch("bridge", {"rotel", "bridge"})
+    overlay = "collector-config/otelcol/gateway-bridge.yaml"
+    alone = launch("otelcol-gateway", {"otelcol-gateway", "victoria-metrics"})
+    assert "OTEL_RL_BRIDGE_ENDPOINT" not in alone.env and not any(a.endswith(overlay) for a in alone.command)
+    routed = launch("otelcol-gateway", {"otelcol-gateway", "bridge"})
+    assert routed.env["OTEL_RL_BRIDGE_ENDPOINT"] == "http://127.0.0.1:4419" and any(a.endswith(overlay) for a in routed.command)
+    bridge = launch("bridge", {"otelcol-gateway", "bridge"})
     assert bridge.command == [sys.executable, "-m", "otel_rl.cli", "bridge", "--config", str(config), "--listen", "127.0.0.1:4419"]
     assert bridge.cwd == config.parent and bridge.ports == {"otlp_http": 4419}
     assert SECRET not in json.dumps([bridge.command, bridge.env])  # what the PID file records

@@ -183,7 +183,10 @@ def test_already_replayed_means_to_the_same_destination(tmp_path, collector):
 def test_the_stack_is_recognised_by_its_pid_files(tmp_path):
     me = psutil.Process(os.getpid())
     run = tmp_path / "stack" / "run"
-    write_pid_file(run / "rotel.json", PidRecord("rotel", me.pid, me.create_time(), {"otlp_grpc": 24317, "otlp_http": 24318}, ["rotel"]))
+    agent = PidRecord("otelcol-agent", me.pid, me.create_time(), {"otlp_grpc": 24317, "otlp_http": 24318, "health": 33133}, ["otelcol-rl"])
+    write_pid_file(run / "otelcol-agent.json", agent)
+    gateway = PidRecord("otelcol-gateway", me.pid, me.create_time(), {"otlp_grpc": 24417, "otlp_http": 24418}, ["otelcol-rl"])
+    write_pid_file(run / "otelcol-gateway.json", gateway)
     command = ["victoria-metrics", "-retentionPeriod=10y"]
     write_pid_file(run / "victoria-metrics.json", PidRecord("victoria-metrics", me.pid, me.create_time(), {"http": 28428}, command))
 
@@ -191,6 +194,8 @@ def test_the_stack_is_recognised_by_its_pid_files(tmp_path):
     assert found is not None and found.url == "http://127.0.0.1:28428" and found.retention == "10y"
     assert found.retention_s == 10 * 365 * 86400
     assert target_for_endpoint("127.0.0.1:24317", tmp_path / "stack") is not None  # gRPC, as host:port
+    assert target_for_endpoint("http://127.0.0.1:24418", tmp_path / "stack") is not None  # straight to the gateway
+    assert target_for_endpoint("http://127.0.0.1:33133", tmp_path / "stack") is None  # the agent's health port: not OTLP
     assert target_for_endpoint("http://127.0.0.1:4318", tmp_path / "stack") is None  # another port: not the stack
     assert target_for_endpoint("http://example.invalid:24318", tmp_path / "stack") is None
     assert target_for_endpoint("http://127.0.0.1:24318", tmp_path / "elsewhere") is None

@@ -1,6 +1,6 @@
-"""The stack with its real servers: installed from PyPI and Debian's archive, started on 127.0.0.1
-at a free port offset, fed real OTLP, stopped by PID. Every wait has a deadline; the fixtures stop
-every server however a test ends."""
+"""The stack with its real servers: built from Go modules and taken from Debian's archive, started
+on 127.0.0.1 at a free port offset, fed real OTLP, stopped by PID. Every wait has a deadline; the
+fixtures stop every server however a test ends."""
 
 from __future__ import annotations
 
@@ -18,6 +18,8 @@ from pathlib import Path
 
 import psutil
 import pytest
+import yaml
+from go_builds import require_go_built
 
 from otel_rl.stack import COMPONENT_NAMES, HealthCheckError, Stack
 from otel_rl.stack._install import system_debian_mirror, write_scratch_apt
@@ -63,7 +65,7 @@ def _send_metric(otlp_http: str, name: str) -> None:
     )
     provider = MeterProvider(metric_readers=[reader], resource=Resource.create({"service.name": "otel-rl-stack-test"}))
     provider.get_meter("otel-rl-stack-test").create_counter(name, unit="1").add(3, {"rl.stage": "generate"})
-    assert reader.force_flush(timeout_millis=10_000), "the OTLP export to rotel failed"
+    assert reader.force_flush(timeout_millis=10_000), "the OTLP export to the agent failed"
     provider.shutdown()
 
 
@@ -92,86 +94,93 @@ def _assert_all_stopped(stack: Stack, records: dict) -> None:
     assert not list((stack.data_dir / "run").glob("*.json"))
 
 
-def test_rotel_to_victoria_metrics_round_trip(make_stack) -> None:
+def test_collectors_to_victoria_metrics_and_jaeger_round_trip(make_stack) -> None:
+    require_go_built()
     out = io.StringIO()
-    stack = make_stack(only=["rotel", "victoria-metrics"], out=out)
+    names = ["otelcol-agent", "otelcol-gateway", "victoria-metrics"]
+    stack = make_stack(only=names, out=out)
     started = time.monotonic()
     statuses = stack.up()
     up_s = time.monotonic() - started
-    assert [(s.name, s.state) for s in statuses] == [("rotel", "healthy"), ("victoria-metrics", "healthy")]
-    assert re.search(r"installing rotel \(PyPI rotel==0\.0\.1a15\)\.\.\. done in|rotel: started", out.getvalue())
+    assert [(s.name, s.state) for s in statuses] == [(n, "healthy") for n in names], out.getvalue()
 
-    # VictoriaMetrics makes a new series searchable about 10 s after it arrives: poll, with a deadline.
+    # agent -> gateway -> remote write. VictoriaMetrics makes a new series searchable ~10 s after it arrives.
     metric = f"stack_probe_{uuid.uuid4().hex[:8]}"
     _send_metric(stack.endpoints["otlp_http"], metric)
     series = _poll(f"{metric}_total in VictoriaMetrics", lambda: _query(stack.endpoints["victoria_metrics"], f"{metric}_total"), 60)
     assert series[0]["value"][1] == "3" and series[0]["metric"]["rl_stage"] == "generate"
+    assert series[0]["metric"]["host_name"]  # the agent's transform/host_name filled it in (the SDK sent none)
 
     again = io.StringIO()
     stack._out = again
     stack.up()  # idempotent
-    assert again.getvalue().count("already running and healthy") == 2 and "started" not in again.getvalue()
+    assert again.getvalue().count("already running and healthy") == 3 and "started" not in again.getvalue()
 
-    # Adding vmagent re-routes rotel's metrics through it: rotel is restarted with the new routing.
+    # Adding Jaeger re-routes the gateway's traces to it: the gateway is restarted with the new routing.
     routed = io.StringIO()
-    with_vmagent = make_stack(only=["rotel", "vmagent"], port_offset=stack.port_offset, out=routed)
-    with_vmagent.up()
-    assert "rotel: running with another configuration" in routed.getvalue()
-    rotel = read_pid_file(stack.data_dir / "run" / "rotel.json")
-    assert rotel.env["ROTEL_EXPORTER_METRICS_ENDPOINT"] == f"{stack.endpoints['vmagent']}/opentelemetry"
-    via = f"{metric}_via_vmagent"
-    _send_metric(stack.endpoints["otlp_http"], via)
-    _poll(f"{via}_total in VictoriaMetrics", lambda: _query(stack.endpoints["victoria_metrics"], f"{via}_total"), 60)
+    with_jaeger = make_stack(only=["otelcol-gateway", "jaeger"], port_offset=stack.port_offset, out=routed)
+    with_jaeger.up()
+    assert "otelcol-gateway: running with another configuration" in routed.getvalue()
+    gateway = read_pid_file(stack.data_dir / "run" / "otelcol-gateway.json")
+    assert gateway.env["OTEL_GATEWAY_JAEGER_ENDPOINT"] == f"127.0.0.1:{stack.ports('jaeger')['otlp_grpc']}"
+    trace_id = _send_span(stack.endpoints["otlp_http"])
+    spans = _poll(f"trace {trace_id} in Jaeger", lambda: _get_json(f"{stack.endpoints['jaeger']}/api/traces/{trace_id}")["data"], 60)
+    assert spans[0]["spans"][0]["operationName"] == "rl.step"
 
-    names = ("rotel", "victoria-metrics", "vmagent")
-    records = {name: read_pid_file(stack.data_dir / "run" / f"{name}.json") for name in names}
+    all_names = ("otelcol-agent", "otelcol-gateway", "jaeger", "victoria-metrics")
+    records = {name: read_pid_file(stack.data_dir / "run" / f"{name}.json") for name in all_names}
     started = time.monotonic()
-    assert stack.down() == ["rotel", "vmagent", "victoria-metrics"]  # down() stops all, in reverse start order
+    # down() stops all, in reverse start order: what sends before what it sends to
+    assert stack.down() == ["otelcol-agent", "otelcol-gateway", "jaeger", "victoria-metrics"]
     down_s = time.monotonic() - started
     _assert_all_stopped(stack, records)
-    print(f"\nup {up_s:.1f} s (installs included), down {down_s:.1f} s")
+    print(f"\nup {up_s:.1f} s (builds and installs included), down {down_s:.1f} s")
 
 
-def test_the_pinned_programs_have_the_flags_the_stack_uses(stack_dir: Path) -> None:
-    stack = Stack(stack_dir, only=["rotel", "victoria-metrics", "prometheus"], out=None)
+def test_the_built_and_installed_programs_have_what_the_stack_uses(stack_dir: Path) -> None:
+    require_go_built()
+    stack = Stack(stack_dir, only=["otelcol-agent", "jaeger", "victoria-metrics", "prometheus"], out=None)
     stack.install()
     again = io.StringIO()
     stack._out = again
-    assert set(stack.install()) == {"rotel", "victoria-metrics", "prometheus"}
+    assert set(stack.install()) == {"otelcol", "jaeger", "victoria-metrics", "prometheus"}
     assert again.getvalue() == ""  # recorded in install.json: nothing to do
-    rotel = stack._installer.binary("rotel", "rotel-agent")
-    help_text = subprocess.run([str(rotel), "start", "--help"], capture_output=True, text=True, timeout=30).stdout
-    env_file = (REPO / "collector-config" / "rotel" / "rotel.env").read_text()
-    keys = re.findall(r"^(ROTEL_[A-Z_]+)=", env_file, re.M)
-    flag_keys = [k for k in keys if not k.startswith("ROTEL_EXPORTER_")]  # per-exporter keys exist only as variables
-    for key in flag_keys:
-        assert f"[env: {key}=]" in help_text, f"rotel-agent {rotel} has no {key}"
-    for key in ("ROTEL_EXPORTER_TRACES_ENDPOINT", "ROTEL_EXPORTER_METRICS_PROTOCOL"):
-        assert key in keys
-    version = subprocess.run([str(rotel), "--version"], capture_output=True, text=True, timeout=30).stdout
-    assert "rotel" in version
+
+    def run(package: str, binary: str, *args: str) -> str:
+        done = subprocess.run([str(stack._installer.binary(package, binary)), *args], capture_output=True, text=True, timeout=60)
+        return done.stdout + done.stderr
+
+    assert "otelcol-rl version 0.161.0" in run("otelcol", "otelcol-rl", "--version")
+    # Every component type the shipped configs name is in the build (`validate` checks each config: tests/test_collector_config.py).
+    components = yaml.safe_load(run("otelcol", "otelcol-rl", "components"))
+    built = {kind: {c["name"] for c in components[kind]} for kind in ("receivers", "processors", "exporters", "connectors", "extensions")}
+    assert {"otlp", "prometheus"} <= built["receivers"] and {"span_metrics"} <= built["connectors"]
+    assert {"otlp_grpc", "otlp_http", "prometheus_remote_write", "prometheus", "file", "nop"} <= built["exporters"]
+    assert {"memory_limiter", "batch", "filter", "transform"} <= built["processors"] and {"health_check", "file_storage"} <= built[
+        "extensions"
+    ]
+    assert '"gitVersion":"v2.13.0"' in run("jaeger", "jaeger", "version").replace(" ", "")
 
     def flags(package: str, binary: str, help_flag: str = "-help") -> str:
-        path = stack._installer.binary(package, binary)
-        done = subprocess.run([str(path), help_flag], capture_output=True, text=True, timeout=30)
-        return done.stdout + done.stderr
+        return run(package, binary, help_flag)
 
     vm = flags("victoria-metrics", "victoria-metrics")
     for flag in ("-storageDataPath", "-httpListenAddr", "-search.latencyOffset", "-opentelemetry.usePrometheusNaming"):
         assert f"  {flag}" in vm
-    vmagent = flags("victoria-metrics", "vmagent")
-    for flag in ("-remoteWrite.url", "-remoteWrite.tmpDataPath", "-remoteWrite.maxDiskUsagePerURL", "-opentelemetry.usePrometheusNaming"):
-        assert f"  {flag}" in vmagent
     vmalert = flags("victoria-metrics", "vmalert")
     for flag in ("-datasource.url", "-remoteWrite.url", "-notifier.blackhole", "-rule", "-evaluationInterval"):
         assert f"  {flag}" in vmalert
     prometheus = flags("prometheus", "prometheus", "--help")
-    for flag in ("--web.enable-remote-write-receiver", "--web.listen-address", "--storage.tsdb.path", "--config.file"):
+    for flag in ("--web.listen-address", "--storage.tsdb.path", "--config.file"):
         assert flag in prometheus
     manifest = json.loads((stack_dir / "install.json").read_text())
     assert manifest["victoria-metrics"]["suite"] == "trixie" and manifest["victoria-metrics"]["version"].startswith("1.")
     assert manifest["prometheus"]["suite"] == "bookworm" and manifest["prometheus"]["version"].startswith("2.42")
-    assert manifest["rotel"]["version"] == "0.0.1a15"
+    assert (manifest["otelcol"]["version"], manifest["jaeger"]["version"]) == ("0.161.0", "v2.13.0")
+    assert manifest["otelcol"]["spec"] == str(REPO / "collector-config" / "builder-config.yaml")
+    # A copy in the data folder, not a link into the cache: a later build never changes a running stack.
+    assert not stack._installer.binary("otelcol", "otelcol-rl").is_symlink()
+    assert Path(manifest["otelcol"]["cached"]).read_bytes() == stack._installer.binary("otelcol", "otelcol-rl").read_bytes()
 
 
 def _system_apt_state() -> dict[str, tuple]:
@@ -218,6 +227,7 @@ def test_a_server_that_fails_its_start_is_reported_and_the_call_undone(make_stac
 
 
 def test_full_stack_up_status_data_and_down(make_stack) -> None:
+    require_go_built()
     out = io.StringIO()
     stack = make_stack(out=out)
     started = time.monotonic()
@@ -226,25 +236,24 @@ def test_full_stack_up_status_data_and_down(make_stack) -> None:
     assert {s.name: s.state for s in statuses} == dict.fromkeys(COMPONENT_NAMES, "healthy"), out.getvalue()
     assert all(s.pid for s in statuses)
     urls = {s.name: s.urls for s in statuses}
-    assert urls["phoenix"]["UI"] == stack.endpoints["phoenix"]
+    assert urls["jaeger"]["query API"] == f"{stack.endpoints['jaeger']}/api/traces"
 
     trace_id = _send_span(stack.endpoints["otlp_http"])
     metric = f"stack_full_{uuid.uuid4().hex[:8]}"
     _send_metric(stack.endpoints["otlp_http"], metric)
-    spans = _poll(
-        f"trace {trace_id} in Phoenix",
-        lambda: [
-            s
-            for s in _get_json(f"{stack.endpoints['phoenix']}/v1/projects/default/spans?limit=100")["data"]
-            if s["context"]["trace_id"] == trace_id
-        ],
-        60,
-    )
-    assert spans[0]["name"] == "rl.step" and spans[0]["attributes"]["rl.step"] == 7
-    # metrics: rotel -> vmagent -> VictoriaMetrics and Prometheus
+    traces = _poll(f"trace {trace_id} in Jaeger", lambda: _get_json(f"{stack.endpoints['jaeger']}/api/traces/{trace_id}")["data"], 60)
+    span = traces[0]["spans"][0]
+    assert span["operationName"] == "rl.step" and {"key": "rl.step", "type": "int64", "value": 7} in span["tags"]
+    # metrics: agent -> gateway -> remote write to VictoriaMetrics; Prometheus scrapes the gateway's :8889
     _poll(f"{metric}_total in VictoriaMetrics", lambda: _query(stack.endpoints["victoria_metrics"], f"{metric}_total"), 60)
     _poll(f"{metric}_total in Prometheus", lambda: _query(stack.endpoints["prometheus"], f"{metric}_total"), 60)
     assert _get_json(f"{stack.endpoints['vmalert']}/api/v1/rules")["status"] == "success"
+    # span_metrics: the rl.step span became a call count in the metrics store, through the gateway's connector
+    _poll(
+        "the span_metrics calls of rl.step",
+        lambda: _query(stack.endpoints["victoria_metrics"], 'traces_span_metrics_calls_total{span_name="rl.step"}'),
+        60,
+    )
 
     records = {name: read_pid_file(stack.data_dir / "run" / f"{name}.json") for name in COMPONENT_NAMES}
     started = time.monotonic()
@@ -252,4 +261,4 @@ def test_full_stack_up_status_data_and_down(make_stack) -> None:
     down_s = time.monotonic() - started
     _assert_all_stopped(stack, records)
     assert {s.state for s in stack.status()} == {"stopped"}
-    print(f"\nfull stack: up {up_s:.1f} s (installs included), down {down_s:.1f} s")
+    print(f"\nfull stack: up {up_s:.1f} s (builds and installs included), down {down_s:.1f} s")

@@ -1,5 +1,5 @@
 """The stack's behaviour that needs no installed server: port conflicts, missing programs, PID files,
-the scratch apt set-up, rotel's configuration file and the command line."""
+the scratch apt set-up, the configs the collectors and Jaeger run with, Go missing, and the command line."""
 
 from __future__ import annotations
 
@@ -16,8 +16,9 @@ import pytest
 
 from otel_rl.cli import main
 from otel_rl.stack import COMPONENT_NAMES, InstallError, MissingBinaryError, PortInUseError, Stack, StackError
-from otel_rl.stack._components import BUILTIN_ROTEL_ENV, Context, parse_rotel_env, plan_launch
-from otel_rl.stack._install import DEBIAN_KEYRING, Installer, Package, system_debian_mirror, write_scratch_apt
+from otel_rl.stack._components import Context, plan_launch
+from otel_rl.stack._go_build import find_go
+from otel_rl.stack._install import DEBIAN_KEYRING, Installer, system_debian_mirror, write_scratch_apt
 from otel_rl.stack.process import PidRecord, is_alive, start_process, write_pid_file
 
 REPO = Path(__file__).resolve().parents[2]
@@ -49,20 +50,6 @@ def test_port_in_use_names_port_component_holder_and_fix(tmp_path: Path) -> None
     assert not list(tmp_path.glob("run/*.json"))
 
 
-def test_phoenix_starts_through_the_launcher_that_keeps_its_grpc_port_on_loopback(tmp_path: Path) -> None:
-    # Phoenix binds its gRPC receiver to [::] whatever PHOENIX_HOST says; the launcher rewrites the address
-    # (tests/e2e/test_stack_truth_e2e.py checks the sockets of the real stack).
-    from otel_rl.stack._components import Context, plan_launch
-
-    ctx = Context(tmp_path, 0, frozenset({"phoenix"}), lambda package, name: tmp_path / "venvs" / package / "bin" / name)
-    launch = plan_launch("phoenix", ctx)
-    assert launch.command == [str(tmp_path / "venvs/phoenix/bin/python"), str(tmp_path / "config/phoenix_loopback.py"), "serve"]
-    text = (tmp_path / "config/phoenix_loopback.py").read_text()
-    compile(text, "phoenix_loopback.py", "exec")
-    assert 'return "127.0.0.1:" + port' in text and "from phoenix.server.main import main" in text
-    assert launch.env["PHOENIX_HOST"] == "127.0.0.1"
-
-
 def test_missing_binary_names_the_path_and_the_install_command(tmp_path: Path, free_offset) -> None:
     stack = Stack(tmp_path, port_offset=free_offset(), only=["victoria-metrics"], out=None)
     with pytest.raises(MissingBinaryError) as err:
@@ -73,18 +60,46 @@ def test_missing_binary_names_the_path_and_the_install_command(tmp_path: Path, f
     assert stack.down() == []  # safe after a failed up()
 
 
-def test_a_failed_install_shows_the_tool_output_and_what_to_try(tmp_path: Path) -> None:
+def test_a_failed_build_shows_the_tool_output_and_what_to_try(tmp_path: Path) -> None:
+    # A manifest whose module does not exist: the builder fails at once, before any download.
+    manifest = tmp_path / "builder-config.yaml"
+    text = (REPO / "collector-config" / "builder-config.yaml").read_text()
+    manifest.write_text(text.replace("version: 0.161.0", "version: 0.0.0-no-such-release", 1))
     out = io.StringIO()
-    installer = Installer(tmp_path, tmp_path / "cache", lambda: out)
-    missing = tmp_path / "no-such-project"  # a local requirement: pip fails at once, without the network
+    installer = Installer(tmp_path, tmp_path / "cache", lambda: out, collector_manifest=manifest)
+    if find_go() is None:
+        with pytest.raises(InstallError, match="built from Go modules and the `go` command is not on PATH"):
+            installer.install(["otelcol"])
+        return
     with pytest.raises(InstallError) as err:
-        installer._install_one(Package("bogus", "pypi", str(missing), binaries=("bogus",)))
+        installer.install(["otelcol"])
     message = str(err.value)
-    assert f"pip install {missing} failed" in message and "exited 1" in message
-    assert str(missing) in message.split("last lines of", 1)[1]  # pip's own complaint, from the log tail
-    assert "check that PyPI is reachable" in message
-    assert out.getvalue() == f"installing bogus (PyPI {missing})... failed\n"
-    assert "bogus" not in installer.manifest()
+    assert "installing the collector builder v0.0.0-no-such-release failed" in message
+    assert "last lines of" in message and "builder@v0.0.0-no-such-release" in message.split("last lines of", 1)[1]
+    assert out.getvalue().startswith("installing otelcol (Go modules: collector-config/builder-config.yaml)... \n")
+    assert "otelcol" not in installer.manifest()
+
+
+def test_without_go_up_starts_the_rest_and_says_so_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, free_offset) -> None:
+    monkeypatch.setenv("OTEL_RL_GO", str(tmp_path / "no-go"))  # a go that is not there
+    out = io.StringIO()
+    stack = Stack(tmp_path, port_offset=free_offset(), out=out)
+    assert stack._startable() == ("victoria-metrics", "vmalert", "prometheus")
+    line = out.getvalue()
+    assert line.count("\n") == 1 and line.startswith("otelcol-agent, otelcol-gateway, jaeger: not started")
+    assert "https://go.dev/dl/" in line and "Starting the rest" in line
+    # Asked for by name, they are an error that says what to install.
+    with pytest.raises(InstallError, match="jaeger: built from Go modules, and the `go` command is not on PATH"):
+        Stack(tmp_path, only="jaeger", out=None).up()
+    # Once built (here: a binary in place and its install record), they run without Go.
+    (tmp_path / "bin").mkdir()
+    for name in ("otelcol-rl", "jaeger"):
+        (tmp_path / "bin" / name).write_text("#!/bin/sh\n")
+        (tmp_path / "bin" / name).chmod(0o755)
+    installer = stack._installer
+    record = {p: {"source": "go", "build_key": installer.build_key(p), "version": "x"} for p in ("otelcol", "jaeger")}
+    installer.manifest_path.write_text(__import__("json").dumps(record))
+    assert Stack(tmp_path, out=None)._startable() == COMPONENT_NAMES
 
 
 # -- PID files --------------------------------------------------------------------------------
@@ -120,29 +135,34 @@ def test_a_reused_pid_is_never_signalled(tmp_path: Path) -> None:
 
 
 def test_unhealthy_process_is_reported_and_stopped_by_its_pid(tmp_path: Path, free_offset) -> None:
-    # A real process in the PID file that does not answer vmagent's health check.
+    # A real process in the PID file that does not answer vmalert's health check.
     offset = free_offset()
     stack = Stack(tmp_path, port_offset=offset, out=None)
     rec = start_process(
-        "vmagent",
+        "vmalert",
         [sys.executable, "-c", "import time; time.sleep(120)"],
         env=dict(os.environ),
         extra_env={},
-        ports={"http": 8429 + offset},
-        log_path=tmp_path / "logs" / "vmagent.log",
-        pid_path=tmp_path / "run" / "vmagent.json",
+        ports={"http": 8880 + offset},
+        log_path=tmp_path / "logs" / "vmalert.log",
+        pid_path=tmp_path / "run" / "vmalert.json",
         cwd=tmp_path,
     )
     try:
-        row = {s.name: s for s in stack.status()}["vmagent"]
+        row = {s.name: s for s in stack.status()}["vmalert"]
         assert (row.state, row.pid) == ("unhealthy", rec.pid)
         # The data folder's stack runs at `offset`: another explicit offset is refused, none adopts it.
         with pytest.raises(StackError, match=f"runs with port offset {offset}, not {offset + 1}"):
-            Stack(tmp_path, port_offset=offset + 1, only="vmagent", out=None).up(install=False)
-        assert Stack(tmp_path, out=None).status()[0].ports == {"otlp_grpc": 4317 + offset, "otlp_http": 4318 + offset}
-        assert stack.down(only="vmagent") == ["vmagent"]
+            Stack(tmp_path, port_offset=offset + 1, only="vmalert", out=None).up(install=False)
+        assert Stack(tmp_path, out=None).status()[0].ports == {
+            "otlp_grpc": 4317 + offset,
+            "otlp_http": 4318 + offset,
+            "health": 13133 + offset,
+            "telemetry": 8888 + offset,
+        }
+        assert stack.down(only="vmalert") == ["vmalert"]
         assert not is_alive(rec)
-        assert not (tmp_path / "run" / "vmagent.json").exists()
+        assert not (tmp_path / "run" / "vmalert.json").exists()
     finally:
         if is_alive(rec):
             os.killpg(rec.pid, 9)
@@ -152,15 +172,15 @@ def test_status_of_nothing_is_all_stopped(tmp_path: Path) -> None:
     statuses = Stack(tmp_path / "none", port_offset=1000, out=None).status()
     assert [s.name for s in statuses] == list(COMPONENT_NAMES)
     assert {s.state for s in statuses} == {"stopped"}
-    assert {s.name: s.ports for s in statuses}["phoenix"] == {"http": 7006, "grpc": 5327}
+    assert {s.name: s.ports for s in statuses}["jaeger"] == {"http": 17686, "grpc": 17685, "otlp_grpc": 5327}
 
 
 # -- options ----------------------------------------------------------------------------------
 
 
 def test_bad_component_and_offset_are_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog) -> None:
-    with pytest.raises(ValueError, match="unknown stack component 'grafana'.*rotel, victoria-metrics"):
-        Stack(tmp_path, only="rotel,grafana")
+    with pytest.raises(ValueError, match="unknown stack component 'grafana'.*otelcol-agent, otelcol-gateway, jaeger"):
+        Stack(tmp_path, only="jaeger,grafana")
     with pytest.raises(ValueError, match="port offset 60000"):
         Stack(tmp_path, port_offset=60000)
     monkeypatch.setenv("OTEL_RL_STACK_PORT_OFFSET", "lots")
@@ -173,10 +193,12 @@ def test_bad_component_and_offset_are_named(tmp_path: Path, monkeypatch: pytest.
     assert stack.endpoints == {
         "otlp_grpc": "http://127.0.0.1:4417",
         "otlp_http": "http://127.0.0.1:4418",
+        "gateway_grpc": "http://127.0.0.1:4517",
+        "gateway_http": "http://127.0.0.1:4518",
+        "gateway_scrape": "http://127.0.0.1:8989",
+        "jaeger": "http://127.0.0.1:16786",
         "victoria_metrics": "http://127.0.0.1:8528",
-        "vmagent": "http://127.0.0.1:8529",
         "prometheus": "http://127.0.0.1:9190",
-        "phoenix": "http://127.0.0.1:6106",
         "vmalert": "http://127.0.0.1:8980",
     }
 
@@ -236,35 +258,77 @@ def test_scratch_apt_uses_the_system_mirror_and_never_touches_etc_apt(tmp_path: 
     assert _tree_fingerprint(Path("/etc/apt")) == before
 
 
-# -- rotel's configuration --------------------------------------------------------------------
+# -- what the collectors, Jaeger and Prometheus run with ----------------------------------------
 
 
-def test_rotel_env_file_and_builtin_copy_are_identical() -> None:
-    assert (REPO / "collector-config" / "rotel" / "rotel.env").read_text() == BUILTIN_ROTEL_ENV
+def _context(tmp_path: Path, running, offset: int = 100) -> Context:
+    return Context(data_dir=tmp_path, offset=offset, running=frozenset(running), binary=lambda p, b: tmp_path / "bin" / b)
 
 
-def test_rotel_routes_metrics_through_vmagent_only_when_it_runs(tmp_path: Path) -> None:
-    def launch(running):
-        ctx = Context(data_dir=tmp_path, offset=100, running=frozenset(running), binary=lambda p, b: tmp_path / b)
-        return plan_launch("rotel", ctx)
+def _yaml(path: str) -> dict:
+    import yaml
 
-    full = launch(COMPONENT_NAMES)
-    assert full.env["ROTEL_EXPORTER_METRICS_ENDPOINT"] == "http://127.0.0.1:8529/opentelemetry"
-    assert full.env["ROTEL_EXPORTER_TRACES_ENDPOINT"] == "http://127.0.0.1:6106"
-    assert full.env["ROTEL_OTLP_GRPC_ENDPOINT"] == "127.0.0.1:4417"
-    assert full.env["ROTEL_BATCH_TIMEOUT"] == "200ms"
-    assert full.env["ROTEL_EXPORTERS"] == "traces:otlp,metrics:otlp,logs:blackhole"
-    assert full.env["ROTEL_EXPORTER_LOGS_ENDPOINT"] == "http://127.0.0.1:4419"
-    assert launch({"rotel", "victoria-metrics"}).env["ROTEL_EXPORTER_METRICS_ENDPOINT"] == "http://127.0.0.1:8528/opentelemetry"
-    assert full.command[1] == "start" and full.drop_env_prefixes == ("ROTEL_",)
+    return yaml.safe_load(Path(path).read_text())
 
 
-def test_rotel_env_errors_name_the_line() -> None:
-    with pytest.raises(ValueError, match=r"x.env:2: unknown placeholder \$\{NOPE\}"):
-        parse_rotel_env("# c\nROTEL_A=${NOPE}\n", {"PORT": "1"}, "x.env")
-    with pytest.raises(ValueError, match="x.env:1: expected ROTEL_NAME=value"):
-        parse_rotel_env("export FOO=1\n", {}, "x.env")
-    assert parse_rotel_env("ROTEL_A='a ${PORT}'\n", {"PORT": "1"}) == {"ROTEL_A": "a 1"}
+def test_the_collectors_run_the_projects_configs_with_an_overlay_of_ports_and_routes(tmp_path: Path) -> None:
+    gateway = plan_launch("otelcol-gateway", _context(tmp_path, COMPONENT_NAMES))
+    configs = [gateway.command[i + 1] for i, arg in enumerate(gateway.command) if arg == "--config"]
+    otelcol = REPO / "collector-config" / "otelcol"
+    assert gateway.command[0] == str(tmp_path / "bin" / "otelcol-rl")
+    assert configs == [str(otelcol / "gateway.yaml"), str(tmp_path / "config" / "otelcol-gateway.yaml")]
+    overlay = _yaml(configs[-1])
+    assert overlay["receivers"]["otlp"]["protocols"]["grpc"]["endpoint"] == "127.0.0.1:4517"
+    assert overlay["extensions"]["health_check"]["endpoint"] == "127.0.0.1:13333"
+    assert overlay["exporters"]["prometheus"]["endpoint"] == "127.0.0.1:8989"
+    pipelines = overlay["service"]["pipelines"]
+    assert pipelines["traces"]["exporters"] == ["otlp_grpc/jaeger"]  # no Tempo here
+    assert pipelines["metrics"]["exporters"] == ["prometheus_remote_write", "prometheus"]
+    assert overlay["service"]["telemetry"]["metrics"]["readers"][0]["pull"]["exporter"]["prometheus"] == {"host": "127.0.0.1", "port": 9088}
+    assert gateway.env["OTEL_GATEWAY_JAEGER_ENDPOINT"] == "127.0.0.1:4427"
+    assert gateway.env["OTEL_GATEWAY_REMOTE_WRITE_URL"] == "http://127.0.0.1:8528/api/v1/write"
+    assert gateway.env["OTEL_GATEWAY_EVENTS_FILE"] == str(tmp_path / "data" / "otelcol-gateway" / "rl-events.jsonl")
+    assert gateway.drop_env_prefixes == ("OTEL_",)  # a training job's OTEL_* settings never reach the collector
+    # Without Jaeger and VictoriaMetrics the pipelines name only what runs; with the bridge, its overlay joins.
+    alone = plan_launch("otelcol-gateway", _context(tmp_path, {"otelcol-gateway", "bridge"}))
+    overlay = _yaml(str(tmp_path / "config" / "otelcol-gateway.yaml"))
+    assert overlay["service"]["pipelines"]["traces"]["exporters"] == ["nop"] and "nop" in overlay["exporters"]
+    assert overlay["service"]["pipelines"]["metrics"]["exporters"] == ["prometheus"]
+    assert str(otelcol / "gateway-bridge.yaml") in alone.command
+    assert alone.env["OTEL_RL_BRIDGE_ENDPOINT"] == "http://127.0.0.1:4419"
+    assert alone.env["OTEL_RL_STACK_CONFIG_SHA256"] != gateway.env["OTEL_RL_STACK_CONFIG_SHA256"]  # another launch: a restart
+
+    agent = plan_launch("otelcol-agent", _context(tmp_path, COMPONENT_NAMES))
+    assert [agent.command[i + 1] for i, a in enumerate(agent.command) if a == "--config"] == [
+        str(otelcol / "agent.yaml"),
+        str(tmp_path / "config" / "otelcol-agent.yaml"),
+    ]
+    assert agent.env["OTEL_GATEWAY_ENDPOINT"] == "127.0.0.1:4517"
+    assert agent.env["OTEL_AGENT_STORAGE_DIR"] == str(tmp_path / "data" / "otelcol-agent" / "queue")
+    assert _yaml(str(tmp_path / "config" / "otelcol-agent.yaml"))["receivers"]["otlp"]["protocols"]["http"]["endpoint"] == "127.0.0.1:4418"
+
+
+def test_jaeger_and_prometheus_listen_on_loopback_only(tmp_path: Path) -> None:
+    jaeger = plan_launch("jaeger", _context(tmp_path, COMPONENT_NAMES))
+    config = _yaml(jaeger.command[-1])
+    query = config["extensions"]["jaeger_query"]
+    assert (query["http"]["endpoint"], query["grpc"]["endpoint"]) == ("127.0.0.1:16786", "127.0.0.1:16785")
+    assert query["enable_tracing"] is False  # its own spans would go to OTLP's default port: the agent's
+    assert config["receivers"]["otlp"]["protocols"] == {"grpc": {"endpoint": "127.0.0.1:4427"}}
+    assert config["service"]["telemetry"]["metrics"] == {"level": "none"}  # no :8888 on every interface
+    badger = config["extensions"]["jaeger_storage"]["backends"]["local"]["badger"]
+    assert badger["directories"]["keys"].startswith(str(tmp_path / "data" / "jaeger"))
+    prometheus = plan_launch("prometheus", _context(tmp_path, COMPONENT_NAMES))
+    assert "--web.listen-address=127.0.0.1:9190" in prometheus.command
+    scrape = _yaml(str(tmp_path / "config" / "prometheus.yml"))["scrape_configs"][0]
+    assert scrape["honor_labels"] is True and scrape["static_configs"] == [{"targets": ["127.0.0.1:8989"]}]
+
+
+def test_outside_a_checkout_the_collectors_name_what_they_need(tmp_path: Path) -> None:
+    ctx = _context(tmp_path, COMPONENT_NAMES)
+    ctx.collector_config = tmp_path / "nowhere"
+    with pytest.raises(ValueError, match="has no gateway.yaml: run from an otel-rl checkout, or give the folder with --collector-config"):
+        plan_launch("otelcol-agent", ctx)
 
 
 def test_vmalert_uses_an_empty_rules_file_without_rule_files(tmp_path: Path) -> None:
@@ -290,11 +354,11 @@ def test_cli_help_and_status(tmp_path: Path, capsys: pytest.CaptureFixture) -> N
         main(["stack", "--help"])
     assert done.value.code == 0
     out = capsys.readouterr().out
-    for word in ("install", "up", "down", "status", "--port-offset", "rotel", "phoenix"):
+    for word in ("install", "up", "down", "status", "--port-offset", "otelcol-agent", "otelcol-gateway", "jaeger"):
         assert word in out
     assert main(["stack", "status", "--dir", str(tmp_path)]) == 1  # nothing healthy
     out = capsys.readouterr().out
-    assert "victoria-metrics" in out and "stopped" in out and "http://127.0.0.1:6006" in out
+    assert "victoria-metrics" in out and "stopped" in out and "http://127.0.0.1:16686/api/traces" in out
     assert main(["stack", "up", "--dir", str(tmp_path), "--only", "nginx"]) == 2
     assert "unknown stack component 'nginx'" in capsys.readouterr().err
     assert main(["stack"]) == 2
