@@ -301,6 +301,24 @@ _WEAK = 1
 _HF_RECORD_KEYS = ("'loss'", "'grad_norm'", "'learning_rate'", "'epoch'", "'reward'", "'train_runtime'")
 
 
+_NOTEBOOK_STREAM = '[{"stream_name"'
+
+
+def _notebook_stdout(text: str) -> tuple[str, str] | None:
+    """A notebook's downloaded log (Kaggle: one JSON array of ``{"stream_name", "time", "data"}``
+    records): its stdout records' text joined in order, and a note saying so; None when it is not one
+    (or is damaged: then it is read as text)."""
+    try:
+        records = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(records, list):
+        return None
+    stdout = [r["data"] for r in records if isinstance(r, dict) and r.get("stream_name") == "stdout" and isinstance(r.get("data"), str)]
+    note = f"a notebook log (a JSON array of {len(records):,} stream records): its {len(stdout):,} stdout records are read, joined"
+    return "".join(stdout), note
+
+
 def _is_run_folder(path: Path) -> bool:
     if path.is_dir():
         return (path / LOGS_FILE).is_file()
@@ -393,7 +411,15 @@ def parse_file(path: str | os.PathLike[str], format: str = "auto", *, segment: i
     if not p.exists():
         raise FileNotFoundError(f"{p} does not exist")
     _require_regular(p)  # before any read: a FIFO would block for ever, /dev/zero never end
-    fmt = detect_format(p) if format == "auto" else format
+    # A notebook's log wraps the console in JSON: the format is that of its stdout, so it is read first.
+    notebook = None
+    if p.is_file() and _head(p, _HEAD_BYTES).lstrip().startswith(_NOTEBOOK_STREAM):
+        raw, long_lines = read_bounded(p)
+        notebook = _notebook_stdout(raw.decode("utf-8", "replace"))
+    if format != "auto":
+        fmt = format
+    else:
+        fmt = detect_format(p, head=notebook[0][:_DETECT_BYTES]) if notebook is not None else detect_format(p)
     if fmt not in FRAMEWORK_OF:
         raise FormatError(f"unknown format {format!r}; use auto or one of {', '.join(FORMATS)}")
     out = ParsedLog(path=p, format=fmt, framework=FRAMEWORK_OF[fmt], records=[])
@@ -402,12 +428,16 @@ def parse_file(path: str | os.PathLike[str], format: str = "auto", *, segment: i
     elif p.is_dir():
         raise FormatError(f"{p} is a folder; format {fmt} reads a file")
     else:
-        raw, long_lines = read_bounded(p)
+        if notebook is None:
+            raw, long_lines = read_bounded(p)
         for number, size in long_lines:
             out.problems.append(Problem(p.name, number, f"a line of {size:,} bytes, over the {MAX_LINE_BYTES:,}-byte limit: skipped"))
         text = raw.decode("utf-8", "replace")
         if "\ufffd" in text and b"\xef\xbf\xbd" not in raw:
             out.notes.append("bytes that are not UTF-8 were replaced")
+        if notebook is not None:
+            text = notebook[0]
+            out.notes.append(notebook[1])
         out.lines = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
         if fmt == "hf-console":
             read_hf_console(p, text, out, segment)

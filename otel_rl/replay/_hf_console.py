@@ -60,6 +60,10 @@ _RESUME_RE = re.compile(r"(?:Resuming training from checkpoint with epoch \d+ an
 # Keys that make a dict a Trainer log record rather than any other dict a program printed.
 _TRAINER_KEYS = ("loss", "grad_norm", "learning_rate", "epoch", "reward", "kl", "train_runtime")
 _SUMMARY_KEY = "train_runtime"
+# A dict that cannot be read counts as a lost record only with a key every trainer log line has:
+# other printed dicts (an environment's {'step': 0, ..., 'reward': ...} in a validation message)
+# share 'reward' or 'epoch' with it, not these.
+_RECORD_MARKERS = ("loss", "grad_norm", "learning_rate", "train_runtime")
 _RL_KEY_RE = re.compile(r"^(reward|rewards/|kl$|completions?/|completion_length|frac_reward_zero_std|clip_ratio|entropy)")
 
 
@@ -165,14 +169,14 @@ def _scan(path: Path, text: str, out: ParsedLog) -> list[_Run]:
                     )
             if dict_span is None:
                 start = _DICT_START_RE.search(segment) if "{" in segment else None
-                if start is not None and any(f"'{k}'" in segment for k in _TRAINER_KEYS):
+                if start is not None and any(f"'{k}'" in segment for k in _RECORD_MARKERS):
                     out.problems.append(Problem(name, number, f"a dict line cut off (no closing brace): {short(segment[start.start() :])}"))
                 continue
             body = segment[dict_span[0] : dict_span[1]]
             try:
                 values = literal_dict(body)
             except (ValueError, SyntaxError, MemoryError, RecursionError) as exc:
-                if any(f"'{k}'" in body for k in _TRAINER_KEYS):
+                if any(f"'{k}'" in body for k in _RECORD_MARKERS):
                     out.problems.append(Problem(name, number, f"a dict line that Python cannot read ({type(exc).__name__}): {short(body)}"))
                 continue
             if not _is_trainer_dict(values):

@@ -10,25 +10,33 @@ from __future__ import annotations
 import time
 
 import pytest
-from shared_files import LOGS, needs_shared_logs
+from shared_files import (
+    AAIPL,
+    BLOWUP,
+    COLLAPSE,
+    CONSOLE_PINNED,
+    DEAD_REWARD,
+    HEALTHY,
+    KAGGLE_DROP,
+    KAGGLE_PINNED,
+    KL_SPIKE,
+    LENGTH_COLLAPSE,
+    LLAMA,
+    LOGS,
+    QWEN3,
+    REWARD_COLLAPSE,
+    SPARSE,
+    STATE_PINNED,
+    TELELOGS,
+    UITARS,
+    needs_shared_logs,
+)
 
 from otel_rl.analyze import analyze
 from otel_rl.replay import parse_file
 
 pytestmark = needs_shared_logs
 
-COLLAPSE = "verl_opd_qwen3-4b_wandb-outputlog_collapse.log"
-HEALTHY = "verl_opd_qwen2-3b_wandb-outputlog_healthy.log"
-BLOWUP = "verl_opd_qwen2-3b_wandb-outputlog_length-blowup.log"
-LENGTH_COLLAPSE = "verl_opd_qwen2-3b_wandb-outputlog_length-collapse-gradnorm.log"
-UITARS = "verl_grpo_uitars-7b_console_ray-ansi-10steps.log"
-KL_SPIKE = "trl_grpo_qwen3.5-9b_console_kl-spike.log"
-REWARD_COLLAPSE = "trl_grpo_qwen2.5-7b_console_reward-collapse-entropy-blowup.log"
-DEAD_REWARD = "unsloth_grpo_qwen2.5-0.5b_console_dead-task-reward.log"
-LLAMA = "trl_grpo_llama3.1-8b_checkpoint-250_trainer_state.json"
-QWEN3 = "trl_grpo_qwen3-4b_checkpoint-1134_trainer_state.json"
-TELELOGS = "trl_grpo_telelogs_checkpoint-200_trainer_state.json"
-AAIPL = "trl_grpo_aaipl_checkpoint-500_trainer_state.json"
 
 # file -> (format, first step, last step, logged steps, step interval or None)
 READING = {
@@ -44,6 +52,11 @@ READING = {
     QWEN3: ("trl-state", 5, 1130, 226, 5),
     TELELOGS: ("trl-state", 1, 200, 200, 1),
     AAIPL: ("trl-state", 10, 500, 50, 10),
+    KAGGLE_PINNED: ("hf-console", 5, 500, 100, 5),
+    KAGGLE_DROP: ("hf-console", 10, 300, 30, 10),
+    STATE_PINNED: ("trl-state", 5, 250, 50, 5),
+    CONSOLE_PINNED: ("hf-console", 5, 250, 50, 5),
+    SPARSE: ("trl-state", 1, 100, 100, 1),
 }
 
 _RUNS: dict[str, object] = {}
@@ -82,6 +95,23 @@ def test_analyze_runs_under_five_seconds_on_each_real_log(name):
     t0 = time.perf_counter()
     analyze([LOGS / name], plots=False)
     assert time.perf_counter() - t0 < 5.0
+
+
+def test_a_kaggle_notebook_log_is_read_through_its_json_wrapper():
+    for name, kl_at in ((KAGGLE_DROP, (250, 1.089)), (KAGGLE_PINNED, (305, 0.429))):
+        parsed = parse_file(LOGS / name)  # a JSON array of stream records: its stdout joined, then the TRL dicts
+        assert any("notebook log" in n for n in parsed.notes), parsed.notes
+        assert {r.step: r.values["kl"] for r in parsed.records}[kl_at[0]] == pytest.approx(kl_at[1], rel=1e-3)
+
+
+def test_one_run_in_two_formats_reads_as_the_same_series():
+    console, state = parse_file(LOGS / CONSOLE_PINNED), parse_file(LOGS / STATE_PINNED)
+    assert not console.problems  # the validation messages' dicts are not lost records
+    a, b = ({r.step: r.values for r in p.records} for p in (console, state))
+    assert sorted(a) == sorted(b) == list(range(5, 251, 5))
+    for step in a:  # the console prints 4 significant digits
+        for key in ("reward", "kl", "grad_norm", "loss"):
+            assert float(a[step][key]) == pytest.approx(float(b[step][key]), rel=5e-4, abs=1e-9), (step, key)
 
 
 def test_verl_config_dump_is_settings_not_records():
