@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from otel_rl.analyze._incidents import incident_limits
 from otel_rl.analyze._report import write_reports
 from otel_rl.analyze._run import RunAnalysis, analyze_parsed, key_series
 from otel_rl.detect.detectors import DetectorConfig, default_rules_yaml, load_rules
@@ -58,10 +59,21 @@ def analyze(
 
 
 def _write_plots(runs: list[RunAnalysis], out_dir: Path) -> None:
-    from otel_rl.analyze._plots import plot_series, slug
+    from otel_rl.analyze._plots import plot_incident, plot_series, slug
 
     for index, run in enumerate(runs, start=1):
         prefix = f"{index}-" if len(runs) > 1 else ""
+        by_label = {s.label: s for s in run.series.values()}
+        for k, incident in enumerate(run.headline):
+            rel = Path("plots") / f"{prefix}incident-{k + 1}.png"
+            try:
+                plot_incident(by_label, incident, out_dir / rel, limits=incident_limits(run, incident))
+            except ImportError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - a picture that fails never costs the report
+                run.plot_failures.append(f"incident {k + 1}: {type(exc).__name__}: {exc}")
+                continue
+            run.incident_plots.append((k, rel.as_posix()))
         chosen = key_series(run.series)
         flagged = {(f.metric, tuple(sorted(f.attributes.items()))) for f in run.findings if f.severity in ("critical", "warning")}
         chosen += [s for s in run.series.values() if s.key in flagged and s not in chosen][:4]
@@ -80,31 +92,32 @@ def _write_plots(runs: list[RunAnalysis], out_dir: Path) -> None:
 
 CLI_DESCRIPTION = """\
 Analyze RL training logs the way an engineer reads them, and write report.md, report.html and
-report.json (plus PNG plots) into --out:
+report.json (plus PNG pictures) into --out:
 
 - first, what was read and how sure it is (steps, records per step, the count against the log's own
   header, the share of lines read; a doubtful parse is a WARNING, never a silent "healthy"), then the
-  verdict: did the run learn (reward or score, first fifth against last fifth, with 2 standard
-  errors), is it stable, and what happened when, in step order;
-- the metrics present, what each means and which direction is good (from the registry);
-- events found by robust statistics (each value against the rolling median and MAD of the values
-  before it, the first values against each other, and large in the metric's own terms: never below
-  its resolution or its registry floor): spike, level shift, collapse, explosion, drift (window
-  against window, on a log scale), fixed danger thresholds from the registry from the first point
-  (kl > 10, clipped ratio > 0.3, entropy near 0, grad norm 10x the configured clip),
-  pinned-at-limit, and periodic patterns (a slow step every N steps: checkpointing, validation),
-  which are told apart from anomalies;
-- chains of co-occurring events in lead/lag order (e.g. KL spike -> length and clipped ratio ->
-  reward collapse -> grad-norm explosion) and when each series recovered;
-- the online alert rules replayed over the log (what would have fired during training);
-- recommendations given only when the values corroborate them, each citing those values (KL to
-  the reference, not to the previous policy; clipping only with norms above the clip; length only
-  with truncation), using the settings the log shows (a verl config dump, the Trainer header,
-  trainer_state.json) and saying when it does not show them.
+  verdict, which names the top incident, and whether the run learned (reward or score, first fifth
+  against last fifth, with 2 standard errors);
+- the headline: at most 7 incidents, most important first. An incident is what several series did
+  at about the same steps, named as a person would ("policy collapse at step 12: response length
+  1759 -> 1, entropy 0.22 -> 0.0002", "KL and gradient-norm spike at step 71"), from: changepoints
+  of each whole series (ruptures' PELT, the penalty scaled to the series' own noise, log scale for
+  KL, gradient norms and lengths), so a change at the second logged point or a slow climb is found
+  where it starts; robust one-step spikes that come back; and conditions held for much of the run
+  (a registry danger threshold, lengths pinned at a value, a reward without spread), told once with
+  their share of steps. Ranked by severity (the registry's good direction, the size of the change,
+  its danger threshold), the importance of the series and whether it came back. A limit the report
+  names is the stated one (config dump, header, trainer arguments) or one a truncation ratio
+  confirms; otherwise it says it does not know. report.html draws each headline incident;
+- folded below: the other incidents, the metrics (meaning and good direction from the registry),
+  every detector finding (spike, level shift, collapse, explosion, drift, thresholds, pinned-at-limit,
+  periodic), chains of co-occurring findings, the online alert rules replayed over the log, and
+  recommendations given only when the values corroborate them, citing those values.
 
 Inputs: everything otel-rl replay reads (ms-swift logging.jsonl, trainer_state.json, HF console
-output, verl JSONL / console, ROLL stdout) and otel-rl run folders. Each FILE is one run.
-Plots need matplotlib (pip install 'otel-rl[analyze]'); --no-plots skips them.
+output, a Kaggle notebook's JSON log, verl JSONL / console, ROLL stdout) and otel-rl run folders.
+Each FILE is one run. Needs ruptures and matplotlib (pip install 'otel-rl[analyze]'); --no-plots
+skips the pictures.
 """
 
 
@@ -174,17 +187,20 @@ def run_cli(args: argparse.Namespace) -> int:
         print(f"otel-rl analyze: {exc}", file=sys.stderr)
         return 1
     for run in runs:
-        events = run.events
-        critical = sum(1 for f in events if f.severity == "critical")
+        counts = {s: sum(1 for i in run.incidents if i.severity == s) for s in ("critical", "warning")}
         print(
             f"otel-rl analyze: {run.parsed.path}: {len(run.parsed.records)} steps, {len(run.series)} series, "
-            f"{len(events)} event(s) ({critical} critical), {len(run.chains)} chain(s), {len(run.alerts)} alert(s) replayed"
+            f"{len(run.incidents)} incident(s) ({counts['critical']} critical, {counts['warning']} warning), "
+            f"{len(run.alerts)} alert(s) replayed"
         )
         for line in parse_summary(run.parsed):
             print(f"  {line}")
         if run.verdict is not None:
-            print(f"  did it learn? {run.verdict.learned_text}")
             print(f"  is it stable? {run.verdict.stable_text}")
+            print(f"  did it learn? {run.verdict.learned_text}")
+        for n, incident in enumerate(run.headline, start=1):
+            text = incident.text if len(incident.text) <= 220 else incident.text[:217] + "..."
+            print(f"  {n}. [{incident.severity}] {text}")
         if run.parsed.problems:
             print(f"  {len(run.parsed.problems)} malformed line(s) skipped, first at line {run.parsed.problems[0].line}")
     print(f"  report: {Path(args.out) / 'report.md'} (also report.html, report.json)")

@@ -85,3 +85,56 @@ def plot_series(series: Series, findings: list[Finding], path: Path, *, title: s
     finally:
         plt.close(fig)
     return path
+
+
+_SEVERITY_COLOURS = {"critical": "#c62828", "warning": "#ef8f00", "info": "#1f77b4"}
+
+
+def plot_incident(series: dict[str, Series], incident: Any, path: Path, *, limits: dict[str, tuple[float, str]] | None = None) -> Path:
+    """The series of one incident, one panel each (the four that moved most): its steps shaded, each
+    spike marked, the level before it as a dashed line and band, and the limit or threshold that
+    applies drawn (``limits``: series -> (value, what it is))."""
+    plt = _pyplot()
+    order: list[str] = []
+    for part in sorted(incident.parts, key=lambda p: -p.size):
+        if part.series in series and part.series not in order:
+            order.append(part.series)
+    order = order[:4]
+    fig, axes = plt.subplots(len(order), 1, figsize=(7.5, 1.6 * len(order) + 0.5), dpi=90, sharex=True, squeeze=False)
+    colour = _SEVERITY_COLOURS.get(incident.severity, "#555555")
+    try:
+        for ax, label in zip(axes[:, 0], order):
+            steps, x = series[label].arrays()
+            finite = np.isfinite(x)
+            ax.plot(steps[finite], x[finite], color="#333333", linewidth=1.0)
+            positive = x[finite][x[finite] > 0]
+            if positive.size == finite.sum() and positive.size > 2 and positive.max() / positive.min() > 1e2:
+                ax.set_yscale("log")
+            mine = [p for p in incident.parts if p.series == label]
+            for part in mine:
+                if part.kind == "spike":
+                    ax.plot(part.steps, [part.after] * len(part.steps), "o", color=colour, markersize=5)
+                    continue
+                lo, hi = part.first_step, max(part.last_step, part.first_step)
+                ax.axvspan(lo - 0.5, hi + 0.5, color=colour, alpha=0.15 if part.kind == "sustained" else 0.3, linewidth=0)
+            before = next((p.before for p in mine if p.kind != "spike"), mine[0].before if mine else None)
+            if before is not None and np.isfinite(before):
+                ax.axhline(before, color="#777777", linestyle="--", linewidth=0.9)
+                first = min((p.first_step for p in mine), default=int(steps[0]))
+                ax.axvspan(float(steps[0]) - 0.5, first - 0.5, color="#9e9e9e", alpha=0.12, linewidth=0)  # the baseline
+            if limits and label in limits:
+                value, what = limits[label]
+                ax.axhline(value, color="#c62828", linestyle=":", linewidth=1.2)
+                ax.annotate(what, (0.995, value), xycoords=("axes fraction", "data"), ha="right", va="bottom", fontsize=7, color="#c62828")
+            ax.set_title(f"{label}  ({series[label].metric})", fontsize=8, loc="left")
+            ax.tick_params(labelsize=7)
+        axes[-1, 0].set_xlabel("step", fontsize=8)
+        fig.suptitle(incident.name, fontsize=9, x=0.01, ha="left", color=colour)
+        fig.subplots_adjust(
+            left=0.1, right=0.98, top=1 - 0.45 / (1.6 * len(order) + 0.5), bottom=0.35 / (1.6 * len(order) + 0.5), hspace=0.55
+        )
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path)
+    finally:
+        plt.close(fig)
+    return path

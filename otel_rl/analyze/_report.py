@@ -70,6 +70,22 @@ class _Doc:
     def img(self, path: str, alt: str) -> None:
         self.blocks.append(("img", (path, alt)))
 
+    def verdict(self, state: str, text: str) -> None:
+        """The verdict, first thing a reader sees (Markdown: bold; HTML: a coloured box by state)."""
+        self.blocks.append(("verdict", (state, text)))
+
+    def fold(self, summary: str) -> None:
+        """Start a folded part (``<details>``: GitHub's Markdown and every browser render it closed)."""
+        self.blocks.append(("fold", summary))
+
+    def unfold(self) -> None:
+        self.blocks.append(("unfold", None))
+
+    def incidents(self, items: Sequence[tuple[str, str, str | None]]) -> None:
+        """Numbered incidents: (severity, text, picture path or None)."""
+        if items:
+            self.blocks.append(("incidents", list(items)))
+
     def markdown(self) -> str:
         out: list[str] = []
         for kind, body in self.blocks:
@@ -88,6 +104,16 @@ class _Doc:
                 out.append("")
             elif kind == "img":
                 out.append(f"![{body[1]}]({body[0]})\n")
+            elif kind == "verdict":
+                out.append(f"**Verdict.** {body[1]}\n")
+            elif kind == "fold":
+                out.append(f"<details><summary>{html.escape(body)}</summary>\n")
+            elif kind == "unfold":
+                out.append("</details>\n")
+            elif kind == "incidents":
+                for n, (severity, text, picture) in enumerate(body, start=1):
+                    out.append(f"{n}. **{severity}** {text}" + (f" ([picture]({picture}))" if picture else ""))
+                out.append("")
         return "\n".join(out).rstrip() + "\n"
 
     def html(self, title: str) -> str:
@@ -97,7 +123,11 @@ class _Doc:
             "body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}"
             "table{border-collapse:collapse;font-size:13px;margin:0.5em 0 1.2em}td,th{border:1px solid #ccc;"
             "padding:3px 6px;text-align:left;vertical-align:top}th{background:#f3f3f3}img{max-width:100%}"
-            "code{background:#f3f3f3;padding:0 3px}</style></head><body>"
+            "code{background:#f3f3f3;padding:0 3px}details{margin:1em 0}summary{cursor:pointer;font-weight:600}"
+            ".verdict{font-size:1.1em;padding:0.6em 0.9em;border-left:5px solid #888;background:#f7f7f7}"
+            ".critical{border-color:#c62828}.warnings{border-color:#ef8f00}.stable{border-color:#2e7d32}"
+            "ol.incidents>li{margin:0 0 1.2em}.sev{display:inline-block;min-width:5.5em;font-weight:600}"
+            ".sev-critical{color:#c62828}.sev-warning{color:#b26a00}.sev-info{color:#555}</style></head><body>"
         ]
         for kind, body in self.blocks:
             if kind == "h":
@@ -117,6 +147,18 @@ class _Doc:
                 )
             elif kind == "img":
                 out.append(f"<p><img src='{e(body[0])}' alt='{e(body[1])}'></p>")
+            elif kind == "fold":
+                out.append(f"<details><summary>{e(body)}</summary>")
+            elif kind == "unfold":
+                out.append("</details>")
+            elif kind == "verdict":
+                out.append(f"<p class='verdict {e(body[0])}'>{e(body[1])}</p>")
+            elif kind == "incidents":
+                out.append("<ol class='incidents'>")
+                for severity, text, picture in body:
+                    img = f"<br><img src='{e(picture)}' alt='{e(text[:80])}'>" if picture else ""
+                    out.append(f"<li><span class='sev sev-{e(severity)}'>{e(severity)}</span> {e(text)}{img}</li>")
+                out.append("</ol>")
         out.append("</body></html>")
         return "\n".join(out) + "\n"
 
@@ -127,18 +169,32 @@ def _run_section(doc: _Doc, run: RunAnalysis, heading: int) -> None:
     steps = f"steps {run.first_step}-{run.last_step}" if run.first_step is not None else "no steps"
     if parsed.doubts:
         doc.p("WARNING: this parse is doubtful, so no verdict below is a verdict of health: " + " ".join(parsed.doubts))
-    doc.p(
-        f"Source {parsed.path} ({parsed.format}, keys mapped as {parsed.framework or 'any framework'}): "
-        f"{len(parsed.records)} logged steps ({steps}, every {run.step_interval} step(s)), {len(run.series)} numeric series."
-    )
-    doc.ul(parse_summary(parsed) + [f"note: {n}" for n in parsed.notes[:5]])
     v = run.verdict
     if v is not None:
-        doc.h(heading + 1, "Verdict")
-        doc.ul([f"Did it learn? {v.learned_text}", f"Is it stable? {v.stable_text}"])
-        if v.timeline:
-            doc.p("What happened when:")
-            doc.ol(v.timeline)
+        state = {"unstable": "critical", "warnings": "warnings", "stable": "stable"}.get(v.stable, "unknown")
+        doc.verdict(state, f"{v.stable_text}. Did it learn? {v.learned_text}.")
+    headline = run.headline
+    rest = run.incidents[len(headline) :]
+    serious = [i for i in run.incidents if i.severity in ("critical", "warning")]
+    doc.h(heading + 1, f"Headline: {len(headline)} of {len(run.incidents)} incident(s), most important first")
+    if headline:
+        pictures = dict(run.incident_plots)
+        doc.incidents([(i.severity, i.text, pictures.get(n)) for n, i in enumerate(headline)])
+    else:
+        doc.p("No incident: no series the report is about changed beyond its noise.")
+    doc.p(
+        f"Read: {parsed.path} ({parsed.format}, keys mapped as {parsed.framework or 'any framework'}): "
+        f"{len(parsed.records)} logged steps ({steps}, every {run.step_interval} step(s)), {len(run.series)} numeric series; "
+        f"{len(serious)} warning or critical incident(s) in all."
+    )
+    doc.ul(parse_summary(parsed) + [f"note: {n}" for n in parsed.notes[:5]])
+    doc.fold(f"Everything else: {len(rest)} more incident(s), settings, metrics, every detector finding, alerts, advice")
+    if rest:
+        doc.h(heading + 1, "Other incidents")
+        doc.incidents([(i.severity, i.text, None) for i in rest])
+    if v is not None and v.timeline:
+        doc.h(heading + 1, "What happened when")
+        doc.ol(v.timeline)
 
     events = run.events
     kinds = Counter(f.kind for f in run.findings)
@@ -261,6 +317,7 @@ def _run_section(doc: _Doc, run: RunAnalysis, heading: int) -> None:
         doc.h(heading + 1, "Lines skipped while reading")
         doc.p(format_problems(parsed.problems, limit=10))
         doc.ul([str(p) for p in parsed.problems[:10]])
+    doc.unfold()
 
 
 def _run_json(run: RunAnalysis) -> dict[str, Any]:
@@ -281,6 +338,8 @@ def _run_json(run: RunAnalysis) -> dict[str, Any]:
         "truncated_steps": parsed.truncated_steps,
         "setting_sources": parsed.setting_sources,
         "verdict": run.verdict.as_dict() if run.verdict is not None else None,
+        "headline": [i.as_dict() for i in run.headline],
+        "incidents": [i.as_dict() for i in run.incidents],
         "settings": {
             k: (v if isinstance(v, (int, str, bool, list)) or v is None else float(f"{v:.6g}") if isinstance(v, float) else str(v))
             for k, v in run.settings.items()
@@ -335,9 +394,9 @@ def write_reports(runs: Sequence[RunAnalysis], out_dir: Path) -> dict[str, Path]
     title = "Training log analysis" + (f": {runs[0].parsed.path.name}" if len(runs) == 1 else f" ({len(runs)} runs)")
     doc.h(1, title)
     doc.p(
-        f"otel-rl analyze {__version__}. Findings: threshold, spike, level shift, collapse, explosion, drift, "
-        "pinned-at-limit, periodic; "
-        "severity critical / warning / info (info: the good direction, or a schedule)."
+        f"otel-rl analyze {__version__}. Incidents are changes of the reward, KL, gradient norm, entropy, response "
+        "length and the reward's spread at about the same steps, named and ranked by what they mean (the registry's good "
+        "direction), their size and whether they came back; severity critical / warning / info."
     )
     for run in runs:
         _run_section(doc, run, 2)

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from otel_rl._sdk.keys import KeyResolver
+from otel_rl.analyze._incidents import Incident, find_incidents, headline
 from otel_rl.analyze._series import Series, SeriesKey, build_series, resolved_records
 from otel_rl.analyze._verdict import Verdict, verdict
 from otel_rl.detect.detectors import (
@@ -55,6 +56,8 @@ KEY_FAMILIES: tuple[tuple[str, dict[str, str]], ...] = (
     (M.RL_LEARNING_RATE, {}),
 )
 
+# The length limit read from the data: only where the log states none and the truncation ratio confirms it.
+INFERRED_MAX_LENGTH = "max completion length (from the log: lengths held there while the truncation ratio is >= 0.5)"
 _KL_SETTING = re.compile(r"(^|[/._])(beta|kl_coef|kl_ctl|init_kl_coef|kl_loss_coef|kl_coeff)$")
 _GRAD_CLIP_SETTING = re.compile(r"(^|[/._])(max_grad_norm|grad_clip|clip_grad)$")
 _MAX_LEN_SETTING = re.compile(r"(^|[/._])(max_completion_length|max_new_tokens|response_length|max_response_length)$")
@@ -131,6 +134,13 @@ class RunAnalysis:
     plots: list[str] = field(default_factory=list)
     plot_failures: list[str] = field(default_factory=list)  # "<series>: <why>" of each plot that failed
     verdict: Verdict | None = None
+    incidents: list[Incident] = field(default_factory=list)  # most important first
+    incident_plots: list[tuple[int, str]] = field(default_factory=list)  # (headline index, picture path)
+
+    @property
+    def headline(self) -> list[Incident]:
+        """The incidents the report opens with (the top of the ranking, at most 7)."""
+        return headline(self.incidents)
 
     @property
     def first_step(self) -> int | None:
@@ -235,11 +245,17 @@ def _settings(parsed: ParsedLog, series: dict[SeriesKey, Series], findings: list
             settings["learning_rate (peak, from the log)"] = peak
             settings["warm-up (steps to 95% of the peak LR, from the log)"] = reach
             settings["LR >= 80% of its peak (steps, from the log)"] = f"{int(held[0])}-{int(held[-1])}"
-    for f in findings:
-        if (f.kind == "pinned-at-limit" and f.metric == M.RL_RESPONSE_LENGTH and f.limit and f.direction == "up"
-                and f.attributes.get(A.RL_STATISTIC, "max") == "max"):
-            settings["max completion length (from the log: lengths pinned there)"] = int(f.limit)
-            break
+    # A limit inferred from the data only where the log states none and a truncation ratio says the
+    # responses were cut there: a length that sits at one value is not, by itself, the limit.
+    if parsed.settings.get("max_response_length") is None:
+        clipped = [s for s in series.values() if s.metric == M.RL_RESPONSE_CLIPPED_RATIO]
+        for f in findings:
+            if (f.kind == "pinned-at-limit" and f.metric == M.RL_RESPONSE_LENGTH and f.limit and f.direction == "up"
+                    and f.attributes.get(A.RL_STATISTIC, "max") == "max"):
+                cut = [v for s in clipped for st, v in s.by_step.items() if f.first_step <= st <= f.last_step]
+                if cut and float(np.median(cut)) >= 0.5:
+                    settings[INFERRED_MAX_LENGTH] = int(f.limit)
+                break
     return settings
 
 
@@ -404,7 +420,7 @@ def recommend(run: RunAnalysis) -> list[Recommendation]:
     if clip_events and material:
         evidence.append(f"length / truncation growth at {_where(clip_events)}")
     if material:
-        limit = configured[0] if configured is not None else run.settings.get("max completion length (from the log: lengths pinned there)")
+        limit = configured[0] if configured is not None else run.settings.get(INFERRED_MAX_LENGTH)
         action = "Responses run into the length limit, and truncated answers score badly or break the format."
         action += (f" Raise the limit above {limit} if the task needs long answers; otherwise penalize length and score "
                    "truncated completions 0 (cutting the limit and zeroing truncated answers stopped a length blow-up in a "
@@ -519,6 +535,7 @@ def analyze_parsed(parsed: ParsedLog, *, cfg: DetectorConfig = DetectorConfig(),
     run = RunAnalysis(parsed=parsed, series=series, unmapped=unmapped, metrics=_metric_rows(series), findings=findings,
                       chains=chains, alerts=alerts, settings={}, recommendations=[], step_interval=interval)
     run.settings = _settings(parsed, series, findings)
-    run.verdict = verdict(series, findings, chains, parsed.doubts)
+    run.incidents = find_incidents(series, findings, interval=interval, settings=parsed.settings, sources=parsed.setting_sources)
+    run.verdict = verdict(series, findings, chains, parsed.doubts, run.incidents)
     run.recommendations = recommend(run)
     return run

@@ -2,8 +2,9 @@
 
 "Did it learn" compares the reward (or score) of the first logged steps (a fifth of them, at most
 10) with the last as many: the change, and two standard errors of it (Welch), so a flat score over 300 steps and a
-score rising 0 -> 0.23 do not read alike. "Is it stable" counts critical and warning events.
-"What happened when" lists the events and chains in step order, as an engineer would write it up.
+score rising 0 -> 0.23 do not read alike. "Is it stable" names the top incident (the ranking of
+:mod:`otel_rl.analyze._incidents`), so it never says other than the incidents below it.
+"What happened when" lists the incidents in step order.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from otel_rl.analyze._incidents import Incident
 from otel_rl.analyze._series import Series, SeriesKey
 from otel_rl.detect.detectors import Chain, Finding, format_number
 from otel_rl.semconv import attributes as A
@@ -155,40 +157,39 @@ def timeline(findings: Sequence[Finding], chains: Sequence[Chain], limit: int = 
     return lines
 
 
-def verdict(series: dict[SeriesKey, Series], findings: Sequence[Finding], chains: Sequence[Chain], doubts: Sequence[str]) -> Verdict:
+def verdict(
+    series: dict[SeriesKey, Series],
+    findings: Sequence[Finding],
+    chains: Sequence[Chain],
+    doubts: Sequence[str],
+    incidents: Sequence[Incident] = (),
+) -> Verdict:
     learned, learned_text, s, change, two_se = did_it_learn(series)
     validation = _validation_text(series)
     if validation:
         learned_text += f"; {validation}"
-    events = [f for f in findings if f.kind != "periodic"]
-    critical = [f for f in events if f.severity == "critical"]
-    warnings = [f for f in events if f.severity == "warning"]
-    if critical:
-        first = min(critical, key=lambda f: f.first_step)
-        stable, stable_text = (
-            "unstable",
-            (
-                f"Unstable: {len(critical)} critical event(s), the first at step {first.first_step} "
-                f"({first.series} {first.kind} {first.direction})" + (f", and {len(warnings)} warning(s)" if warnings else "")
-            ),
-        )
-    elif warnings:
-        first = min(warnings, key=lambda f: f.first_step)
-        stable, stable_text = (
-            "warnings",
-            (
-                f"No critical event; {len(warnings)} warning(s), the first at step {first.first_step} "
-                f"({first.series} {first.kind} {first.direction})"
-            ),
+    serious = [i for i in incidents if i.severity in ("critical", "warning")]
+    logged = max((len(s.by_step) for s in series.values()), default=0)
+    if logged < _MIN_POINTS:
+        stable, stable_text = ("unknown", f"Not judged: the run read has {logged} logged step(s), too few to tell a change from noise")
+    elif serious:
+        top = serious[0]  # incidents come ranked
+        critical = sum(1 for i in serious if i.severity == "critical")
+        others = len(serious) - 1
+        where = f"step {top.first_step}" if top.first_step == top.last_step else f"steps {top.first_step}-{top.last_step}"
+        stable = "unstable" if top.severity == "critical" else "warnings"
+        lead = "Unstable" if stable == "unstable" else "No critical incident"
+        stable_text = f"{lead}: {top.name} at {where}" + (
+            f", and {others} more incident(s) ({critical - (top.severity == 'critical')} more critical)" if others else ""
         )
     else:
-        stable, stable_text = "stable", f"Stable: no critical or warning event in {len(series)} series"
+        stable, stable_text = "stable", f"Stable: no warning or critical incident in {len(series)} series"
     result = Verdict(
         learned=learned,
         learned_text=learned_text,
         stable=stable,
         stable_text=stable_text,
-        timeline=timeline(findings, chains),
+        timeline=[i.text for i in sorted(serious, key=lambda i: i.first_step)] if incidents else timeline(findings, chains),
         doubts=list(doubts),
         reward_series=s.label if s is not None else None,
         change=change,

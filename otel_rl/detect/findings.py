@@ -454,7 +454,9 @@ def _pinned(
                 metric,
                 attrs,
                 direction,
-                "the generation length limit" if length_like else "its maximum, 1",
+                "one length on most steps (the generation limit only if the config or a truncation ratio says so)"
+                if length_like
+                else "its maximum, 1",
             )
         )
     low = float(x.min())

@@ -1,0 +1,164 @@
+"""Changepoints, spikes and incidents on series of known shape (the real logs are in test_incidents_real_logs.py).
+
+What the incident layer promises: a change at the second logged point is found there; a slow climb
+where it starts; spikes that come back are spikes, not shifts; noise gives nothing; changes of several
+series at one step are one incident, named from what moved; a limit the report names is the stated
+one or a confirmed one. Precision and recall over injected events are printed with ``-s``.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from otel_rl.analyze._changes import series_changes
+from otel_rl.analyze._incidents import find_incidents
+from otel_rl.analyze._run import _settings
+from otel_rl.analyze._series import Series
+from otel_rl.detect.detectors import detect_series
+from otel_rl.semconv import attributes as A
+from otel_rl.semconv import metrics as M
+
+MEAN = {A.RL_STATISTIC: A.RlStatisticValues.MEAN.value}
+
+
+def series(label: str, metric: str, values, attributes=None, first: int = 1) -> Series:
+    s = Series(metric=metric, attributes=dict(attributes or {}), label=label, keys=[label])
+    s.by_step = {first + i: float(v) for i, v in enumerate(values)}
+    return s
+
+
+def noisy(rng: np.random.Generator, level: float, n: int, rel: float = 0.03) -> np.ndarray:
+    return level * (1.0 + rel * rng.standard_normal(n))
+
+
+def incidents_of(*all_series: Series, settings=None, sources=None):
+    findings = []
+    for s in all_series:
+        steps, x = s.arrays()
+        findings += detect_series(steps, x, series=s.label, metric=s.metric, attributes=s.attributes)
+    table = {s.key: s for s in all_series}
+    return find_incidents(table, findings, interval=1, settings=settings or {}, sources=sources or {})
+
+
+def test_a_change_at_the_second_logged_point_is_found_there() -> None:
+    rng = np.random.default_rng(1)
+    values = np.concatenate([[53.0], noisy(rng, 2.6, 59)])
+    (change,) = [c for c in series_changes(series("response_length/mean", M.RL_RESPONSE_LENGTH, values, MEAN), 1) if c.kind != "spike"]
+    assert (change.kind, change.direction, change.first_step) == ("shift", "down", 2)
+    assert change.size > 1.0  # 53 -> 2.6: more than a decade
+
+
+def test_a_slow_climb_is_found_where_it_starts() -> None:
+    rng = np.random.default_rng(2)
+    kl = np.concatenate([noisy(rng, 0.002, 10), np.geomspace(0.002, 0.8, 90) * (1 + 0.05 * rng.standard_normal(90)), noisy(rng, 0.8, 200)])
+    (change,) = [c for c in series_changes(series("kl", M.RL_POLICY_KL, kl), 1) if c.kind != "spike"]
+    assert change.direction == "up" and change.first_step <= 20, change  # where it starts, not hundreds of steps on
+    assert change.after == pytest.approx(0.8, rel=0.3) and change.before == pytest.approx(0.002, rel=0.5)
+
+
+def test_noise_and_a_trendless_series_give_nothing() -> None:
+    rng = np.random.default_rng(3)
+    for level in (0.5, 120.0, 3e-4):
+        assert series_changes(series("x", M.RL_GRAD_NORM, noisy(rng, level, 300)), 1) == []
+
+
+def test_a_spike_that_comes_back_is_a_spike_not_a_shift() -> None:
+    rng = np.random.default_rng(4)
+    grad = noisy(rng, 0.2, 200)
+    grad[70] = 154.6
+    changes = series_changes(series("grad_norm", M.RL_GRAD_NORM, grad), 1)
+    assert [(c.kind, c.first_step) for c in changes] == [("spike", 71)]
+
+
+def test_changes_at_one_step_are_one_incident_named_from_what_moved() -> None:
+    rng = np.random.default_rng(5)
+    n, at = 120, 40
+    length = np.concatenate([noisy(rng, 1700, at), noisy(rng, 1.2, n - at)])
+    entropy = np.concatenate([noisy(rng, 0.22, at + 2), noisy(rng, 2e-4, n - at - 2)])
+    reward = noisy(rng, 0.5, n, 0.05)
+    found = incidents_of(
+        series("response_length/mean", M.RL_RESPONSE_LENGTH, length, MEAN),
+        series("actor/entropy", M.RL_POLICY_ENTROPY, entropy, MEAN),
+        series("reward", M.RL_REWARD, reward, MEAN),
+    )
+    top = found[0]
+    assert top.name == "policy collapse" and top.severity == "critical", top.text
+    assert {M.RL_RESPONSE_LENGTH, M.RL_POLICY_ENTROPY} <= top.metrics
+    assert top.reaches(at, at + 3)
+    assert not [i for i in found[1:] if i.severity != "info"]  # the steady reward adds nothing
+
+
+def test_a_kl_and_gradient_spike_at_one_step_is_one_incident() -> None:
+    rng = np.random.default_rng(6)
+    kl, grad = noisy(rng, 0.09, 200, 0.2), noisy(rng, 0.13, 200, 0.2)
+    kl[70], grad[70] = 17.76, 154.6
+    (top, *rest) = incidents_of(series("kl", M.RL_POLICY_KL, kl), series("grad_norm", M.RL_GRAD_NORM, grad))
+    assert top.name == "KL and gradient-norm spike" and top.severity == "critical" and top.marked_steps == [71]
+    assert not [i for i in rest if i.severity != "info"]
+
+
+def test_a_length_pinned_below_the_stated_limit_is_not_called_the_limit() -> None:
+    length = np.concatenate([[5.0, 8.0, 12.0, 16.0], np.full(96, 20.0)])
+    clipped = np.zeros(100)
+    found = incidents_of(
+        series("response_length/mean", M.RL_RESPONSE_LENGTH, length, MEAN),
+        series("response_length/clip_ratio", M.RL_RESPONSE_CLIPPED_RATIO, clipped),
+        settings={"max_response_length": 128},
+        sources={"max_response_length": "config dump"},
+    )
+    notes = [i.note for i in found if i.note]
+    assert notes and all("not at the stated limit 128 (config dump): why is not known" in n for n in notes), notes
+    assert not any("is the limit" in i.text or "is the stated limit" in i.text for i in found)
+    # Nor does the settings table infer a limit from the data where the log states one.
+    parsed = SimpleNamespace(settings={"max_response_length": 128})
+    assert not any("from the log" in k for k in _settings(parsed, {}, []))  # type: ignore[arg-type]
+
+
+def test_a_length_at_a_limit_that_a_truncation_ratio_confirms_says_so() -> None:
+    length = np.concatenate([np.linspace(300, 500, 10), np.full(90, 512.0)])
+    clipped = np.concatenate([np.linspace(0.1, 0.9, 10), np.ones(90)])
+    found = incidents_of(
+        series("completions/mean_length", M.RL_RESPONSE_LENGTH, length, MEAN),
+        series("completions/clipped_ratio", M.RL_RESPONSE_CLIPPED_RATIO, clipped),
+    )
+    pinned = [i for i in found if i.name.startswith("responses pinned at the length limit")]
+    assert pinned and pinned[0].severity == "critical", [i.text for i in found]
+    assert "512 tokens is the limit: completions/clipped_ratio is 1 there" in pinned[0].note
+
+
+N = 300
+
+
+def _injected(seed: int, count: int = 60) -> tuple[list[np.ndarray], list[tuple[int, int, str]]]:
+    """Positive series (a gradient norm's kind, 5% noise) with one event each at a known index: a
+    one-point spike (x10-x1000) or a level change (x0.05-x0.3 or x5-x20) that stays."""
+    rng = np.random.default_rng(seed)
+    out, truth = [], []
+    for k in range(count):
+        x = noisy(rng, float(rng.uniform(0.05, 50)), N, 0.05)
+        at = int(rng.integers(30, 270))
+        if k % 2 == 0:
+            x[at] *= float(rng.uniform(10, 1000))
+            truth.append((k, at + 1, "spike"))
+        else:
+            x[at:] *= float(rng.choice([rng.uniform(0.05, 0.3), rng.uniform(5, 20)]))
+            truth.append((k, at + 1, "shift"))
+        out.append(x)
+    return out, truth
+
+
+@pytest.mark.parametrize("seed", [11, 12, 13])
+def test_precision_and_recall_on_injected_events(seed: int, capsys: pytest.CaptureFixture[str]) -> None:
+    values, truth = _injected(seed)
+    found: list[tuple[int, int, str]] = []
+    for k, x in enumerate(values):
+        found += [(k, c.first_step, c.kind) for c in series_changes(series("grad_norm", M.RL_GRAD_NORM, x), 1)]
+    hit = [t for t in truth if any(f[0] == t[0] and abs(f[1] - t[1]) <= 1 and f[2] == t[2] for f in found)]
+    true = [f for f in found if any(f[0] == t[0] and abs(f[1] - t[1]) <= 1 for t in truth)]
+    recall, precision = len(hit) / len(truth), len(true) / max(len(found), 1)
+    with capsys.disabled():
+        print(f"\nseed {seed}: recall {recall:.2f} ({len(hit)}/{len(truth)}), precision {precision:.2f} ({len(true)}/{len(found)})")
+    assert recall >= 0.9 and precision >= 0.9
