@@ -138,6 +138,9 @@ OTEL_RL_E2E_STACK_DIR = "OTEL_RL_E2E_STACK_DIR"
 OTEL_RL_E2E_PORT_OFFSET = "OTEL_RL_E2E_PORT_OFFSET"
 """End-to-end tests: the port offset of the local stack they start."""
 
+OTEL_RL_REQUIRE_BROWSER = "OTEL_RL_REQUIRE_BROWSER"
+"""Tests: ``1`` turns the skip of the test that renders an analyze report in headless Chromium, without Chromium, into a failure (CI sets it)."""
+
 OTEL_RL_REQUIRE_GO = "OTEL_RL_REQUIRE_GO"
 """Tests: ``1`` turns the skip of tests that run the collector or Jaeger built with Go, on a machine without Go, into a failure (CI sets it)."""
 

@@ -40,6 +40,9 @@ SHIFT_LOGS = 4
 SHIFT_SHARE = 0.05
 # A point this many spreads away from its neighbours, that they come back from, is a spike.
 SPIKE_Z = 5.0
+USUAL_RANGE = 2.0
+USUAL_SHARE = 0.2
+USUAL_WINDOW = 20
 TEXTURE = 1.5
 # Sustained: a condition over at least this share of the logged steps (or this many logs in a row).
 SUSTAINED_SHARE = 0.2
@@ -265,7 +268,7 @@ def series_changes(s: Series, interval: int) -> list[Change]:
             if change is not None:
                 level_parts.append(change)
         i = j
-    return changes + _bumps(level_parts)
+    return changes + _bumps(level_parts, log)
 
 
 def _quick(segments: Sequence[tuple[int, int]], lo: int, hi: int, shift_logs: int) -> bool:
@@ -287,12 +290,21 @@ def _core(segments: Sequence[tuple[int, int]], levels: Sequence[float], i: int, 
     return best
 
 
-def _bumps(parts: list[Change]) -> list[Change]:
-    """A change followed by one back to about where it started is one change that recovered."""
+def _bumps(parts: list[Change], log: bool) -> list[Change]:
+    """A change followed by one back to about where it started (on the scale the series is judged
+    on) is one change that recovered."""
+
+    def scale(v: float) -> float:
+        return math.log10(v) if log and v > 0 else v
+
     out: list[Change] = []
     for p in parts:
         prev = out[-1] if out else None
-        if prev is not None and prev.direction != p.direction and abs(p.after - prev.before) <= 0.3 * abs(prev.after - prev.before):
+        if (
+            prev is not None
+            and prev.direction != p.direction
+            and abs(scale(p.after) - scale(prev.before)) <= 0.3 * abs(scale(prev.after) - scale(prev.before))
+        ):
             prev.recovered = True
             prev.last_step = p.first_step
             prev.steps = [prev.first_step, p.first_step]
@@ -374,10 +386,27 @@ def _spike_changes(
     among steps without one) has no size to judge: it is not a spike, but for the reward's spread,
     whose rise from 0 is the step with a learning signal (what explains a gradient there)."""
     out = []
+
+    # On a log scale, a value the series often has around it (USUAL_SHARE of the USUAL_WINDOW points each
+    # side within USUAL_RANGE of it) is one of its modes, not a spike: a gradient norm that is ~0.005 on
+    # steps whose groups had no spread and ~0.6 on the others is at its usual size on each of the latter.
+    def usual(i: int, peak: float) -> bool:
+        near = x[max(i - USUAL_WINDOW, 0) : i + USUAL_WINDOW + 1]
+        return log and float(np.mean((near >= peak / USUAL_RANGE) & (near <= peak * USUAL_RANGE))) >= USUAL_SHARE
+
+    # A gradient norm at its usual update size (the run's upper quartile) after steps a decade or more
+    # below it (steps whose groups had no reward spread, so no advantage) is an update, not a spike.
+    update = float(np.quantile(x, 0.75)) if s.metric == M.RL_GRAD_NORM else math.nan
+
+    def back_from_floor(base: float, peak: float) -> bool:
+        return base <= update / 10.0 and peak <= update * USUAL_RANGE
+
     for i in np.flatnonzero(spiked):
         base = 10.0 ** clean[i] if log else float(clean[i])
         peak = float(x[i])
         if abs(peak - base) < floor or (not log and base == 0.0 and s.metric not in _SPREAD_METRICS):
+            continue
+        if usual(int(i), peak) or back_from_floor(base, peak):
             continue
         size = change_size(base, peak, log=log, spread=spread)
         if size < MIN_SIZE:

@@ -12,7 +12,7 @@ of its series, the size of the change and whether it came back, and told in one 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -136,6 +136,10 @@ def find_incidents(
         own = by_series.get(s.label, [])
         parts.extend(series_changes(s, interval))
         parts.extend(sustained_changes(own, len(s.by_step) or logged))
+    # A one-step excursion in a series' good direction (a KL or gradient norm dropping on a step whose
+    # groups had no spread) is texture, not part of an incident; report.json's findings keep it. The
+    # reward's spread is kept: its step of spread is what explains a gradient there (_explained).
+    parts = [p for p in parts if not (p.kind == "spike" and p.bad is False and families[p.series][0] != "signal")]
     if not parts:
         return []
     _mark_reporting_artifacts(parts, series)
@@ -145,8 +149,34 @@ def find_incidents(
     warmup_end = (min(steps) if steps else 0) + int(0.1 * span)
     stated = {k: (v, (sources or {}).get(k, "the log")) for k, v in settings.items()}
     incidents = [_incident(group, families, interval, stated, warmup_end) for group in _group(parts, families, window)]
+    incidents = _merge_namesakes(incidents, lambda group: _incident(group, families, interval, stated, warmup_end))
     incidents.sort(key=lambda i: (-i.score, i.first_step))
     return incidents
+
+
+def _merge_namesakes(incidents: list[Incident], build: Callable[[list[Change]], Incident]) -> list[Incident]:
+    """Incidents of one name whose steps overlap (a length climbing to the limit, and the same length
+    held there) are one incident, told once."""
+    out: list[Incident] = []
+    for incident in sorted(incidents, key=lambda i: i.first_step):
+        lo, hi = _reach(incident)
+        twin = next(
+            (
+                o
+                for o in out
+                if o.name == incident.name and _reach(o)[0] <= hi + incident.tolerance and lo <= _reach(o)[1] + incident.tolerance
+            ),
+            None,
+        )
+        if twin is None:
+            out.append(incident)
+            continue
+        out[out.index(twin)] = build([*twin.parts, *incident.parts])
+    return out
+
+
+def _reach(i: Incident) -> tuple[int, int]:
+    return min(p.first_step for p in i.parts), max(p.last_step for p in i.parts)
 
 
 def _mark_reporting_artifacts(parts: list[Change], series: Mapping[SeriesKey, Series]) -> None:
@@ -171,10 +201,10 @@ def _mark_reporting_artifacts(parts: list[Change], series: Mapping[SeriesKey, Se
 def _group(parts: list[Change], families: Mapping[str, tuple[str, float]], window: int) -> list[list[Change]]:
     """Which parts are one incident.
 
-    Shifts whose steepest steps lie within ``window`` of each other are one group; a slow drift, or a
-    condition held for much of the run, joins the group of shifts it starts with (a score pinned at
-    its floor right after a collapse), else drifts and conditions of one family are a group of their
-    own; a spike joins the group around it; the remaining spikes at one step are one event, and
+    Shifts whose steepest steps lie within ``window`` of each other are one group; overlapping slow
+    drifts of one family are one; a condition held for much of the run joins the shifts or the drift
+    it starts with (a score pinned at its floor right after a collapse), else conditions of one family
+    are a group of their own; a spike joins the group of shifts around it; the remaining spikes at one step are one event, and
     events of the same series set are one group of repeated spikes."""
     family = {p.series: families.get(p.series, ("", 0.0))[0] for p in parts}
     shifts = sorted((p for p in parts if p.kind == "shift"), key=lambda p: p.center)
@@ -185,37 +215,26 @@ def _group(parts: list[Change], families: Mapping[str, tuple[str, float]], windo
         else:
             groups.append([p])
     abrupt = [(min(q.center for q in g) - window, max(q.center for q in g) + window, g) for g in groups]
-    own: dict[tuple[str, str], list[Change]] = {}
-    for p in sorted((p for p in parts if p.kind in ("drift", "sustained")), key=lambda p: p.center):
-        # A condition held after shifts of its family (a score pinned at its floor after a collapse,
-        # lengths pinned at the limit after they rose) is their incident; slow drifts are their own.
-        host = None
-        if p.kind == "sustained":
-            host = next(
-                (
-                    g
-                    for lo, hi, g in abrupt
-                    if p.first_step <= hi
-                    and lo <= p.last_step
-                    and any(_kin(family[q.series], "sustained") == _kin(family[p.series], "sustained") for q in g)
-                ),
-                None,
-            )
-        if host is not None:
-            host.append(p)
-        else:
-            own.setdefault((p.kind, _kin(family[p.series], p.kind)), []).append(p)
-    for members in own.values():  # drifts of one family that overlap are one; conditions of one family are one
-        for p in members:
-            home = next(
-                (
-                    g
-                    for g in groups
-                    if g[0].kind == p.kind and _kin(family[g[0].series], p.kind) == _kin(family[p.series], p.kind) and _overlap(g, p)
-                ),
-                None,
-            )
-            (home.append(p) if home is not None else groups.append([p]))
+    # Slow drifts of one family that overlap are one group.
+    for p in sorted((p for p in parts if p.kind == "drift"), key=lambda p: p.center):
+        home = next((g for g in groups if g[0].kind == "drift" and family[g[0].series] == family[p.series] and _overlap(g, p)), None)
+        (home.append(p) if home is not None else groups.append([p]))
+    # A condition that starts with shifts or a drift of its family, or soon after (a score pinned at its
+    # floor after a collapse, lengths pinned at the limit after they rose), is their incident; one that
+    # was there before them is not theirs. Conditions of one family otherwise are one group.
+    starts = [
+        *abrupt,
+        *((min(q.first_step for q in g) - window, max(q.last_step for q in g) + window, g) for g in groups if g[0].kind == "drift"),
+    ]
+    for p in sorted((p for p in parts if p.kind == "sustained"), key=lambda p: p.center):
+        kin = _kin(family[p.series], "sustained")
+        host = next(
+            (g for lo, hi, g in starts if lo <= p.first_step <= hi + window and any(_kin(family[q.series], "sustained") == kin for q in g)),
+            None,
+        ) or next(
+            (g for g in groups if g[0].kind == "sustained" and _kin(family[g[0].series], "sustained") == kin and _overlap(g, p)), None
+        )
+        (host.append(p) if host is not None else groups.append([p]))
     spikes = sorted((p for p in parts if p.kind == "spike"), key=lambda p: p.first_step)
     loose: list[Change] = []
     for spike in spikes:
@@ -331,17 +350,24 @@ def _incident(
 
 def _explained(parts: Sequence[Change], families: Mapping[str, tuple[str, float]], tolerance: int) -> set[int]:
     """The gradient-norm rises (by ids) that come with the reward's spread appearing at the same steps,
-    from nearly nothing (two decades or more): GRPO's advantage is zero without spread, so those are
+    from nearly nothing (a decade or more): GRPO's advantage is zero without spread, so those are
     the few steps with a learning signal, not instability."""
     fam = {p.series: families.get(p.series, ("", 0.0))[0] for p in parts}
     appears = {p.series: ("down" if p.metric == M.RL_REWARD_ZERO_STD_RATIO else "up") for p in parts}
-    signal = [p.first_step for p in parts if fam[p.series] == "signal" and p.direction == appears[p.series]]
+    # The spread appears: from (nearly) none, not a spread that was there growing.
+    signal = [
+        p.first_step
+        for p in parts
+        if fam[p.series] == "signal"
+        and p.direction == appears[p.series]
+        and (p.before >= 0.9 if p.metric == M.RL_REWARD_ZERO_STD_RATIO else abs(p.before) <= 0.1 * abs(p.after))
+    ]
     return {
         id(p)
         for p in parts
         if fam[p.series] == "grad"
         and p.direction == "up"
-        and p.size >= 2.0
+        and p.size >= 1.0
         and p.kind in ("spike", "shift")
         and any(abs(p.first_step - s) <= tolerance for s in signal)
     }
@@ -431,10 +457,9 @@ def _phrases(i: Incident) -> list[tuple[str, str]]:
         ("kl", "KL rises", "KL falls"),
         ("grad", "gradient norm rises", "gradient norm falls"),
     ):
-        if _part(i, family, "up"):
-            out.append((family, up))
-        if _part(i, family, "down"):
-            out.append((family, down))
+        way = _net_direction(i, family)
+        if way is not None:
+            out.append((family, up if way == "up" else down))
     for p in i.parts:
         if i.families.get(p.series) == "signal" and p.kind in _LEVEL:
             grows = p.direction == ("down" if p.metric == M.RL_REWARD_ZERO_STD_RATIO else "up")
@@ -442,9 +467,21 @@ def _phrases(i: Incident) -> list[tuple[str, str]]:
     return out
 
 
+def _net_direction(i: Incident, family: str) -> str | None:
+    """Where the family's level changes in the incident took its first series, all told (a reward that
+    climbs -2.1 -> -0.09 and then eases to -0.5 rose)."""
+    levels = sorted((p for p in i.parts if i.families.get(p.series) == family and p.kind in _LEVEL), key=lambda p: p.first_step)
+    if not levels:
+        return None
+    own = [p for p in levels if p.series == levels[0].series]
+    return "up" if own[-1].after > own[0].before else "down"
+
+
 def _name(i: Incident) -> str:
     """What a person calls the incident: the most telling description, and a second of another family."""
     phrases = _phrases(i)
+    if i.severity == "info":  # no alarm words for what is information
+        phrases = [(f, ph) for f, ph in phrases if not any(w in ph for w in ("collapse", "blow-up", "pinned"))]
     if not phrases:
         p = i.parts[0]
         words = _FAMILY_WORDS.get(i.families.get(p.series, ""), p.series)

@@ -91,15 +91,22 @@ _SEVERITY_COLOURS = {"critical": "#c62828", "warning": "#ef8f00", "info": "#1f77
 
 
 def plot_incident(series: dict[str, Series], incident: Any, path: Path, *, limits: dict[str, tuple[float, str]] | None = None) -> Path:
-    """The series of one incident, one panel each (the four that moved most): its steps shaded, each
+    """The series of one incident, one panel each (one of each family, then the biggest movers; five at most): its steps shaded, each
     spike marked, the level before it as a dashed line and band, and the limit or threshold that
     applies drawn (``limits``: series -> (value, what it is))."""
     plt = _pyplot()
+    # One series of each family the incident names (its reward as well as its lengths), the biggest
+    # mover of each first, then the next biggest movers, five panels at most.
+    ranked = [p for p in sorted(incident.parts, key=lambda p: -p.size) if p.series in series]
     order: list[str] = []
-    for part in sorted(incident.parts, key=lambda p: -p.size):
-        if part.series in series and part.series not in order:
+    seen: set[str] = set()
+    for part in ranked:
+        family = incident.families.get(part.series, part.series)
+        if family not in seen and part.series not in order:
+            seen.add(family)
             order.append(part.series)
-    order = order[:4]
+    order += [label for label in dict.fromkeys(p.series for p in ranked) if label not in order]
+    order = order[:5]
     fig, axes = plt.subplots(len(order), 1, figsize=(7.5, 1.6 * len(order) + 0.5), dpi=90, sharex=True, squeeze=False)
     colour = _SEVERITY_COLOURS.get(incident.severity, "#555555")
     try:

@@ -178,7 +178,9 @@ def verdict(
         others = len(serious) - 1
         where = f"step {top.first_step}" if top.first_step == top.last_step else f"steps {top.first_step}-{top.last_step}"
         stable = "unstable" if top.severity == "critical" else "warnings"
-        lead = "Unstable" if stable == "unstable" else "No critical incident"
+        # A condition held for most of the run is a problem, not instability: say which it is.
+        held = all(p.kind == "sustained" for p in top.parts)
+        lead = ("Critical condition" if held else "Unstable") if stable == "unstable" else "No critical incident"
         stable_text = f"{lead}: {top.name} at {where}" + (
             f", and {others} more incident(s) ({critical - (top.severity == 'critical')} more critical)" if others else ""
         )

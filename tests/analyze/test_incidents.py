@@ -162,3 +162,67 @@ def test_precision_and_recall_on_injected_events(seed: int, capsys: pytest.Captu
     with capsys.disabled():
         print(f"\nseed {seed}: recall {recall:.2f} ({len(hit)}/{len(truth)}), precision {precision:.2f} ({len(true)}/{len(found)})")
     assert recall >= 0.9 and precision >= 0.9
+
+
+# Incidents a run can have, each as (the series it moves, how, the range of its factor): a spike
+# multiplies one point, a shift every point from the event on. Sizes go down to where a careful
+# reader still calls it an event (a spike 6x the level, a shift by 3x).
+_EVENTS = (
+    ("KL and gradient-norm spike", {"kl": ("spike", 6.0, 100.0), "grad_norm": ("spike", 6.0, 300.0)}),
+    ("gradient-norm spike", {"grad_norm": ("spike", 6.0, 300.0)}),
+    ("policy collapse", {"response_length": ("shift", 0.005, 0.1), "entropy": ("shift", 0.001, 0.1)}),
+    ("reward falls", {"reward": ("shift", 0.05, 0.33)}),
+    ("KL rises", {"kl": ("shift", 3.0, 100.0)}),
+)
+# Each series' level and noise; the reward climbs slowly (a run that learns), which is no incident.
+_RUN_SERIES = {
+    "reward": (M.RL_REWARD, 0.5, 0.05),
+    "kl": (M.RL_POLICY_KL, 0.01, 0.15),
+    "grad_norm": (M.RL_GRAD_NORM, 0.3, 0.15),
+    "entropy": (M.RL_POLICY_ENTROPY, 0.6, 0.05),
+    "response_length": (M.RL_RESPONSE_LENGTH, 400.0, 0.05),
+}
+
+
+def _injected_run(rng: np.random.Generator, n: int = 300) -> tuple[list[Series], list[tuple[int, set[str]]]]:
+    """One run of five series with three injected incidents at known steps (at least 60 apart)."""
+    values = {name: noisy(rng, level, n, rel) for name, (_, level, rel) in _RUN_SERIES.items()}
+    values["reward"] *= np.linspace(1.0, 1.6, n)
+    starts = sorted(rng.choice(np.arange(30, n - 30, 60), size=3, replace=False))
+    picks = rng.choice([0, 1, 3, 4], size=3, replace=False).tolist()
+    if rng.random() < 0.3:  # a collapse ends the run's story: at most one, last
+        picks[-1] = 2
+    truth = []
+    for at, pick in zip(starts, picks, strict=True):
+        at = int(at + rng.integers(0, 20))
+        moved = _EVENTS[pick][1]
+        for k, (name, (how, low, high)) in enumerate(moved.items()):
+            factor = float(np.exp(rng.uniform(np.log(low), np.log(high))))
+            if how == "spike":
+                values[name][at] *= factor
+            else:  # the second series of a collapse follows within three steps, as in real logs
+                values[name][at + (int(rng.integers(0, 4)) if k else 0) :] *= factor
+        truth.append((at + 1, {_RUN_SERIES[name][0] for name in moved}))
+    runs = [series(name, metric, values[name], MEAN) for name, (metric, _, _) in _RUN_SERIES.items()]
+    return runs, truth
+
+
+@pytest.mark.parametrize("seed", [21, 22, 23])
+def test_precision_and_recall_per_incident_on_injected_runs(seed: int, capsys: pytest.CaptureFixture[str]) -> None:
+    """Each injected incident must be one warning or critical incident at its step holding the series
+    it moved (not split in two); every warning or critical incident must be an injected one."""
+    rng = np.random.default_rng(seed)
+    hits = events = true = flagged = 0
+    for _ in range(20):
+        runs, truth = _injected_run(rng)
+        serious = [i for i in incidents_of(*runs) if i.severity != "info"]
+        flagged += len(serious)
+        for step, metrics in truth:
+            events += 1
+            at = [i for i in serious if i.reaches(step, step) and i.metrics & metrics]
+            hits += len(at) == 1 and metrics <= at[0].metrics
+        true += sum(1 for i in serious if any(i.reaches(step, step) and i.metrics & m for step, m in truth))
+    recall, precision = hits / events, true / max(flagged, 1)
+    with capsys.disabled():
+        print(f"\nseed {seed}: per incident: recall {recall:.2f} ({hits}/{events}), precision {precision:.2f} ({true}/{flagged})")
+    assert recall >= 0.95 and precision >= 0.95
