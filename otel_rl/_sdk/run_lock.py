@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import json
 import logging
 import os
 import subprocess
@@ -125,7 +126,9 @@ def claim_run_dir(config: TelemetryConfig) -> tuple[TelemetryConfig, RunLock | N
         return config, None
     run_dir, rank = Path(str(config.run_dir)), config.rank or 0
     try:
-        return config, take(run_dir, rank)
+        lock = take(run_dir, rank)
+        say_if_another_run_wrote(run_dir, rank, config.run_id)
+        return config, lock
     except RunFolderBusy as busy:
         first = busy
     except OSError as exc:
@@ -162,6 +165,31 @@ def claim_run_dir(config: TelemetryConfig) -> tuple[TelemetryConfig, RunLock | N
         ENV.OTEL_RL_RUN_DIR,
     )
     return config, None
+
+
+def say_if_another_run_wrote(run_dir: Path, rank: int, run_id: str | None) -> str | None:
+    """When ``run_dir`` already holds another run's files for ``rank`` (a script run twice with one
+    ``run_dir``), say once that this run is added beside it and how the readers tell them apart.
+    The earlier run's id, or None."""
+    from otel_rl._sdk.telemetry import RUN_INFO_FILE  # (telemetry imports this module)
+
+    try:
+        earlier = json.loads((run_dir / rank_file_name(RUN_INFO_FILE, rank)).read_text(encoding="utf-8")).get("run_id")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not isinstance(earlier, str) or not earlier or earlier == run_id:
+        return None  # a new folder, or the same run resumed: nothing to tell apart
+    logger.warning(
+        "otel-rl: the run folder %s already holds run %s; this run (%s) is added beside it in the same files. "
+        "`otel-rl show`, `export` and `trace` read the latest run of a folder and name the others (--run-id %s "
+        "reads the earlier one). Give each run its own folder (run_dir=, %s) to keep them apart.",
+        run_dir,
+        earlier,
+        run_id,
+        earlier,
+        ENV.OTEL_RL_RUN_DIR,
+    )
+    return earlier
 
 
 def recover_unclean_end(config: TelemetryConfig, lock: RunLock | None) -> subprocess.Popen[bytes] | None:

@@ -14,6 +14,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_dir", metavar="RUN_DIR", help="a run folder written by otel-rl (logs.jsonl inside)")
     parser.add_argument("--format", choices=("csv", "parquet"), default="csv", help="csv (default) or parquet (needs pyarrow)")
     parser.add_argument("--out", metavar="FILE", help="write to FILE (default: CSV to standard output; parquet needs --out)")
+    parser.add_argument(
+        "--run-id",
+        metavar="ID",
+        help="a folder given to several runs in turn holds them all: export this one (default: the latest; the others are named)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -29,12 +34,17 @@ def run(args: argparse.Namespace) -> int:
         print("otel-rl export: --format parquet writes a file: give --out FILE", file=sys.stderr)
         return 2
     try:
-        rows = read_step_rows(run_dir)
+        rows = read_step_rows(run_dir, args.run_id)
+    except LookupError as exc:
+        print(f"otel-rl export: {run_dir}: {exc}", file=sys.stderr)
+        return 2
     except (OSError, ValueError) as exc:  # not a run folder: a FIFO, a device, unreadable
         print(f"otel-rl export: {exc}", file=sys.stderr)
         return 1
     if rows.problems:
         print(f"otel-rl export: {format_problems(rows.problems)}", file=sys.stderr)
+    if rows.run.note:
+        print(f"otel-rl export: {rows.run.note}", file=sys.stderr)
     if rows.without_step:
         print(f"otel-rl export: left out {rows.without_step} rl.log event(s) logged without a step", file=sys.stderr)
     if not rows:

@@ -19,12 +19,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--all", action="store_true", help="the step table shows every row")
     parser.add_argument("--width", type=int, default=50, help="bar width in columns (default 50)")
     parser.add_argument(
+        "--run-id",
+        metavar="ID",
+        help="a folder given to several runs in turn holds them all: read this one (default: the latest; the others are named)",
+    )
+    parser.add_argument(
         "--samples", action="store_true", help="print the step's rollout samples (logged with init(log_samples=K)) instead of its trace"
     )
 
 
 def run(args: argparse.Namespace) -> int:
     from otel_rl.runs.folder import find_step_trace, format_problems, read_spans, render_waterfall
+    from otel_rl.runs.run_selection import choose_run
 
     run_dir = Path(args.run_dir)
     if not run_dir.exists():
@@ -34,9 +40,9 @@ def run(args: argparse.Namespace) -> int:
         if args.samples:
             print("otel-rl show: --samples needs --step N", file=sys.stderr)
             return 2
-        return _show_steps(run_dir, None if args.all else max(2, args.rows))
+        return _show_steps(run_dir, None if args.all else max(2, args.rows), args.run_id)
     if args.samples:
-        return _show_samples(run_dir, args.step)
+        return _show_samples(run_dir, args.step, args.run_id)
     spans = read_spans(run_dir)
     if spans.problems:
         print(format_problems(spans.problems), file=sys.stderr)
@@ -44,7 +50,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"otel-rl show: no spans in {run_dir} (is it a run folder with traces.jsonl?)", file=sys.stderr)
         return 1
     try:
-        trace = find_step_trace(spans, args.step)
+        choice = choose_run((span.resource for span in spans), args.run_id)
+    except LookupError as exc:
+        print(f"otel-rl show: {run_dir}: {exc}", file=sys.stderr)
+        return 2
+    if choice.note:
+        print(f"otel-rl show: {choice.note}", file=sys.stderr)
+    try:
+        trace = find_step_trace([span for span in spans if choice.keeps(span.resource)], args.step)
     except LookupError as exc:
         print(f"otel-rl show: {exc}", file=sys.stderr)
         return 1
@@ -52,38 +65,74 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _show_steps(run_dir: Path, limit: int | None) -> int:
+def _show_steps(run_dir: Path, limit: int | None, run_id: str | None) -> int:
     from otel_rl.runs.folder import format_problems
-    from otel_rl.runs.steps import format_step_table, headline_table, read_step_rows, read_step_seconds
+    from otel_rl.runs.steps import SECONDS_COLUMN, format_step_table, headline_table, read_step_rows, read_step_seconds
 
     try:
-        rows = read_step_rows(run_dir)
-        seconds = read_step_seconds(run_dir)
+        rows = read_step_rows(run_dir, run_id)
+        seconds = read_step_seconds(run_dir, rows.run)
+    except LookupError as exc:
+        print(f"otel-rl show: {run_dir}: {exc}", file=sys.stderr)
+        return 2
     except (OSError, ValueError) as exc:  # not a run folder: a FIFO, a device, unreadable
         print(f"otel-rl show: {exc}", file=sys.stderr)
         return 1
     if rows.problems:
         print(format_problems(rows.problems), file=sys.stderr)
+    if rows.run.note:
+        print(f"otel-rl show: {rows.run.note}", file=sys.stderr)
     if not rows and not seconds:
-        print(f"otel-rl show: no steps in {run_dir} (no rl.step spans in traces.jsonl, no rl.log events in logs.jsonl)", file=sys.stderr)
+        print(f"otel-rl show: {_why_no_steps(run_dir)}", file=sys.stderr)
         return 1
     columns, table = headline_table(rows, seconds)
     steps = sorted({int(entry["step"]) for entry in table})
-    print(f"{len(steps)} steps ({steps[0]}-{steps[-1]}); seconds: the step's wall time; the rest as the console summary names them")
+    timed = "seconds: the step's wall time; " if SECONDS_COLUMN in columns else ""
+    print(f"{len(steps)} steps ({steps[0]}-{steps[-1]}); {timed}the values as the console summary names them")
     print(format_step_table(columns, table, limit=limit))
-    print(f"\nevery logged key: otel-rl export {run_dir} --format csv; one step's trace: otel-rl show {run_dir} --step {steps[-1]}")
+    hint = f"\nevery logged key: otel-rl export {run_dir} --format csv"
+    traced = sorted(step for step, _rank in seconds)
+    if traced:  # a folder replayed from a log without stage timers has no step traces
+        hint += f"; one step's trace: otel-rl show {run_dir} --step {traced[-1]}"
+    print(hint)
     return 0
 
 
-def _show_samples(run_dir: Path, step: int) -> int:
+def _why_no_steps(folder: Path) -> str:
+    """What ``folder`` is, when it holds no steps: a folder of run folders, a spool only, or neither."""
+    runs = (
+        sorted(p for p in folder.iterdir() if p.is_dir() and any((p / name).exists() for name in ("run.json", "logs.jsonl")))
+        if folder.is_dir()
+        else []
+    )
+    if runs:
+        names = ", ".join(p.name for p in runs[-5:])
+        return (
+            f"{folder} is a folder of {len(runs)} run folder(s), not one run ({names}{' and more' if len(runs) > 5 else ''}): "
+            f"give one, e.g. otel-rl show {runs[-1]}"
+        )
+    spool = folder / "spool"
+    if spool.is_dir() and any(spool.rglob("*")):
+        return (
+            f"no steps in {folder}'s files: its telemetry is in {spool}, waiting for the collector it was sent to "
+            f'(otel-rl push {folder} delivers it; add exporters="otlp,file" to keep a readable copy in the folder)'
+        )
+    return f"no steps in {folder} (no rl.step spans in traces.jsonl, no rl.log events in logs.jsonl)"
+
+
+def _show_samples(run_dir: Path, step: int, run_id: str | None) -> int:
     from otel_rl.runs.folder import format_problems
     from otel_rl.runs.samples import format_samples, read_samples, sample_steps
 
-    rows = read_samples(run_dir, step)
+    try:
+        rows = read_samples(run_dir, step, run_id)
+    except LookupError as exc:
+        print(f"otel-rl show: {run_dir}: {exc}", file=sys.stderr)
+        return 2
     if rows.problems:
         print(format_problems(rows.problems), file=sys.stderr)
     if not rows:
-        steps = sample_steps(run_dir)
+        steps = sample_steps(run_dir, run_id)
         where = f"steps with samples: {_ranges(steps)}" if steps else "none at all: run with init(log_samples=K) / OTEL_RL_LOG_SAMPLES=K"
         print(f"otel-rl show: no rollout samples of step {step} in {run_dir} ({where})", file=sys.stderr)
         return 1

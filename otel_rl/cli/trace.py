@@ -23,6 +23,14 @@ def latest_run_dir(base: Path = Path("otel-rl-runs")) -> Path | None:
     return max(runs, key=lambda p: (p / "traces.jsonl").stat().st_mtime) if runs else None
 
 
+def _local_jaeger_url(default: str) -> str:
+    """The local stack's Jaeger: its port moved by OTEL_RL_STACK_PORT_OFFSET, as ``otel-rl stack`` moves it."""
+    from otel_rl.stack import default_port_offset
+
+    offset = default_port_offset()
+    return default if not offset else default.replace(":16686", f":{16686 + offset}")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_dir_arg", nargs="?", metavar="RUN_DIR", help="read from this run folder (same as --run-dir)")
     which = parser.add_mutually_exclusive_group(required=True)
@@ -37,7 +45,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--service", metavar="NAME", help="with Jaeger: the run's service.name (default: search every service)")
     parser.add_argument(
-        "--run-id", metavar="ID", help="with Jaeger: the run (its rl.run.id) when several runs have the step; without it they are listed"
+        "--run-id",
+        metavar="ID",
+        help="the run (its rl.run.id): with Jaeger, when several runs have the step (without it they are listed); in a run "
+        "folder given to several runs in turn, the one to read (default: the latest; the others are named)",
     )
     parser.add_argument(
         "--lookback", default="30d", metavar="SPAN", help="with Jaeger: how far back to search (30d, the local stack's retention; 12h, 90m)"
@@ -98,23 +109,38 @@ def run(args: argparse.Namespace) -> int:
     # read Jaeger. Neither: the latest run folder, else the local stack's Jaeger.
     if run_dir is None and not args.jaeger:
         run_dir = latest_run_dir()
-    client = JaegerClient(args.jaeger or DEFAULT_JAEGER_URL, lookback_s=lookback_s)
+    client = JaegerClient(args.jaeger or _local_jaeger_url(DEFAULT_JAEGER_URL), lookback_s=lookback_s)
     source: str
     spans: list[SpanRecord]
     if run_dir is not None:
         if not run_dir.exists():
             return _fail(f"{run_dir} does not exist", 2)
+        from otel_rl.runs.run_selection import choose_run
+
         read = read_spans(run_dir)
         if read.problems:
             print(format_problems(read.problems), file=sys.stderr)
-        spans = read
-        source = f"run folder {run_dir}"
+        try:
+            choice = choose_run((span.resource for span in read), args.run_id)
+        except LookupError as exc:
+            return _fail(f"{run_dir}: {exc}", 2)
+        if choice.note:
+            print(f"otel-rl trace: {choice.note}", file=sys.stderr)
+        spans = [span for span in read if choice.keeps(span.resource)]
+        source = f"run folder {run_dir}" + (f" (run {choice.run_id})" if choice.others else "")
     else:
         try:
             spans = [span for step in steps for span in client.step_trace_spans(step, service=args.service, run_id=args.run_id)]
         except AmbiguousRunError as exc:
             return _fail(_list_runs(str(exc), exc.choices), 2)
         except JaegerError as exc:
+            if exc.unreachable and not args.jaeger:
+                return _fail(
+                    f"no run found: no run folder under {Path('otel-rl-runs').resolve()}, and no Jaeger answers at "
+                    f"{client.base_url} (the local stack's: `otel-rl stack up` starts it). Give a run folder "
+                    "(otel-rl trace RUN_DIR --step N), or --jaeger URL",
+                    1,
+                )
             hint = "" if args.jaeger else " (no run folder under otel-rl-runs/ either: give one, or --jaeger URL)"
             return _fail(f"{exc}{hint}", 1)
         source = f"Jaeger at {client.base_url}" + (f" (service {args.service})" if args.service else "")

@@ -31,9 +31,10 @@ _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopba
 class JaegerError(RuntimeError):
     """Jaeger could not be reached or answered something unexpected; ``status`` is its HTTP status, if it answered."""
 
-    def __init__(self, message: str, status: int | None = None) -> None:
+    def __init__(self, message: str, status: int | None = None, *, unreachable: bool = False) -> None:
         super().__init__(message)
         self.status = status
+        self.unreachable = unreachable  # nothing answered at the URL (no Jaeger there)
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,8 @@ class JaegerClient:
         except (urllib.error.URLError, OSError) as exc:
             raise JaegerError(
                 f"cannot reach Jaeger's query API at {self.base_url} ({getattr(exc, 'reason', exc)}); "
-                "is it running (`otel-rl stack status`), or give its URL with --jaeger URL"
+                "is it running (`otel-rl stack status`), or give its URL with --jaeger URL",
+                unreachable=True,
             ) from None
         except json.JSONDecodeError:
             raise JaegerError(f"{self.base_url} did not answer JSON for {url}: is it Jaeger's query service (port 16686)?") from None

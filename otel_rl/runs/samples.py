@@ -9,6 +9,7 @@ from typing import Any
 
 from otel_rl.runs.folder import read_log_records
 from otel_rl.runs.records import ReadResult
+from otel_rl.runs.run_selection import choose_run
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import names as N
 from otel_rl.trackers import samples as S
@@ -16,12 +17,16 @@ from otel_rl.trackers import samples as S
 __all__ = ["format_samples", "read_samples", "sample_steps"]
 
 
-def read_samples(run_dir: str | os.PathLike[str], step: int | None = None) -> ReadResult[dict[str, Any]]:
-    """The ``rl.sample`` bodies of ``step`` (all steps when None), by step, then rank, then index."""
+def read_samples(run_dir: str | os.PathLike[str], step: int | None = None, run_id: str | None = None) -> ReadResult[dict[str, Any]]:
+    """The ``rl.sample`` bodies of ``step`` (all steps when None), by step, then rank, then index, of
+    one run: ``run_id``, else the folder's latest (LookupError for a run the folder does not hold)."""
     records = read_log_records(run_dir)
+    run = choose_run((record.get("resource") for record in records), run_id)
     found = []
     for record in records:
         if record.get("event_name") != N.RL_SAMPLE_EVENT or not isinstance(record.get("body"), Mapping):
+            continue
+        if not run.keeps(record.get("resource")):
             continue
         attributes = record.get("attributes") or {}
         if step is not None and attributes.get(A.RL_STEP) != step:
@@ -32,9 +37,9 @@ def read_samples(run_dir: str | os.PathLike[str], step: int | None = None) -> Re
     return ReadResult([body for *_, body in found], records.problems)
 
 
-def sample_steps(run_dir: str | os.PathLike[str]) -> list[int]:
+def sample_steps(run_dir: str | os.PathLike[str], run_id: str | None = None) -> list[int]:
     """The steps that have samples, ascending."""
-    return sorted({row[S.STEP] for row in read_samples(run_dir) if isinstance(row.get(S.STEP), int)})
+    return sorted({row[S.STEP] for row in read_samples(run_dir, run_id=run_id) if isinstance(row.get(S.STEP), int)})
 
 
 def _number(value: Any) -> str:

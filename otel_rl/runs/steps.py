@@ -24,6 +24,7 @@ from otel_rl._sdk.summary import HEADLINE_LABELS, HEADLINE_ORDER
 from otel_rl.reporting import LOGGER_NAME
 from otel_rl.runs.folder import read_log_records, read_spans
 from otel_rl.runs.records import ReadResult
+from otel_rl.runs.run_selection import RunSelection, choose_run
 from otel_rl.runs.waterfall import whole_number
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import names as N
@@ -57,22 +58,27 @@ class StepRow:
 
 
 class StepRows(ReadResult[StepRow]):
-    """Rows sorted by step then rank; ``problems``: skipped lines; ``without_step``: ``rl.log`` events with no step."""
+    """Rows sorted by step then rank; ``problems``: skipped lines; ``without_step``: ``rl.log`` events with no step;
+    ``run``: the run read, where the folder holds several (see run_selection)."""
 
     without_step: int = 0
+    run: RunSelection = RunSelection()
 
     @property
     def ranks(self) -> list[int]:
         return sorted({row.rank for row in self})
 
 
-def read_step_rows(run_dir: str | os.PathLike[str]) -> StepRows:
-    """The steps' ``rl.log`` events of every rank's logs file, one row per (step, rank)."""
+def read_step_rows(run_dir: str | os.PathLike[str], run_id: str | None = None) -> StepRows:
+    """The steps' ``rl.log`` events of every rank's logs file, one row per (step, rank), of one run:
+    ``run_id``, else the folder's latest (``.run`` names the others). Raises LookupError for a
+    ``run_id`` the folder does not hold."""
     records = read_log_records(run_dir)
     result = StepRows(problems=records.problems)
+    result.run = choose_run((record.get("resource") for record in records), run_id)
     rows: dict[tuple[int, int], StepRow] = {}
     for record in records:
-        if record.get("event_name") != N.RL_LOG_EVENT:
+        if record.get("event_name") != N.RL_LOG_EVENT or not result.run.keeps(record.get("resource")):
             continue
         step = whole_number((record.get("attributes") or {}).get(A.RL_STEP))
         body = record.get("body")
@@ -91,11 +97,12 @@ def read_step_rows(run_dir: str | os.PathLike[str]) -> StepRows:
     return result
 
 
-def read_step_seconds(run_dir: str | os.PathLike[str]) -> dict[tuple[int, int], float]:
-    """Each step's wall time in seconds, from its ``rl.step`` root span, by (step, rank); the latest span wins."""
+def read_step_seconds(run_dir: str | os.PathLike[str], run: RunSelection | None = None) -> dict[tuple[int, int], float]:
+    """Each step's wall time in seconds, from its ``rl.step`` root span, by (step, rank), of ``run``'s
+    spans (default: every span); the latest span wins."""
     seconds: dict[tuple[int, int], float] = {}
     for span in read_spans(run_dir):
-        if span.name != N.RL_STEP_SPAN or span.parent_span_id is not None:
+        if span.name != N.RL_STEP_SPAN or span.parent_span_id is not None or (run is not None and not run.keeps(span.resource)):
             continue
         step = whole_number(span.attributes.get(A.RL_STEP))
         if step is not None:
