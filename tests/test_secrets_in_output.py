@@ -155,3 +155,67 @@ def test_demo_cli_prints_no_secret(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert f"telemetry: OTLP http/protobuf to http://127.0.0.1:{port}/?token=***" in proc.stdout, proc.stdout
     assert_no_secret({"demo stdout": proc.stdout, "demo stderr": proc.stderr}, [tmp_path])
+
+
+GRPC_SCRIPT = """
+import otel_rl
+tel = otel_rl.init(console=False, exporters="otlp", run_dir={run_dir!r})
+with tel.step(0):
+    tel.log({{"critic/score/mean": 1.0}}, step=0)
+tel.shutdown(timeout_s=3)
+"""
+
+
+def test_a_grpc_endpoint_with_user_and_password_is_refused_without_showing_it(tmp_path: Path) -> None:
+    """gRPC cannot send user:password, and its channel quotes its target in every error ("errors
+    resolving user:pw@host"): refused, naming where it came from and the fix, in a run and in push."""
+    from otel_rl._sdk.otlp_settings import resolve_otlp_settings
+
+    port = closed_port()
+    endpoint = f"http://user:PASSWORDSECRET@127.0.0.1:{port}"
+    # Even where nothing checks first, the target handed to gRPC has no credential in it.
+    assert resolve_otlp_settings("grpc", endpoint, "traces").endpoint == f"127.0.0.1:{port}"
+    env = {**os.environ, "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_EXPORTER_OTLP_TIMEOUT": "1"}
+    script = GRPC_SCRIPT.format(run_dir=str(tmp_path / "run"))
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    assert proc.returncode != 0
+    assert "carries user:password, which gRPC cannot send" in proc.stderr and "OTEL_EXPORTER_OTLP_HEADERS" in proc.stderr
+    assert "PASSWORDSECRET" not in proc.stdout + proc.stderr
+    # push: a spool written over HTTP to a closed port, then pushed over gRPC with the same endpoint
+    spooled = {**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}", "OTEL_EXPORTER_OTLP_TIMEOUT": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-c", script.replace('exporters="otlp"', 'exporters="otlp,file"')],
+        capture_output=True,
+        text=True,
+        env=spooled,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "otel_rl.cli",
+            "push",
+            str(tmp_path / "run"),
+            "--protocol",
+            "grpc",
+            "--endpoint",
+            endpoint,
+            "--timeout",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert proc.returncode != 0 and "carries user:password, which gRPC cannot send" in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+    assert_no_secret({"push stdout": proc.stdout, "push stderr": proc.stderr}, [tmp_path / "run"])
+
+
+def test_redact_text_removes_user_and_password_before_a_host_without_a_scheme() -> None:
+    line = "errors resolving user:PASSWORDSECRET@127.0.0.1:9: lookup failed for user:PASSWORDSECRET@127.0.0.1:9"
+    assert redact_text(line) == "errors resolving 127.0.0.1:9: lookup failed for 127.0.0.1:9"
+    assert redact_text("write to a@b.com") == "write to a@b.com"  # no password: left as it is

@@ -78,7 +78,8 @@ def resolve_otlp_settings(protocol: str, endpoint: str | None, signal: str, envi
             insecure = flag.strip().lower() == "true"
         else:
             insecure = parts.scheme == "http"
-        target = parts.netloc or raw
+        # gRPC has no user:password in its target (a channel would quote it in every error): never pass one on.
+        target = (parts.netloc.rpartition("@")[2] if parts.netloc else raw.rpartition("@")[2]) or raw
     elif base:
         target = f"{base}/v1/{signal}"
     else:
@@ -332,6 +333,15 @@ def check_otlp_environment(protocol: str, endpoint: str | None, environ: Any = N
     def names(suffix: str) -> list[str]:
         return [f"OTEL_EXPORTER_OTLP_{suffix}", *(f"OTEL_EXPORTER_OTLP_{s}_{suffix}" for s in _SIGNAL_WORDS)]
 
+    if protocol == "grpc":
+        # A gRPC target takes no user:password: refuse it before a channel quotes it in its errors.
+        for name, value in (("endpoint= or OTEL_EXPORTER_OTLP_ENDPOINT", endpoint), *((n, environ.get(n)) for n in names("ENDPOINT")[1:])):
+            if value and "@" in (urlsplit(value).netloc if "://" in value else value):
+                problems.append(
+                    f"{name}: the gRPC endpoint {redact_url(value)!r} carries user:password, which gRPC cannot send (the "
+                    "value is not shown); remove it from the endpoint and put the credential in OTEL_EXPORTER_OTLP_HEADERS "
+                    "(e.g. authorization=Basic <base64 of user:password>)"
+                )
     if endpoint:
         parts = urlsplit(endpoint)
         if protocol != "grpc" and (parts.scheme not in ("http", "https") or not parts.hostname):

@@ -26,6 +26,8 @@ MASK = "***"
 
 # A URL with a scheme: up to the first character that cannot be part of one in a message.
 _URL = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>()\[\]{},]+")
+# user:password@ before a host where no scheme says it is a URL (a gRPC target as its errors quote it).
+_USERINFO = re.compile(r"(?<![\w.+-])[^\s@/:'\"<>()\[\]{},]+:[^\s@/'\"<>()\[\]{},]*@(?=[\w\[])")
 # A query parameter's value anywhere (also in a bare "/path?token=..." as urllib3 prints it).
 _QUERY_VALUE = re.compile(r"([?&;][^=\s&#'\"<>()?]+=)[^&;\s#'\"<>()]*")
 
@@ -54,10 +56,12 @@ def redact_url(url: str | None) -> str | None:
 
 
 def redact_text(text: str) -> str:
-    """``text`` with every URL in it redacted (:func:`redact_url`) and every query value masked."""
+    """``text`` with every URL in it redacted (:func:`redact_url`), every ``user:password@`` before a
+    host removed and every query value masked."""
     if not text:
         return text
     text = _URL.sub(lambda m: str(redact_url(m.group(0))), text)
+    text = _USERINFO.sub("", text)
     return _QUERY_VALUE.sub(rf"\1{MASK}", text)
 
 
