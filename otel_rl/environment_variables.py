@@ -107,7 +107,7 @@ OTEL_RL_BRIDGE_TOKEN = "OTEL_RL_BRIDGE_TOKEN"
 
 # -- the local stack ----------------------------------------------------------------------------
 OTEL_RL_STACK_DIR = "OTEL_RL_STACK_DIR"
-"""The local stack's data folder; default ``.stack/`` in the working directory."""
+"""The local stack's data folder; default ``otel-rl/stack`` in ``$XDG_DATA_HOME`` (``~/.local/share``), whatever the working directory."""
 
 OTEL_RL_STACK_CACHE = "OTEL_RL_STACK_CACHE"
 """Where the stack's downloaded servers and Go builds are kept; default ``~/.cache/otel-rl/stack``."""

@@ -1,6 +1,6 @@
 """A local observability stack without Docker: ``otel-rl stack install | up | down | status``.
 
-Real servers, all on 127.0.0.1, all data in one git-ignored folder (default ``.stack/``)::
+Real servers, all on 127.0.0.1, all data in one folder (default ``~/.local/share/otel-rl/stack``; see data_dir)::
 
     OTLP --> otelcol-agent 4317/4318 --> otelcol-gateway 4417 --traces--> Jaeger (query API 16686)
                                                             --metrics-> VictoriaMetrics 8428 (remote write)
@@ -51,6 +51,7 @@ from otel_rl.stack._components import ALL_COMPONENT_NAMES, COMPONENT_NAMES, COMP
 from otel_rl.stack._errors import HealthCheckError, InstallError, MissingBinaryError, PortInUseError, StackError
 from otel_rl.stack._go_build import GO_MISSING, JAEGER_RELEASE, find_go
 from otel_rl.stack._install import PACKAGES, Installer, default_cache_dir, format_seconds
+from otel_rl.stack.data_dir import stack_data_dir
 from otel_rl.stack.replay_target import retention_of as _retention_of
 
 __all__ = [
@@ -97,8 +98,10 @@ class ComponentStatus:
 
 
 def default_data_dir() -> Path:
-    """``OTEL_RL_STACK_DIR``, else ``.stack/`` in the working directory."""
-    return Path(os.environ.get(ENV.OTEL_RL_STACK_DIR) or ".stack").expanduser().resolve()
+    """``OTEL_RL_STACK_DIR``, else ``otel-rl/stack`` in the user's data folder (``$XDG_DATA_HOME``,
+    default ``~/.local/share``): one place whatever the working directory, so that ``stack status``,
+    ``stack down`` and ``replay`` find the stack ``stack up`` started from anywhere."""
+    return stack_data_dir()
 
 
 def free_port_offset(*, avoid: Iterable[int] = ()) -> int:
@@ -155,7 +158,7 @@ class Stack:
     """The local stack whose state lives in ``data_dir``.
 
     Args:
-        data_dir: the data folder (``OTEL_RL_STACK_DIR``, default ``./.stack``): installs, server data,
+        data_dir: the data folder (``OTEL_RL_STACK_DIR``, default ``~/.local/share/otel-rl/stack``): installs, server data,
             logs (``logs/<name>.log``) and PID files (``run/<name>.json``).
         port_offset: added to every default port (``OTEL_RL_STACK_PORT_OFFSET``, default 0).
         only: the components ``install()`` and ``up()`` handle (names or "a,b"); default all of

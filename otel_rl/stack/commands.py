@@ -51,7 +51,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = EPILOG
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--dir", metavar="DIR", help="data folder (env OTEL_RL_STACK_DIR; default .stack/ in the working directory)")
+    common.add_argument(
+        "--dir",
+        metavar="DIR",
+        help="data folder (env OTEL_RL_STACK_DIR; default ~/.local/share/otel-rl/stack, the same from any working directory)",
+    )
     common.add_argument("--port-offset", type=int, metavar="N", help="add N to every port (env OTEL_RL_STACK_PORT_OFFSET; default 0)")
     common.add_argument(
         "--only",

@@ -9,7 +9,6 @@ its points' times against it before sending and reads the samples back afterward
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
 import urllib.error
@@ -20,10 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-import otel_rl.environment_variables as ENV
 import otel_rl.stack.process as _process
 from otel_rl.ops.promql import label
 from otel_rl.semconv import attributes as A
+from otel_rl.stack.data_dir import stack_data_dir
 
 __all__ = ["StackTarget", "retention_of", "retention_seconds", "target_for_endpoint"]
 
@@ -95,7 +94,7 @@ def _escape(value: str) -> str:
 
 def target_for_endpoint(endpoint: str | None, data_dir: str | Path | None = None) -> StackTarget | None:
     """The stack's VictoriaMetrics when ``endpoint`` is the running stack's agent or gateway (in ``data_dir``,
-    default ``OTEL_RL_STACK_DIR`` or ``.stack``); None for any other endpoint, or when no
+    default: see otel_rl.stack.data_dir); None for any other endpoint, or when no
     VictoriaMetrics of that stack runs."""
     if not endpoint:
         return None
@@ -106,8 +105,8 @@ def target_for_endpoint(endpoint: str | None, data_dir: str | Path | None = None
         return None
     if host not in _LOCAL_HOSTS or port is None:
         return None
-    # The data folder as otel_rl.stack.default_data_dir() finds it (that package imports this module).
-    run = Path(str(data_dir) if data_dir is not None else os.environ.get(ENV.OTEL_RL_STACK_DIR) or ".stack").expanduser().resolve() / "run"
+    folder = Path(str(data_dir)).expanduser().resolve() if data_dir is not None else stack_data_dir()
+    run = folder / "run"
     collectors = [_process.read_pid_file(run / f"{name}.json") for name in ("otelcol-agent", "otelcol-gateway")]
     if not any(
         rec is not None and port in (rec.ports.get("otlp_grpc"), rec.ports.get("otlp_http")) and _process.is_alive(rec)
@@ -123,4 +122,4 @@ def target_for_endpoint(endpoint: str | None, data_dir: str | Path | None = None
     except ValueError:
         return None
     url = f"http://{_process.LOOPBACK}:{vm.ports['http']}"
-    return StackTarget(url, retention, seconds, f"the local stack's VictoriaMetrics ({url})")
+    return StackTarget(url, retention, seconds, f"the local stack's VictoriaMetrics ({url}; the stack in {folder})")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -25,10 +26,18 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _listen(host: str = "127.0.0.1") -> socket.socket:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind((host, 0))
-    sock.listen(1)
-    return sock
+    """A listening socket on a free port low enough that a stack moved onto it keeps every port
+    under 65536 (an ephemeral port can be above 57277, past what a port offset may reach)."""
+    for port in random.Random().sample(range(20000, 48000), 200):
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            sock.close()
+            continue
+        sock.listen(1)
+        return sock
+    raise RuntimeError("no free port in 20000-48000")
 
 
 # -- ports ------------------------------------------------------------------------------------
@@ -203,11 +212,16 @@ def test_bad_component_and_offset_are_named(tmp_path: Path, monkeypatch: pytest.
     }
 
 
-def test_default_data_dir_is_dot_stack_in_the_working_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_default_data_dir_is_the_same_from_any_working_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OTEL_RL_STACK_DIR", raising=False)
-    monkeypatch.chdir(tmp_path)
-    assert Stack().data_dir == tmp_path.resolve() / ".stack"
-    assert ".stack/" in (REPO / ".gitignore").read_text().splitlines()
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    for cwd in (tmp_path, REPO):
+        monkeypatch.chdir(cwd)
+        assert Stack().data_dir == (tmp_path / "data" / "otel-rl" / "stack").resolve()
+    monkeypatch.delenv("XDG_DATA_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert Stack().data_dir == (tmp_path / "home" / ".local" / "share" / "otel-rl" / "stack").resolve()
+    assert ".stack/" in (REPO / ".gitignore").read_text().splitlines()  # scripts/test.sh's --dir
 
 
 # -- scratch apt ------------------------------------------------------------------------------
