@@ -252,6 +252,26 @@ def _interval(run: _Run) -> tuple[int | None, str, list[str]]:
     return chosen, why, disagree
 
 
+def _no_interval_doubt(run: _Run) -> str:
+    """Why the logging interval is unknown, from what the log does and does not hold."""
+    epochs = [v.get("epoch") for _, v in run.train]
+    has_epochs = all(isinstance(e, (int, float)) for e in epochs)
+    parts = []
+    if run.total() is None and not run.header.get("steps_per_epoch"):
+        parts.append("no trainer header gives the total steps or the steps per epoch")
+    if run.summary is None:
+        parts.append("the run has no train_runtime summary (it did not finish, or its end is not in this file)")
+    missing = ", and ".join(parts) or "what the header and the training bar say does not fit the number of records"
+    if has_epochs:
+        what = (
+            f"the records carry no step; their epoch field ({float(epochs[0]):g} .. {float(epochs[-1]):g}) counts "
+            f"epochs, but {missing}, so it cannot say how many steps an epoch has"
+        )
+    else:
+        what = f"the records carry no step and no epoch field, and {missing}"
+    return f"{what}: step N below is the N-th logged record (true steps may be a multiple of it)"
+
+
 def _assign_steps(run: _Run, out: ParsedLog) -> list[StepRecord]:
     records: list[StepRecord] = []
     explicit = [_explicit_step(v) for _, v in run.train]
@@ -262,10 +282,7 @@ def _assign_steps(run: _Run, out: ParsedLog) -> list[StepRecord]:
         interval, why, disagree = _interval(run)
         if interval is None:
             interval = 1
-            out.doubts.append(
-                "the records carry no step, and neither a header, an epoch field nor a finished run tells how many steps "
-                "lie between them: step N below is the N-th logged record (true steps may be a multiple of it)"
-            )
+            out.doubts.append(_no_interval_doubt(run))
             out.step_source = "the record's position (logging interval unknown)"
         else:
             out.step_source = f"the record's position x {interval} (logging interval from {why})"

@@ -448,7 +448,8 @@ def _summary(result: ReplayResult, out: IO[str]) -> None:
         f"{result.records:,} steps{span}, {result.points:,} values, {bad} malformed line{'s' if bad != 1 else ''} skipped\n"
     )
     for line in parse_summary(parsed):
-        out.write(f"  {line}\n")
+        if not line.startswith("WARNING: "):  # the doubts were printed first, before anything was sent
+            out.write(f"  {line}\n")
     if parsed.problems:
         out.write(f"  {format_problems(parsed.problems, limit=5)}\n")
         for problem in parsed.problems[:5]:
