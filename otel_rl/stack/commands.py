@@ -24,9 +24,10 @@ data and logs there too.
   bridge           the otel-rl tracker bridge on 4319 (OTLP/HTTP logs in, TensorBoard/W&B/... out);
                    only with `up --bridge-config FILE`, fed by gateway-bridge.yaml
 
-The collector (otelcol-rl, from collector-config/builder-config.yaml) and Jaeger are built with Go
-the first time (several minutes each; cached in OTEL_RL_STACK_CACHE, default ~/.cache/otel-rl/stack).
-Without Go, `up` says so and starts the rest.
+The first `up` builds the collector (otelcol-rl, from collector-config/builder-config.yaml) and
+Jaeger from their Go modules when they are not cached: minutes (about 11 with empty Go caches on 2
+cores). The binaries are cached in OTEL_RL_STACK_CACHE (default ~/.cache/otel-rl/stack), so later
+starts take seconds. Without Go, `up` says so and starts the rest.
 """
 
 EPILOG = """\
