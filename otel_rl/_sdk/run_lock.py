@@ -40,6 +40,8 @@ except ImportError:  # Windows: no flock; run folders are not locked there
 logger = logging.getLogger("otel_rl")
 
 LOCK_FILE_PREFIX = ".lock.rank"
+# Each rank's run.json: the run that last wrote the folder (its id, service, start, destinations).
+RUN_INFO_FILE = "run.json"
 # Siblings tried before giving up on a lock (each one is a live process of the same rank).
 MAX_SIBLINGS = 64
 
@@ -171,8 +173,6 @@ def say_if_another_run_wrote(run_dir: Path, rank: int, run_id: str | None) -> st
     """When ``run_dir`` already holds another run's files for ``rank`` (a script run twice with one
     ``run_dir``), say once that this run is added beside it and how the readers tell them apart.
     The earlier run's id, or None."""
-    from otel_rl._sdk.telemetry import RUN_INFO_FILE  # (telemetry imports this module)
-
     try:
         earlier = json.loads((run_dir / rank_file_name(RUN_INFO_FILE, rank)).read_text(encoding="utf-8")).get("run_id")
     except (OSError, ValueError, AttributeError):
