@@ -39,9 +39,15 @@ trackers, the least recently used is finished first (and reopened if it sends ag
 :meth:`TrackerBridge.close` stop accepting, deliver what was accepted, and flush and finish every
 tracker. Secrets in ``tracker_kwargs`` are redacted in every line printed.
 
-The parts: ``config`` (the YAML settings), ``server`` (HTTP and the request queue), ``runs``
-(each run's trackers and the delivery to them), ``decode`` (values out of OTLP messages) and
-``tracker_settings`` (per-run tracker settings, secrets masked); this module holds the command.
+Limits: see :mod:`otel_rl.bridge.server`. Senders that reset their connection or stall mid-body
+are counted (``client_disconnects``) and summed up in one log line at most once a minute.
+
+The parts: ``config`` (the YAML settings), ``server`` (the bridge and its worker), ``handler``
+(HTTP), ``admission`` (request slots shared by address), ``intake`` (counters and the request
+queue), ``request_decode`` / ``limits`` / ``json_scan`` (bodies counted, then decoded),
+``disconnects`` (senders that leave), ``runs`` (each run's trackers and the delivery to them),
+``decode`` (values out of OTLP messages) and ``tracker_settings`` (per-run tracker settings,
+secrets masked); this module holds the command.
 """
 
 from __future__ import annotations
@@ -90,7 +96,8 @@ YAML do, and:
                           OTEL_RL_BRIDGE_TOKEN (environment variable, not a key): when set, every
                           POST and GET /stats need "Authorization: Bearer <token>" (else 401; compared in
                           constant time, never printed); the collector's otlphttp exporter sends
-                          it with headers: {Authorization: "Bearer ${env:OTEL_RL_BRIDGE_TOKEN}"}
+                          it with headers: {Authorization: "Bearer ${env:OTEL_RL_BRIDGE_TOKEN}"};
+                          a bridge listening beyond loopback without it warns at start
   tracker_keys            original (keys as logged, default) or registry (registry metric names,
                           rl.loss{rl.loss.type="kl",...})
   ranks                   0 (default: rank 0's events only, as the frameworks log), a list of
@@ -113,7 +120,17 @@ YAML do, and:
   max_requests_in_flight  requests read and decoded at once (default 4); beyond it 429 with
                           Retry-After. Bodies are counted before they are decoded: over 2,000,000
                           messages, 10,000 resources, 200,000 log records or 500,000 data points
-                          (or 64 MiB inflated, 8 MiB for JSON) is 413: the sender splits its batch
+                          (or 64 MiB inflated, 8 MiB for JSON; for JSON also over 1,000,000 values
+                          of any kind or nested over 128 deep) is 413: the sender splits its batch
+  max_requests_per_client requests one address may have in progress, waiting for a slot included
+                          (default half of max_requests_in_flight); beyond it 429. A freed slot goes
+                          to the address holding the fewest, so one flooding host cannot starve others
+  body_timeout_s          a request body that stops arriving for this many seconds (default 5), or
+                          arrives slower than that plus 1 s per 64 KiB, is answered 408 and its
+                          connection closed
+  max_runs                runs the bridge takes on, each with its own tracker folders (default 256);
+                          records of further new run ids are dropped and counted
+                          (records_over_max_runs in /stats), said once; nothing is deleted
   imports                 modules to import first, e.g. [my_pkg.trackers]: third-party trackers
                           registered there with otel_rl.register_tracker can be named in track_with
   max_queue_mb            received requests held for the trackers (default 64); beyond it the

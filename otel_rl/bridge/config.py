@@ -37,6 +37,9 @@ class BridgeConfig:
     run_idle_timeout_s: float = 600.0  # finish a run's trackers after this long without data; 0: never
     max_open_runs: int = 32  # runs with open trackers (threads, files); the least recently used is finished first
     max_requests_in_flight: int = 4  # requests read and decoded at once; beyond it 429 with Retry-After
+    max_requests_per_client: int = 2  # of those, at most this many from one address (default: half of max_requests_in_flight)
+    body_timeout_s: float = 5.0  # a request body that stops arriving for this long is answered 408 and its slot freed
+    max_runs: int = 256  # runs (tracker folders) the bridge creates; records of further new run ids are dropped and counted
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], source: str = "bridge config") -> BridgeConfig:
@@ -93,11 +96,25 @@ class BridgeConfig:
         if isinstance(idle, bool) or not isinstance(idle, (int, float)) or idle < 0:
             raise bad("run_idle_timeout_s", f"expected seconds (0: never), got {idle!r}")
         caps = {}
-        for key, default in (("max_open_runs", 32), ("max_requests_in_flight", 4)):
+        in_flight = data.get("max_requests_in_flight", 4)
+        for key, default in (
+            ("max_open_runs", 32),
+            ("max_requests_in_flight", 4),
+            ("max_requests_per_client", max(1, in_flight // 2) if isinstance(in_flight, int) else 1),
+            ("max_runs", 256),
+        ):
             value = data.get(key, default)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise bad(key, f"expected a positive integer, got {value!r}")
             caps[key] = value
+        if caps["max_requests_per_client"] > caps["max_requests_in_flight"]:
+            raise bad(
+                "max_requests_per_client",
+                f"expected at most max_requests_in_flight ({caps['max_requests_in_flight']}), got {caps['max_requests_per_client']}",
+            )
+        body_timeout = data.get("body_timeout_s", 5.0)
+        if isinstance(body_timeout, bool) or not isinstance(body_timeout, (int, float)) or not 0 < body_timeout <= 600:
+            raise bad("body_timeout_s", f"expected seconds between 0 and 600 (e.g. 5), got {body_timeout!r}")
         imports = data.get("imports") or ()
         imports = [imports] if isinstance(imports, str) else imports
         if not isinstance(imports, (list, tuple)) or not all(isinstance(m, str) and m for m in imports):
@@ -118,6 +135,9 @@ class BridgeConfig:
             run_idle_timeout_s=float(idle),
             max_open_runs=caps["max_open_runs"],
             max_requests_in_flight=caps["max_requests_in_flight"],
+            max_requests_per_client=caps["max_requests_per_client"],
+            body_timeout_s=float(body_timeout),
+            max_runs=caps["max_runs"],
         )
 
     def public_dict(self) -> dict[str, Any]:

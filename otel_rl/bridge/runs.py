@@ -102,6 +102,8 @@ class RunTrackers:
         self._runs: dict[tuple, RunState] = {}
         self._labels: dict[str, tuple] = {}
         self._bad_logged = 0
+        self._runs_accepted = 0  # distinct runs taken on (each gets its tracker folders): at most max_runs
+        self._over_max_runs_said = False
 
     def open_count(self) -> int:
         """How many runs have open trackers (safe from any thread)."""
@@ -150,6 +152,9 @@ class RunTrackers:
                     continue
                 if run is None:
                     run = self._run_for(resource)
+                    if run is None:  # a new run id past max_runs: dropped, counted
+                        self._count("records_over_max_runs", len(records))
+                        break
                 if run.events == 0:
                     run.held.clear()  # an events run: its metrics are not needed
                 run.events += 1
@@ -184,6 +189,9 @@ class RunTrackers:
             self._count("metric_exports_ignored")
             return
         run = self._run_for(resource)
+        if run is None:  # a new run id past max_runs
+            self._count("metric_exports_ignored")
+            return
         if run.events:
             self._count("metric_exports_ignored")
             return
@@ -277,7 +285,8 @@ class RunTrackers:
     def _accepts(self, rank: int) -> bool:
         return self.config.ranks is None or rank in self.config.ranks
 
-    def _run_for(self, resource: Mapping[str, Any]) -> RunState:
+    def _run_for(self, resource: Mapping[str, Any]) -> RunState | None:
+        """The resource's run, taken on at its first data; None for a new run past ``max_runs``."""
         service = str(resource.get(A.SERVICE_NAME) or "unknown_service")
         run_id = str(resource.get(A.RL_RUN_ID) or "")
         rank = as_rank(resource.get(A.RL_RANK, 0))
@@ -286,7 +295,11 @@ class RunTrackers:
         run = self._runs.get(key)
         if run is not None:
             run.last_seen = time.monotonic()
+        elif self._runs_accepted >= self.config.max_runs:
+            self._refuse_past_max_runs()
+            return None
         else:
+            self._runs_accepted += 1
             experiment = resource.get(A.RL_EXPERIMENT_NAME)
             framework = resource.get(A.RL_FRAMEWORK)
             run = self._runs[key] = RunState(
@@ -299,6 +312,18 @@ class RunTrackers:
                 last_seen=time.monotonic(),
             )
         return run
+
+    def _refuse_past_max_runs(self) -> None:
+        """Say once that new run ids are dropped from now on (nothing on disk is removed)."""
+        if self._over_max_runs_said:
+            return
+        self._over_max_runs_said = True
+        self._say(
+            f"otel-rl bridge: max_runs ({self.config.max_runs}) reached: that many runs have their own trackers and "
+            f"folders (run_dir under {Path(self.config.base_dir).absolute()}); records of further new run ids are dropped and counted "
+            "(records_over_max_runs in /stats). The runs already taken on go on as before; raise max_runs in the "
+            "bridge's config, or restart the bridge after moving finished runs' folders away"
+        )
 
     def _label(self, run: RunState) -> str:
         base = safe_label(run.run_id or run.service)

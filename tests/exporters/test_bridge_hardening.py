@@ -1,4 +1,4 @@
-"""The tracker bridge under hostile input, served for real on 127.0.0.1 (issue 18): broken chunked
+"""The tracker bridge under hostile input, served for real on 127.0.0.1: broken chunked
 bodies, decompression and message bombs, a flood of requests and of run ids, per-record bad
 values, a bearer token, and run ids that try to forge log lines. Every test is bounded in time
 (socket timeouts) and in memory (the bridge's RSS is sampled with psutil)."""
@@ -135,10 +135,10 @@ def test_records_resources_and_points_per_request_are_bounded(make_bridge, memor
 
 
 def test_requests_beyond_the_in_flight_cap_get_429_with_retry_after(make_bridge) -> None:
-    bridge = make_bridge({"track_with": "stdout", "max_requests_in_flight": 2})
+    bridge = make_bridge({"track_with": "stdout", "max_requests_in_flight": 2, "max_requests_per_client": 2})
     port = bridge.address[1]
     stalled = []
-    for _ in range(2):  # two senders that announce a body and stall: each holds a slot
+    for _ in range(2):  # two senders that announce a body and stall: each holds a slot (until body_timeout_s)
         sock = socket.create_connection(("127.0.0.1", port), timeout=5)
         sock.sendall(b"POST /v1/logs HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\nContent-Length: 100\r\n\r\n")
         stalled.append(sock)

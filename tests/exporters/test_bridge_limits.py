@@ -1,0 +1,325 @@
+"""The tracker bridge's limits, served for real on 127.0.0.1 at a free port: OTLP/JSON bombs of
+every value kind refused before they are parsed, bodies that stall answered in seconds, one
+address's share of the request slots, senders that reset their connection summed up (no
+tracebacks), the warning for a bridge listening beyond loopback without a token, and the cap on
+runs (tracker folders). Every test bounds its own time with socket timeouts and deadlines."""
+
+from __future__ import annotations
+
+import gzip
+import http.client
+import io
+import json
+import logging
+import socket
+import struct
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+from test_bridge import get, logs_request, make_bridge, post  # noqa: F401 - fixtures
+
+from otel_rl import environment_variables as ENV
+from otel_rl.bridge import BridgeConfig
+from otel_rl.trackers.jsonl import read_jsonl
+
+_JSON_BOMB_BYTES = 7 << 20  # inflated; under the 8 MiB OTLP/JSON limit, so the counting has to refuse it
+
+
+def json_bomb(kind: str) -> bytes:
+    """About 7 MiB of one JSON value kind inside an OTLP-shaped object, gzipped (~10-30 KB)."""
+    n = _JSON_BOMB_BYTES
+    if kind == "nested arrays":
+        inner = b"[" * (n // 2) + b"]" * (n // 2)
+    elif kind == "deep but small":
+        inner = b"[" * 200 + b"]" * 200
+    elif kind == "objects":
+        inner = b"[" + b"{}," * (n // 3) + b"{}]"
+    elif kind == "strings":
+        inner = b"[" + b'"a",' * (n // 4) + b'"a"]'
+    elif kind == "numbers":
+        inner = b"[" + b"0," * (n // 2) + b"0]"
+    elif kind == "literals":
+        inner = b"[" + b"null,true," * (n // 10) + b"false]"
+    else:
+        raise ValueError(kind)
+    return gzip.compress(b'{"resourceLogs":[],"padding":' + inner + b"}", compresslevel=9)
+
+
+def post_from(source: str, port: int, body: bytes, headers: dict[str, str], timeout: float = 10.0) -> int:
+    """POST /v1/logs to 127.0.0.1:port from the loopback address ``source`` (127.0.0.x): another "host"."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout, source_address=(source, 0))
+    try:
+        conn.request("POST", "/v1/logs", body=body, headers=headers)
+        response = conn.getresponse()
+        response.read()
+        return response.status
+    finally:
+        conn.close()
+
+
+def stall_from(source: str, port: int, length: int = 1000, sent: bytes = b"") -> socket.socket:
+    """A sender that announces ``length`` body bytes, sends ``sent`` of them, and stops."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10, source_address=(source, 0))
+    head = f"POST /v1/logs HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\nContent-Length: {length}\r\n\r\n"
+    sock.sendall(head.encode() + sent)
+    return sock
+
+
+def status_of(sock: socket.socket) -> int | None:
+    """The status of the answer on ``sock`` (None when the bridge closed without one)."""
+    data = b""
+    while b"\r\n" not in data:
+        chunk = sock.recv(4096)
+        if not chunk:
+            return None
+        data += chunk
+    return int(data.split(b" ", 2)[1])
+
+
+PROTOBUF = {"Content-Type": "application/x-protobuf"}
+
+
+@pytest.fixture(autouse=True)
+def _no_token(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.delenv(ENV.OTEL_RL_BRIDGE_TOKEN, raising=False)
+    yield
+
+
+# ---- OTLP/JSON: every value kind counted before it is parsed --------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["nested arrays", "deep but small", "objects", "strings", "numbers", "literals"])
+def test_a_json_bomb_of_each_value_kind_is_refused_with_413_before_it_is_parsed(make_bridge, kind: str) -> None:
+    bridge = make_bridge({"track_with": "stdout"})
+    bomb = json_bomb(kind)
+    assert len(bomb) < 64 << 10
+    me = psutil.Process()
+    before = me.memory_info().rss
+    start = time.monotonic()
+    status, _, body = post(f"{bridge.url}/v1/logs", bomb, content_type="application/json", encoding="gzip", timeout=30)
+    took = time.monotonic() - start
+    grown_mb = (me.memory_info().rss - before) >> 20
+    print(f"\n{kind}: {len(bomb)} B gzip -> {status} in {took:.2f} s, RSS +{grown_mb} MB")
+    assert status == 413, body
+    message = json.loads(body)["message"]
+    assert ("limit of 128" if kind == "deep but small" else "over 1000000 values") in message, message
+    assert took < 5, f"{took:.1f} s to refuse {kind}"  # counted in C-speed passes: well under a second alone
+    assert grown_mb < 150, f"{grown_mb} MB for one {kind} bomb"
+    # and a genuine OTLP/JSON request still goes through
+    from google.protobuf import json_format
+
+    genuine = json_format.MessageToJson(logs_request("after-bomb", range(1, 3))).encode()
+    assert post(f"{bridge.url}/v1/logs", genuine, content_type="application/json")[0] == 200
+
+
+def _walk(value: object, depth: int = 1) -> tuple[dict[str, int], int]:
+    """Values by kind (object keys as strings) and the nesting depth of what json.loads built."""
+    kinds = {"objects": 0, "arrays": 0, "strings": 0, "numbers": 0, "literals": 0}
+    deepest = depth if isinstance(value, (dict, list)) else depth - 1
+    if isinstance(value, dict):
+        kinds["objects"] += 1
+        kinds["strings"] += len(value)
+        children = list(value.values())
+    elif isinstance(value, list):
+        kinds["arrays"] += 1
+        children = value
+    else:
+        children = []
+        is_number = isinstance(value, (int, float)) and not isinstance(value, bool) and value == value and abs(value) != float("inf")
+        kinds["strings" if isinstance(value, str) else "numbers" if is_number else "literals"] += 1
+    for child in children:
+        child_kinds, child_depth = _walk(child, depth + 1)
+        for kind, n in child_kinds.items():
+            kinds[kind] += n
+        deepest = max(deepest, child_depth)
+    return kinds, deepest
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"resourceLogs":[{"resource":{"attributes":[{"key":"rl.run.id","value":{"stringValue":"r,1:[{"}}]}}]}',
+        '["a\\"b", "c\\\\", "\\\\\\"", "\\u00e9\\n{", "é, [ü]: 1"]',
+        '[1, -2.5e-3, 0, 1E+9, true, false, null, NaN, Infinity, [], {}, [[[{"x": [1, {"y": null}]}]]]]',
+        '{"k": "true false null 123 {[,:]}", "n": [10, 20, 30], "t": [true, true], "e": {"": ""}}',
+    ],
+)
+def test_the_json_counts_are_exactly_what_json_loads_builds(text: str) -> None:
+    from otel_rl.bridge.json_scan import count_json
+
+    body = text.encode()
+    want_kinds, want_depth = _walk(json.loads(body))
+    counts = count_json(body)
+    kinds = {k: getattr(counts, k) for k in want_kinds}
+    assert (kinds, counts.depth) == (want_kinds, want_depth)
+
+
+# ---- a body that stops arriving ----------------------------------------------------------------
+
+
+def test_a_body_that_stops_arriving_is_answered_408_within_body_timeout_s_and_frees_its_slot(make_bridge) -> None:
+    assert BridgeConfig(track_with="stdout").body_timeout_s <= 10  # the default: seconds, not a minute
+    bridge = make_bridge({"track_with": "stdout", "body_timeout_s": 1, "max_requests_in_flight": 1, "max_requests_per_client": 1})
+    port = bridge.address[1]
+    start = time.monotonic()
+    stalled = stall_from("127.0.0.1", port, sent=b"\x0a")
+    try:
+        assert status_of(stalled) == 408
+    finally:
+        stalled.close()
+    took = time.monotonic() - start
+    print(f"\na stalled body held its slot {took:.2f} s (body_timeout_s 1)")
+    assert took < 4
+    # a trickle (a byte every 0.4 s, so never quiet for 1 s) is cut off too: too slow, not just quiet
+    trickle = stall_from("127.0.0.1", port, length=1000)
+    start = time.monotonic()
+    try:
+        answer = None
+        for _ in range(25):
+            try:
+                trickle.sendall(b"\x0a")
+            except OSError:
+                break
+            trickle.settimeout(0.4)
+            try:
+                answer = status_of(trickle)
+                break
+            except TimeoutError:
+                continue
+        assert answer == 408 and time.monotonic() - start < 5
+    finally:
+        trickle.close()
+    assert post(f"{bridge.url}/v1/logs", logs_request("after-stall", range(1, 2)).SerializeToString())[0] == 200
+    assert bridge.stats()["stalled_bodies"] == 2
+
+
+# ---- one address's share of the request slots --------------------------------------------------
+
+
+def test_one_address_cannot_hold_every_slot_and_a_freed_slot_goes_to_another_address(make_bridge) -> None:
+    bridge = make_bridge({"track_with": "stdout", "max_requests_in_flight": 4, "body_timeout_s": 1.5})
+    port = bridge.address[1]
+    genuine = logs_request("genuine", range(1, 2)).SerializeToString()
+    flood = [stall_from("127.0.0.2", port) for _ in range(4)]  # one host: only 2 of these get a slot
+    try:
+        time.sleep(0.3)
+        assert bridge.stats()["client_share_refusals"] == 2
+        start = time.monotonic()
+        assert post_from("127.0.0.1", port, genuine, PROTOBUF) == 200
+        assert time.monotonic() - start < 1  # free slots were left for other addresses: no wait
+        # two hosts now hold every slot; a request from a third waits for the first slot freed
+        flood += [stall_from("127.0.0.3", port) for _ in range(2)]
+        time.sleep(0.3)
+        assert bridge.stats()["requests_in_flight"] == 4
+        start = time.monotonic()
+        assert post_from("127.0.0.1", port, genuine, PROTOBUF) == 200
+        assert time.monotonic() - start < 4
+    finally:
+        for sock in flood:
+            sock.close()
+
+
+def test_a_freed_slot_goes_to_the_address_holding_fewest() -> None:
+    from otel_rl.bridge.admission import ClientSlots
+
+    slots = ClientSlots(total=2, per_client=3, wait_s=5)
+    assert slots.acquire("busy").admitted and slots.acquire("busy").admitted
+    order: list[str] = []
+
+    def wait(client: str) -> None:
+        if slots.acquire(client).admitted:
+            order.append(client)
+
+    busy_again = threading.Thread(target=wait, args=("busy",))  # waits first, but its address holds two
+    busy_again.start()
+    time.sleep(0.2)
+    quiet = threading.Thread(target=wait, args=("quiet",))
+    quiet.start()
+    time.sleep(0.2)
+    slots.release("busy")
+    quiet.join(5)
+    assert order == ["quiet"]
+    slots.release("busy")
+    busy_again.join(5)
+    assert order == ["quiet", "busy"]
+
+
+# ---- senders that reset their connection -------------------------------------------------------
+
+
+def _reset_mid_body(port: int) -> None:
+    sock = stall_from("127.0.0.1", port, length=10_000, sent=b"\x0a" * 100)
+    time.sleep(0.01)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close with a reset
+    sock.close()
+
+
+def test_senders_that_reset_mid_body_are_counted_and_summed_up_not_each_a_traceback(
+    make_bridge, capfd: pytest.CaptureFixture, caplog: pytest.LogCaptureFixture
+) -> None:
+    bridge = make_bridge({"track_with": "stdout", "max_requests_in_flight": 8})
+    port = bridge.address[1]
+    with caplog.at_level(logging.WARNING, logger="otel_rl"):
+        for _ in range(120):
+            _reset_mid_body(port)
+        deadline = time.monotonic() + 10
+        while bridge.stats()["client_disconnects"] < 100 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert post(f"{bridge.url}/v1/logs", logs_request("after-resets", range(1, 2)).SerializeToString())[0] == 200
+        during = [r.getMessage() for r in caplog.records if "left or stalled" in r.getMessage()]
+        bridge.close()
+    stats = bridge.stats()
+    err = capfd.readouterr().err
+    print(f"\n{stats['client_disconnects']} resets counted, {len(during)} line(s) printed while they came")
+    assert "Traceback" not in err and "ConnectionResetError" not in err, err[-2000:]
+    assert stats["client_disconnects"] >= 100
+    assert len(during) == 1 and len(during[0]) < 300, during  # the first, then at most one a minute
+    summaries = [r.getMessage() for r in caplog.records if "left or stalled" in r.getMessage()]
+    assert len(summaries) == 2 and "reset" in summaries[1]  # the rest, summed up at shutdown
+
+
+# ---- listening beyond loopback without a token --------------------------------------------------
+
+
+def test_listening_beyond_loopback_without_a_token_warns_once_naming_the_variable(
+    make_bridge, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def warnings_for(settings: dict, out: io.StringIO | None = None) -> list[str]:
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="otel_rl"):
+            make_bridge({"track_with": "stdout", **settings}, out=out)
+        return [r.getMessage() for r in caplog.records if ENV.OTEL_RL_BRIDGE_TOKEN in r.getMessage()]
+
+    assert warnings_for({"listen": "127.0.0.1:0"}) == []
+    (warning,) = warnings_for({"listen": "0.0.0.0:0"})
+    assert "without a token" in warning and "beyond this machine" in warning
+    token = "tok-" + "z" * 28
+    monkeypatch.setenv(ENV.OTEL_RL_BRIDGE_TOKEN, token)
+    out = io.StringIO()
+    assert warnings_for({"listen": "0.0.0.0:0"}, out) == []
+    assert token not in out.getvalue() and all(token not in r.getMessage() for r in caplog.records)
+
+
+# ---- the cap on runs (tracker folders) -----------------------------------------------------------
+
+
+def test_new_run_ids_past_max_runs_are_dropped_counted_and_said_once_and_nothing_is_deleted(make_bridge, tmp_path: Path) -> None:
+    out = io.StringIO()
+    bridge = make_bridge({"track_with": "jsonl", "tracker_kwargs": {"log_dir": str(tmp_path / "jl")}, "max_runs": 3}, out=out)
+    url = f"{bridge.url}/v1/logs"
+    for n in range(8):
+        assert post(url, logs_request(f"run-{n}", range(1, 3)).SerializeToString())[0] == 200
+    assert post(url, logs_request("run-0", range(3, 4)).SerializeToString())[0] == 200  # a run taken on goes on
+    assert bridge.wait_idle()
+    bridge.close()
+    assert sorted(p.name for p in (tmp_path / "jl").iterdir()) == ["run-0", "run-1", "run-2"]
+    assert [s for s, _ in read_jsonl(tmp_path / "jl" / "run-0" / "metrics.jsonl")] == [1, 2, 3]
+    stats = bridge.stats()
+    assert stats["runs"] == 3 and stats["records_over_max_runs"] == 10
+    said = [line for line in out.getvalue().splitlines() if "max_runs (3) reached" in line]
+    assert len(said) == 1 and "records_over_max_runs" in said[0], out.getvalue()
+    assert BridgeConfig(track_with="stdout").max_runs == 256
