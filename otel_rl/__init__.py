@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from otel_rl import semconv
@@ -198,12 +198,33 @@ def _where(tel: Telemetry) -> str:
 
 
 def get_telemetry() -> Telemetry | None:
-    """The telemetry started by the latest ``init()`` in this process, unless it was shut down."""
+    """The telemetry started by the latest ``init()`` in this process, unless it was shut down.
+
+    None before ``init()`` and after ``shutdown()``: code that may run without telemetry checks
+    for it. To log from code that holds no telemetry, call ``otel_rl.log(...)``, which says what to
+    do when ``init()`` was not called.
+    """
     return _current if _current is not None and not _current.closed else None
 
 
+def log(values: Mapping[str, Any], step: int | None = None, *, time_ns: int | None = None) -> None:
+    """``Telemetry.log`` on the telemetry of the latest ``init()``, for code that holds no handle on it.
+
+    Before any ``init()`` in this process it raises RuntimeError ("call otel_rl.init() first"):
+    nothing could record the values. After ``init()`` it never raises (bad values are reported
+    once, as ``Telemetry.log`` does); after ``shutdown()`` the values are dropped, said once and counted.
+    """
+    tel = _current
+    if tel is None:
+        raise RuntimeError(
+            "otel-rl: otel_rl.log() was called before otel_rl.init(); nothing records the values. "
+            "Call otel_rl.init() first (once per process, before the training loop)."
+        )
+    tel.log(values, step, time_ns=time_ns)
+
+
 def shutdown(timeout_s: float = 5.0) -> None:
-    """Flush and stop the telemetry started by ``init()``."""
+    """Flush and stop the telemetry started by ``init()``, within ``timeout_s`` (see ``Telemetry.shutdown``)."""
     if _current is not None:
         _current.shutdown(timeout_s)
 
@@ -224,6 +245,7 @@ __all__ = [
     "get_telemetry",
     "init",
     "known_trackers",
+    "log",
     "register_tracker",
     "semconv",
     "shutdown",

@@ -1,18 +1,25 @@
-"""shutdown() without a spool, against a collector that accepts connections and never answers.
+"""shutdown() within its timeout: without a spool, against a collector that accepts connections and
+never answers, and after a backlog the telemetry worker cannot process in time.
 
 The peer is a real TCP server on 127.0.0.1 that accepts and reads nothing: the OTLP exporters
 wait their own 10 s timeout on it. shutdown(timeout_s) must return within its bound anyway and
-say which signals were not delivered, and where to.
+say which signals were not delivered, and where to; with a backlog, it says how many log() calls
+it did not write, and counts them.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import time
 
 import pytest
 
 import otel_rl
+from otel_rl.runs.folder import read_log_records, read_metrics
+from otel_rl.semconv import attributes as A
+from otel_rl.semconv import metrics as M
+from otel_rl.semconv import names as N
 
 SHUTDOWN_S = 1.5
 MARGIN_S = 2.0  # interpreter and thread scheduling on a loaded 2-core machine
@@ -49,3 +56,47 @@ def test_shutdown_without_spool_is_bounded_against_a_silent_peer(
     assert "traces" in warnings[0] and "logs" in warnings[0]
     assert silent_peer in warnings[0]
     assert "spool" in warnings[0] and "otel-rl push" in warnings[0]
+
+
+BACKLOG_STEPS, BACKLOG_KEYS = 100, 3_000  # a new key set every step: the worker's slowest path
+_UNWRITTEN = re.compile(r"([\d,]+) log\(\) calls? \(([\d,]+) values")
+
+
+@pytest.mark.parametrize("timeout_s", [0.2, 2.0])
+@pytest.mark.parametrize("destination", ["file", "silent-otlp"])
+def test_shutdown_after_a_large_backlog_returns_within_its_timeout_saying_what_it_did_not_write(
+    silent_peer: str, destination: str, timeout_s: float, tmp_path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="otel_rl")
+    options = dict(run_dir=str(tmp_path / "run"), console=False, service_name="backlog-test")
+    if destination == "silent-otlp":
+        options.update(endpoint=silent_peer, exporters="otlp", spool_max_bytes=0)
+    tel = otel_rl.Telemetry(otel_rl.resolve_config(options))
+    for step in range(BACKLOG_STEPS):
+        tel.log({f"sample/{step}/{i}": float(i) for i in range(BACKLOG_KEYS)}, step=step)
+    started = time.monotonic()
+    tel.shutdown(timeout_s)
+    took = time.monotonic() - started
+    assert took < timeout_s + MARGIN_S, f"shutdown({timeout_s}) took {took:.1f} s"
+    said = [r.getMessage() for r in caplog.records if "ran out of time" in r.getMessage()]
+    assert len(said) <= 1, said
+    if timeout_s < 1:  # 300,000 new keys cannot be processed in 0.14 s: some were not written
+        assert said, [r.getMessage() for r in caplog.records]
+    unwritten = 0
+    if said:
+        found = _UNWRITTEN.search(said[0])
+        assert found, said[0]
+        unwritten = int(found.group(1).replace(",", ""))
+        assert 0 < unwritten <= BACKLOG_STEPS and int(found.group(2).replace(",", "")) == unwritten * BACKLOG_KEYS
+        assert f"shutdown(timeout_s={timeout_s:g})" in said[0] and "shutdown_timeout" in said[0]
+    if destination == "file":  # what was not written is exactly what the message counts
+        run = tmp_path / "run"
+        written = [r["attributes"][A.RL_STEP] for r in read_log_records(run) if r["event_name"] == N.RL_LOG_EVENT]
+        assert len(written) + unwritten == BACKLOG_STEPS and written == sorted(written)
+        if unwritten:
+            dropped = [
+                p.value
+                for p in read_metrics(run)
+                if p.name == M.RL_TELEMETRY_DROPPED and p.attributes.get(A.RL_TELEMETRY_DROP_REASON) == "shutdown_timeout"
+            ]
+            assert dropped and dropped[-1] == unwritten

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from otel_rl._sdk.step_plan import surely_finite
+from otel_rl._sdk.step_plan import KeySets, surely_finite
 
 
 def _packed(*values: float) -> bytes:
@@ -47,3 +47,21 @@ def test_ordinary_values_are_finite(value: float) -> None:
 
 def test_a_step_of_no_values_is_finite() -> None:
     assert surely_finite(b"")
+
+
+def test_key_sets_are_bounded_in_sets_and_in_keys_the_oldest_forgotten_first() -> None:
+    sets: KeySets[int] = KeySets(limit=3, keys_limit=100)
+    for step in range(1000):  # a step counter inside every key: a new key set each step
+        sets.keep(tuple(f"s{step}/k{i}" for i in range(30)), step)
+        assert len(sets) <= 3 and sets.keys_held <= 100
+        assert sets.keys_held == sum(map(len, sets))
+    assert list(sets.values()) == [997, 998, 999]  # the newest kept
+    sets.keep(tuple(f"big/{i}" for i in range(101)), -1)  # larger than the bound alone: not kept
+    assert -1 not in sets.values() and sets.keys_held == 90
+    same = next(iter(sets))
+    sets.keep(same, 5)  # a key set kept already: its value replaced, nothing forgotten
+    assert sets[same] == 5 and len(sets) == 3
+    sets.pop(same)
+    assert sets.keys_held == 60
+    sets.clear()
+    assert sets.keys_held == 0 and not sets

@@ -9,11 +9,13 @@ already: detection never imports a framework.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 logger = logging.getLogger("otel_rl")
 
@@ -82,3 +84,17 @@ def detect_placement(environ: Mapping[str, str] | None = None) -> Placement:
         if found is not None:
             return found
     return Placement()
+
+
+def with_placement(config: Any) -> Any:
+    """A telemetry config (``TelemetryConfig``) with the rank, local rank, world size and node rank
+    the caller left open filled from the job itself."""
+    if None not in (config.rank, config.local_rank, config.world_size, config.node_rank):
+        return config
+    found = detect_placement()
+    fill = {
+        name: getattr(found, name)
+        for name in ("rank", "local_rank", "world_size", "node_rank")
+        if getattr(config, name) is None and getattr(found, name) is not None
+    }
+    return dataclasses.replace(config, **fill) if fill else config

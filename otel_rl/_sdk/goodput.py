@@ -24,8 +24,9 @@ there, the model's work (``exposed_generation``, ``policy_training``, logprobs) 
 
 from __future__ import annotations
 
+import math
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from otel_rl.semconv import attributes as A
@@ -194,3 +195,38 @@ def lay_out(parsed: Sequence[tuple[str, int, str | None]], start_ns: int, end_ns
         at = begin + duration_ns
         laid.append((name, begin, at, cluster))
     return laid
+
+
+def parse_finished_step(
+    stages: Sequence[Any], step_seconds: Any, report: Callable[[str, str, str], None]
+) -> tuple[list[tuple[str, int, str | None]], int]:
+    """``Telemetry.trace_finished_step``'s input read: the ``(stage, ns, cluster)`` entries and the
+    step's nanoseconds (default the stages' sum). Bad entries are reported once and skipped."""
+    parsed: list[tuple[str, int, str | None]] = []
+    for entry in stages:
+        try:
+            name, seconds = str(entry[0]), float(entry[1])
+            cluster = entry[2] if len(entry) > 2 else None
+        except (TypeError, ValueError, IndexError):
+            seconds = math.nan
+        if not (seconds >= 0 and math.isfinite(seconds)):
+            report(
+                f"<trace_finished_step {entry!r:.60}>",
+                "bad-stage",
+                f"otel-rl: trace_finished_step() needs (stage, seconds >= 0[, cluster]) entries, got {entry!r:.80}; skipped",
+            )
+            continue
+        parsed.append((name, int(seconds * 1e9), None if cluster is None else str(cluster)))
+    total_ns = sum(d for _, d, _ in parsed)
+    try:
+        step_ns = total_ns if step_seconds is None else int(float(step_seconds) * 1e9)
+    except (TypeError, ValueError):
+        step_ns = -1
+    if step_ns < 0:
+        report(
+            "<trace_finished_step step_seconds>",
+            "bad-step-seconds",
+            f"otel-rl: trace_finished_step(step_seconds={step_seconds!r}) must be seconds >= 0; used the stages' sum",
+        )
+        step_ns = total_ns
+    return parsed, step_ns

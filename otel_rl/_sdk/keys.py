@@ -34,6 +34,7 @@ from otel_rl._sdk.keys_transforms import LINEAR_TRANSFORMS, TRANSFORMS, _BoundTr
 __all__ = [
     "DEFAULT_UNMAPPED_KEY_LIMIT",
     "FRAMEWORK_ORDER",
+    "RESOLUTION_CACHE_LIMIT",
     "KeyResolver",
     "Resolution",
     "TRANSFORMS",
@@ -60,8 +61,9 @@ _BAD_KEY_REASON = "bad_key"
 
 _SEMCONV_DIR = Path(__file__).resolve().parent.parent / "semconv"
 # Resolutions kept per resolver: far above any real run's key count, low enough that a stream of
-# unique garbage keys cannot grow memory without bound (past it, resolution still works, uncached).
-_CACHE_LIMIT = 1 << 16
+# unique keys (a step or a sample id inside every key) cannot grow memory without bound: past it,
+# resolution still works, uncached (the screen below makes that cheap for keys no rule knows).
+RESOLUTION_CACHE_LIMIT = 1 << 14
 
 _STAT_SUFFIX_RE = re.compile(r"^(.+)@([A-Za-z0-9_.]+)$")
 _PERCENTILE_RE = re.compile(r"^p\d{1,2}(\.\d+)?$")
@@ -136,6 +138,10 @@ class KeyResolver:
         self._search: dict[str | None, tuple[_Rule, ...]] = {None: tuple(r for f in known for r in self._rules[f])}
         for first in known:
             self._search[first] = self._rules[first] + tuple(r for f in known if f != first for r in self._rules[f])
+        # Every rule's pattern in one expression: a key none of them matches (most unknown keys) is
+        # ruled out by one C-level match instead of one Python call per rule (~0.5 us against ~25-90).
+        every = self._search[None]
+        self._screen = re.compile("|".join(f"(?:{rule.screen})" for rule in every)) if every else None
 
         self._cache: dict[tuple[Any, str | None], Resolution] = {}
         self._lock = threading.Lock()
@@ -213,11 +219,13 @@ class KeyResolver:
                     result = Resolution(base, tuple(sorted(attrs.items())), None, None, False, key)
         if result is None:
             result = self._fallback(key)
-        if len(self._cache) < _CACHE_LIMIT:
+        if len(self._cache) < RESOLUTION_CACHE_LIMIT:
             self._cache[(key, framework)] = result
         return result
 
     def _match(self, rules: tuple[_Rule, ...], candidate: str, key: str, stat: str | None) -> Resolution | None:
+        if self._screen is None or self._screen.fullmatch(candidate) is None:
+            return None  # no rule matches it (each search order holds every rule)
         for rule in rules:
             attrs = rule.match(candidate)
             if attrs is None:

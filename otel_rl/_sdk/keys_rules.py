@@ -46,6 +46,7 @@ class _Rule:
         "pattern",
         "groups",
         "excepted",
+        "screen",
     )
 
     def __init__(self, framework: str, index: int, raw: Mapping[str, Any], enum_members: Mapping[str, Iterable[str]]):
@@ -87,19 +88,23 @@ class _Rule:
             if attr in self.fixed:
                 raise _RuleError(f"attribute {attr!r} is both a placeholder and a fixed attribute")
         regex = []
+        plain = []  # the same without named groups: one alternative of the resolver's screen
         self.groups: list[tuple[str, str]] = []
         for part in self.parts:
             if part.literal is not None:
                 regex.append(re.escape(part.literal))
+                plain.append(regex[-1])
                 continue
             group = f"p{len(self.groups)}"
             self.groups.append((group, part.attribute or ""))
             if part.allowed is None:
-                regex.append(f"(?P<{group}>[^/]+)")
+                body = "[^/]+"
             else:
-                choices = "|".join(re.escape(v) for v in sorted(part.allowed, key=lambda v: (-len(v), v)))
-                regex.append(f"(?P<{group}>{choices})")
+                body = "|".join(re.escape(v) for v in sorted(part.allowed, key=lambda v: (-len(v), v)))
+            regex.append(f"(?P<{group}>{body})")
+            plain.append(f"(?:{body})")
         self.pattern = re.compile("".join(regex))
+        self.screen = "".join(plain)  # matches exactly the keys ``pattern`` matches
 
     def match(self, key: str) -> dict[str, str] | None:
         m = self.pattern.fullmatch(key)

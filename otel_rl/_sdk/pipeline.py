@@ -25,15 +25,17 @@ from opentelemetry._logs import Logger, SeverityNumber
 from opentelemetry.context import Context
 
 from otel_rl._sdk.aggregation import Attrs, BulkHistograms, LatestValues, StampedPoints
+from otel_rl._sdk.backlog import ADD, CALL, LOG, LOG_PACKED, RECORD, STAGE, STEP_END, OutOfTime, QueueDrops, Unwritten
 from otel_rl._sdk.goodput import StageInterval, StepGoodput
 from otel_rl._sdk.keys import KeyResolver
-from otel_rl._sdk.step_plan import PLAN_TRIES, STEP_PLANS, UNPLANNED, Plan, StepPlan, surely_finite
+from otel_rl._sdk.step_plan import PLAN_TRIES, STEP_PLANS, UNPLANNED, KeyPlans, KeySets, Plan, StepPlan, surely_finite
 from otel_rl._sdk.summary import HEADLINE_LABELS
 
 # Rejected and to_number are imported from here too (the analyzers coerce values as the worker does).
 from otel_rl._sdk.values import MAX_NESTING, Rejected, event_value, key_text, resolved_number, step_numbers, to_array, to_number
 from otel_rl.exporters.otlp_json import FloatBody
 from otel_rl.exporters.step_events import DirectStepWriter
+from otel_rl.reporting import ReportOnce, Tally
 from otel_rl.semconv import METRICS
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import metrics as M
@@ -41,10 +43,11 @@ from otel_rl.semconv import names as N
 
 logger = logging.getLogger("otel_rl")
 
-LOG, RECORD, STAGE, STEP_END, ADD, CALL, LOG_PACKED = range(7)
+__all__ = ["ADD", "CALL", "LOG", "LOG_PACKED", "RECORD", "STAGE", "STEP_END", "Pipeline", "Rejected", "now_ns", "to_number"]
 _REASONS = A.RlTelemetryReasonValues
-_SIGNALS = A.RlTelemetrySignalValues
-_QUEUE_FULL = (A.RL_TELEMETRY_DROP_REASON, A.RlTelemetryDropReasonValues.QUEUE_FULL.value)
+_UNMAPPED_OVERFLOW = ((A.RL_TELEMETRY_REASON, _REASONS.UNMAPPED_OVERFLOW.value),)
+REPORTED_KEYS = 1000  # distinct (key, problem) pairs named one by one; past them, one summary line a minute
+_DEADLINE_CHECK = 255  # a long log() checks the shutdown deadline once per this many keys (plus one)
 
 
 class Pipeline:
@@ -85,12 +88,24 @@ class Pipeline:
         self._histograms = histograms
         self._event_logger = event_logger
         self._on_step_end = on_step_end
-        self._plans: dict[str, Plan] = {}
+        # How each key's values are applied, bounded in keys (step_plan.KeyPlans).
+        key_plans = KeyPlans(resolver, framework)
+        self.plan: Callable[[str], Plan] = key_plans.plan
+        self._plans = key_plans.by_key
         # None: that key set goes per key. Read by log() on the caller's thread too: a step of a
-        # planned key set is packed there.
-        self.step_plans: dict[tuple[Any, ...], StepPlan | None] = {}
-        self._plan_tries: dict[tuple[Any, ...], int] = {}
-        self._reported: set[tuple[str, str]] = set()
+        # planned key set is packed there. Both bounded in key sets and in keys (step_plan.KeySets).
+        self.step_plans: KeySets[StepPlan | None] = KeySets()
+        self._plan_tries: KeySets[int] = KeySets(limit=8 * STEP_PLANS)
+        self._reported = ReportOnce(logger, limit=REPORTED_KEYS)
+        self.unmapped_overflow = Tally(
+            f"otel-rl: {{count}} more values of unmapped keys were not exported in the last {{seconds}} s "
+            f"(past unmapped_key_limit={resolver.unmapped_key_limit:,} distinct unmapped keys; counted in "
+            f"rl.telemetry.rejected{{{{rl.telemetry.reason=unmapped_overflow}}}})",
+            logger,
+        )
+        # shutdown(): past this time.monotonic() what is still queued is dropped and counted here
+        self.deadline: float | None = None
+        self.unwritten = Unwritten()
         self._span_measured: dict[int | None, set[tuple[str, Attrs]]] = {}
         self._headline: dict[int | None, dict[str, float]] = {}
         self.goodput = StepGoodput(histograms, latest)  # each step's productive / overhead / idle seconds
@@ -103,8 +118,7 @@ class Pipeline:
         self.processed = 0
         # log() (a step's event: logs) and record() (metric points) calls the caller dropped with the
         # queue full; the worker publishes the counts.
-        self.dropped_queued = {_SIGNALS.LOGS.value: 0, _SIGNALS.METRICS.value: 0}
-        self._dropped_published = dict(self.dropped_queued)
+        self.queue_drops = QueueDrops()
         # Called with (step, time_ns, [(metric, attrs, value), ...], span_context) after each log()'s
         # values are resolved: the online alert detectors, on this worker thread.
         self.observer: Callable[[int | None, int, list[tuple[str, Attrs, float]], Any], Any] | None = None
@@ -148,49 +162,49 @@ class Pipeline:
     def drop_queued(self, signal: str) -> None:
         """On the caller's thread: one log() (signal "logs") or record() ("metrics") call dropped
         because the queue is full (counted, said once)."""
-        self.dropped_queued[signal] += 1
-        if self.dropped_queued[signal] == 1:
+        counts = self.queue_drops.counts
+        counts[signal] += 1
+        if counts[signal] == 1:
             self.wake.set()
-
-    def _publish_dropped(self) -> None:
-        for signal, dropped in self.dropped_queued.items():
-            published = self._dropped_published[signal]
-            if dropped == published:
-                continue
-            # attribute pairs in key order, as every other series of the metric
-            self._latest.add(M.RL_TELEMETRY_DROPPED, (_QUEUE_FULL, (A.RL_TELEMETRY_SIGNAL, signal)), dropped - published)
-            self._dropped_published[signal] = dropped
-            self.report_once(
-                "<queue>",
-                "queue_full",
-                "otel-rl: the telemetry worker fell max_queue items behind the training "
-                "loop; log() / record() calls past that are dropped (never blocking training) and counted in "
-                "rl.telemetry.dropped{rl.telemetry.drop_reason=queue_full}. Log less often, or raise "
-                "max_queue / OTEL_RL_MAX_QUEUE (reported once)",
-            )
 
     def drain(self) -> bool:
         """Process what is queued and write what the run folder (or the spool) is owed; whether
-        there was anything."""
+        there was anything. Past :attr:`deadline`, what is left is dropped and counted instead."""
         with self._drain_lock:
-            if self.dropped_queued != self._dropped_published:
-                self._publish_dropped()
-            queue = self.queue
-            worked = bool(queue)
-            while queue:
+            return self._drain_locked()
+
+    def _drain_locked(self) -> bool:
+        if self.queue_drops.pending:
+            self.queue_drops.publish(self._latest, self.report_once)
+        queue = self.queue
+        worked = bool(queue)
+        while queue:
+            if self.deadline is not None and time.monotonic() > self.deadline:
+                self.drop_backlog()
+                break
+            item = queue.popleft()
+            try:
+                self._process(item)
+            except OutOfTime:  # shutdown's deadline passed inside a long item
+                self.unwritten.count(item)
+            except Exception as exc:  # a bug here must never stop telemetry or reach training
+                self.report_once("pipeline", type(exc).__name__, f"otel-rl: dropped one telemetry item after an internal error: {exc!r}")
+            self.processed += 1
+        if self.step_events is not None:
+            worked = self.write_step_events() or worked
+        for queued in self.file_exports:
+            worked = queued.write() or worked
+        return worked
+
+    def drop_backlog(self) -> None:
+        """Drop what is queued, counted in :attr:`unwritten` (shutdown's deadline has passed)."""
+        queue = self.queue
+        while True:
+            try:
                 item = queue.popleft()
-                try:
-                    self._process(item)
-                except Exception as exc:  # a bug here must never stop telemetry or reach training
-                    self.report_once(
-                        "pipeline", type(exc).__name__, f"otel-rl: dropped one telemetry item after an internal error: {exc!r}"
-                    )
-                self.processed += 1
-            if self.step_events is not None:
-                worked = self.write_step_events() or worked
-            for queued in self.file_exports:
-                worked = queued.write() or worked
-            return worked
+            except IndexError:  # empty (a drain on another thread may take the last one)
+                return
+            self.unwritten.count(item)
 
     def write_step_events(self) -> bool:
         """Write the directly written step events of this drain, after the SDK's events emitted
@@ -205,17 +219,30 @@ class Pipeline:
         self.step_events.write()
         return True
 
-    def stop(self, timeout_s: float) -> None:
+    def stop(self, timeout_s: float) -> Unwritten:
+        """Stop the worker and process what is left within ``timeout_s``; what was not processed by
+        then is dropped, counted in rl.telemetry.dropped (drop_reason shutdown_timeout) and returned."""
+        self.deadline = time.monotonic() + timeout_s
         self._stopping = True
         self.wake.set()
         self._thread.join(timeout_s)
-        self.drain()
+        # A worker still busy (a slow on_alert hook, an exporter) keeps the lock: drop the rest without it.
+        if self._drain_lock.acquire(timeout=max(0.0, self.deadline - time.monotonic()) + 0.05):
+            try:
+                self._drain_locked()
+            finally:
+                self._drain_lock.release()
+        else:
+            self.drop_backlog()
+        self.unwritten.publish(self._latest)
+        self._reported.flush()
+        self.unmapped_overflow.flush()
+        return self.unwritten
 
     # -- reporting ----------------------------------------------------------------------------
     def report_once(self, key: str, reason: str, message: str) -> None:
-        if (key, reason) not in self._reported:
-            self._reported.add((key, reason))
-            logger.warning(message)
+        """Log ``message`` the first time ``(key, reason)`` comes; past REPORTED_KEYS of them, one summary a minute."""
+        self._reported((key, reason), "%s", message)
 
     def reject(self, key: str, reason: str, detail: str = "") -> None:
         self._latest.add(M.RL_TELEMETRY_REJECTED, ((A.RL_TELEMETRY_REASON, reason),), 1)
@@ -227,21 +254,6 @@ class Pipeline:
         )
 
     # -- processing ---------------------------------------------------------------------------
-    def plan(self, key: str) -> Plan:
-        plan = self._plans.get(key)
-        if plan is None:
-            res = self._resolver.resolve(key, self._framework)
-            mdef = METRICS.get(res.metric)
-            plan = Plan(
-                res.metric,
-                tuple(res.attributes),
-                res.transform,
-                histogram=mdef is not None and mdef.instrument == "histogram",
-                counter_overflow=res.counted_only,
-            )
-            self._plans[key] = plan
-        return plan
-
     def _process(self, item: tuple) -> None:
         kind = item[0]
         if kind == LOG_PACKED:
@@ -266,9 +278,10 @@ class Pipeline:
         plan = self.plan(key)
         if plan.counter_overflow:
             self._latest.add(plan.metric, plan.attrs, 1)
-            self.report_once(
-                key, "overflow", f"otel-rl: {key!r} is not mapped and the unmapped-key limit is reached; counted in rl.telemetry.rejected"
-            )
+            if plan.attrs == _UNMAPPED_OVERFLOW:  # the resolver named the first such key; the rest are tallied
+                self.unmapped_overflow.add()
+            else:
+                self.report_once(key, "bad_key", f"otel-rl: the key {key!r} names no metric; counted in rl.telemetry.rejected")
             return
         value = resolved_number(plan.transform, raw)
         # With metrics_at_log_time, _process_log keeps the value as a point at the log's time instead.
@@ -298,15 +311,12 @@ class Pipeline:
         if plan is UNPLANNED:  # built once per key set (a run logs a few: train steps, validation steps)
             built = StepPlan.build(self._plans, self._latest, self._histograms, values)
             if built is UNPLANNED:  # a series has no value yet: try again after the next steps, a few times
-                if len(self._plan_tries) >= 8 * STEP_PLANS:  # key sets that change every step: forget them
-                    self._plan_tries.clear()
-                tries = self._plan_tries[keys] = self._plan_tries.get(keys, 0) + 1
+                tries = self._plan_tries.get(keys, 0) + 1
                 if tries < PLAN_TRIES:
+                    self._plan_tries.keep(keys, tries)  # key sets that change every step are forgotten
                     return
                 built = None
-            if len(plans) >= STEP_PLANS:
-                plans.pop(next(iter(plans)))
-            plans[keys] = built
+            plans.keep(keys, built)
             self._plan_tries.pop(keys, None)
 
     def _process_log_fast(self, plan: StepPlan, step: int | None, time_ns: int, span_context: Any, values: Mapping[Any, Any]) -> bool:
@@ -412,8 +422,12 @@ class Pipeline:
         resolved: list[tuple[str, Attrs, float]] | None = [] if observer is not None or stamped is not None else None
         body: dict[str, Any] = {}
         stack: list[tuple[str, Any]] = list(values.items())[::-1]
+        seen = 0
         while stack:
             key, raw = stack.pop()
+            seen += 1
+            if not seen & _DEADLINE_CHECK and self.deadline is not None and time.monotonic() > self.deadline:
+                raise OutOfTime
             if type(key) is not str:
                 text = key_text(key)
                 body[text] = event_value(raw)

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from otel_rl._sdk.pipeline import CALL
+from otel_rl._sdk.refusals import REFUSED
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import names as N
 from otel_rl.trackers import samples as S
@@ -181,7 +182,9 @@ class SampleLogging:
     _step_span_context: Any
     _pipeline: Any
 
-    def _drop_call(self) -> None: ...
+    _refusals: Any
+
+    def _drop_call(self, call: str = ..., signal: str = ...) -> None: ...
     def _submit(self, item: tuple) -> None: ...
 
     def log_samples(self, samples: Sequence[Mapping[str, Any]] | Iterable[Mapping[str, Any]], step: int | None = None) -> None:
@@ -200,11 +203,13 @@ class SampleLogging:
         telemetry worker. Never raises: a bad sample or value is reported once, naming the key.
         """
         if self._closed:
-            return self._drop_call()
+            return self._drop_call("log_samples()")
         keep = self.config.log_samples
         if not keep:
             return
         step = self._current_step if step is None else step
+        if step is not None and (step := self._refusals.step("log_samples()", step, count=1)) is REFUSED:
+            return
         try:
             if isinstance(samples, (Mapping, str, bytes)):  # one sample, or text: not a batch of samples
                 raise TypeError(type(samples).__name__)

@@ -21,6 +21,7 @@ from opentelemetry.trace import Status, StatusCode
 from otel_rl._sdk.aggregation import Attrs
 from otel_rl._sdk.pipeline import STAGE, STEP_END
 from otel_rl._sdk.probes import GpuMemorySnapshot
+from otel_rl._sdk.refusals import fits_int64
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import metrics as M
 from otel_rl.semconv import names as N
@@ -123,7 +124,7 @@ class Stage:
         tel = self._tel
         self._step = tel._current_step
         attributes: dict[str, Any] = {A.RL_STAGE: self.name, A.RL_RANK: tel.rank}
-        if self._step is not None:
+        if self._step is not None and fits_int64(self._step):  # (a step past int64 was reported by step())
             attributes[A.RL_STEP] = self._step
         if self.cluster is not None:
             attributes[A.RL_CLUSTER] = self.cluster
@@ -223,11 +224,10 @@ class StepScope:
     def __enter__(self) -> StepScope:
         tel = self._tel
         self._previous = (tel._current_step, tel._step_span_context)
-        self._span = tel._tracer.start_span(
-            N.RL_STEP_SPAN,
-            context=NEW_TRACE_CONTEXT,
-            attributes={A.RL_STEP: self.step, A.RL_RANK: tel.rank, A.RL_RUN_ID: str(tel.config.run_id)},
-        )
+        attributes = {A.RL_STEP: self.step, A.RL_RANK: tel.rank, A.RL_RUN_ID: str(tel.config.run_id)}
+        if not fits_int64(self.step):  # reported by Telemetry.step(); log() calls at it are dropped
+            del attributes[A.RL_STEP]
+        self._span = tel._tracer.start_span(N.RL_STEP_SPAN, context=NEW_TRACE_CONTEXT, attributes=attributes)
         self._token = context_api.attach(trace_api.set_span_in_context(self._span))
         tel._current_step = self.step
         tel._step_span_context = self._span.get_span_context()

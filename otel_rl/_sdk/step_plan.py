@@ -1,6 +1,7 @@
 """How a step's values are applied, planned once: per key (``Plan``: the metric, attributes and
-conversion a key resolves to) and per key set (``StepPlan``: where a whole step's values go, for the
-telemetry worker's bulk path), and ``packed_step``: the caller's half of that path."""
+conversion a key resolves to, kept in a bounded ``KeyPlans``) and per key set (``StepPlan``: where a whole step's values go, for the
+telemetry worker's bulk path, kept in a bounded ``KeySets``), and ``packed_step``: the caller's half
+of that path."""
 
 from __future__ import annotations
 
@@ -8,11 +9,13 @@ import operator
 import struct
 from collections.abc import Callable, Mapping
 from operator import countOf
-from typing import Any
+from typing import Any, TypeVar
 
 from otel_rl._sdk.aggregation import Attrs, BulkHistograms, LatestValues, SlotRow
+from otel_rl._sdk.keys import RESOLUTION_CACHE_LIMIT, KeyResolver
 from otel_rl._sdk.summary import HEADLINE_LABELS
 from otel_rl._sdk.values import FLOAT_TYPES
+from otel_rl.semconv import METRICS
 
 
 class Plan:
@@ -30,9 +33,72 @@ class Plan:
         self.counter_overflow = counter_overflow
 
 
+class KeyPlans:
+    """The plan of each key, from its resolution: kept for up to ``RESOLUTION_CACHE_LIMIT`` keys (past
+    it, a key is planned again each time it comes), so a stream of new keys holds a bounded number.
+    The keys that are only counted (past the unmapped-key limit, or empty) share one plan per reason."""
+
+    def __init__(self, resolver: KeyResolver, framework: str | None) -> None:
+        self._resolver = resolver
+        self._framework = framework
+        self.by_key: dict[str, Plan] = {}
+        self._counted: dict[Attrs, Plan] = {}
+
+    def plan(self, key: str) -> Plan:
+        plan = self.by_key.get(key)
+        if plan is None:
+            res = self._resolver.resolve(key, self._framework)
+            if res.counted_only:
+                plan = self._counted.get(res.attributes)
+                if plan is None:
+                    plan = self._counted[res.attributes] = Plan(res.metric, res.attributes, None, False, counter_overflow=True)
+            else:
+                mdef = METRICS.get(res.metric)
+                plan = Plan(res.metric, tuple(res.attributes), res.transform, mdef is not None and mdef.instrument == "histogram", False)
+            if len(self.by_key) < RESOLUTION_CACHE_LIMIT:
+                self.by_key[key] = plan
+        return plan
+
+
 UNPLANNED: Any = object()  # sentinel in StepPlan | None lookups; Any so an identity check can rule it out
 STEP_PLANS = 8  # key sets whose plans are kept
 PLAN_TRIES = 3  # steps of a key set with a series that has no value yet, before it goes per key for good
+KEY_SET_KEYS = 1 << 16  # keys held by the remembered key sets of one kind, all together
+
+_V = TypeVar("_V")
+
+
+class KeySets(dict[tuple[Any, ...], _V]):
+    """What is remembered per key set (a step's keys, in order), bounded twice: at most ``limit``
+    key sets and ``keys_limit`` keys in all, the oldest forgotten first, so that steps whose keys
+    change every step (a step or a sample id inside the keys) hold a bounded number of key names.
+    A key set larger than ``keys_limit`` alone is not remembered. Insert with :meth:`keep`."""
+
+    def __init__(self, limit: int = STEP_PLANS, keys_limit: int = KEY_SET_KEYS) -> None:
+        super().__init__()
+        self.limit = limit
+        self.keys_limit = keys_limit
+        self.keys_held = 0
+
+    def keep(self, keys: tuple[Any, ...], value: _V) -> None:
+        if keys in self:
+            self[keys] = value
+            return
+        if len(keys) > self.keys_limit:
+            return
+        while self and (len(self) >= self.limit or self.keys_held + len(keys) > self.keys_limit):
+            self.pop(next(iter(self)))
+        self[keys] = value
+        self.keys_held += len(keys)
+
+    def pop(self, keys: tuple[Any, ...], *default: Any) -> Any:  # type: ignore[override]
+        if keys in self:
+            self.keys_held -= len(keys)
+        return super().pop(keys, *default)
+
+    def clear(self) -> None:
+        super().clear()
+        self.keys_held = 0
 
 
 class StepPlan:

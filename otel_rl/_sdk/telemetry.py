@@ -7,10 +7,8 @@ queued calls into metrics and events lives in ``pipeline``.
 from __future__ import annotations
 
 import atexit
-import dataclasses
 import json
 import logging
-import math
 import os
 import socket
 import sys
@@ -25,9 +23,9 @@ from opentelemetry.sdk.resources import Resource
 
 from otel_rl._sdk.aggregation import BulkHistograms, LatestValues, StampedPoints
 from otel_rl._sdk.config import TelemetryConfig, redact_url
-from otel_rl._sdk.distributed import detect_placement
+from otel_rl._sdk.distributed import with_placement
 from otel_rl._sdk.file_exports import QueuedLogExport
-from otel_rl._sdk.goodput import lay_out
+from otel_rl._sdk.goodput import lay_out, parse_finished_step
 from otel_rl._sdk.keys import KeyResolver
 from otel_rl._sdk.lifecycle import exit_hook
 from otel_rl._sdk.lifecycle import track as track_process_events
@@ -36,7 +34,8 @@ from otel_rl._sdk.probes import CudaMemoryProbe, NvmlProbe, ProcessProbe
 from otel_rl._sdk.profiling import Profiler
 from otel_rl._sdk.propagation import extract_context, inject_context
 from otel_rl._sdk.providers import SCOPE_NAME, bind_series_guard, build_providers, series_guard
-from otel_rl._sdk.run_lock import claim_run_dir, recover_unclean_end
+from otel_rl._sdk.refusals import INT64_MAX, INT64_MIN, REFUSED, Refusals
+from otel_rl._sdk.run_lock import RUN_INFO_FILE, claim_run_dir, recover_unclean_end
 from otel_rl._sdk.samples import SampleLogging  # Telemetry.log_samples
 from otel_rl._sdk.scopes import NEW_TRACE_CONTEXT, JoinScope, Stage, StepScope, sorted_attrs
 from otel_rl._sdk.step_plan import packed_step
@@ -53,7 +52,9 @@ from otel_rl.trackers.fanout import TrackerLogExporter, build_fanout
 logger = logging.getLogger("otel_rl")
 
 _SIGNAL_LOGS, _SIGNAL_METRICS = A.RlTelemetrySignalValues.LOGS.value, A.RlTelemetrySignalValues.METRICS.value
-RUN_INFO_FILE = "run.json"
+_SIGNAL_TRACES = A.RlTelemetrySignalValues.TRACES.value
+# shutdown(): the share of its timeout the worker may spend on what is queued; the providers get the rest
+_WORKER_SHARE = 0.7
 _EVENT_NAMES = frozenset(value for key, value in vars(N).items() if key.endswith("_EVENT"))
 
 
@@ -75,19 +76,6 @@ def build_resource(config: TelemetryConfig) -> Resource:
     if config.framework:
         attributes[A.RL_FRAMEWORK] = config.framework
     return Resource.create(attributes)
-
-
-def with_placement(config: TelemetryConfig) -> TelemetryConfig:
-    """Fill rank, local rank, world size and node rank the caller left open from the job itself."""
-    if None not in (config.rank, config.local_rank, config.world_size, config.node_rank):
-        return config
-    found = detect_placement()
-    fill = {
-        name: getattr(found, name)
-        for name in ("rank", "local_rank", "world_size", "node_rank")
-        if getattr(config, name) is None and getattr(found, name) is not None
-    }
-    return dataclasses.replace(config, **fill) if fill else config
 
 
 class Telemetry(SampleLogging):
@@ -175,6 +163,7 @@ class Telemetry(SampleLogging):
         file_logs = next((q for q in self._providers.file_exports if isinstance(q, QueuedLogExport)), None)
         self._pipeline.flush_sdk_events = file_logs.write if file_logs is not None else None
         self._pipeline.stamped = self._stamped
+        self._refusals = Refusals(self._pipeline.report_once, self._submit, self._latest)
         # Bound once: log() is two attribute loads away from the queue.
         self._append = self._pipeline.queue.append
         self._queue = self._pipeline.queue
@@ -257,7 +246,7 @@ class Telemetry(SampleLogging):
     @property
     def queue_dropped_calls(self) -> int:
         """``log()`` / ``record()`` calls dropped because the worker was ``max_queue`` items behind."""
-        return sum(self._pipeline.dropped_queued.values())
+        return sum(self._pipeline.queue_drops.counts.values())
 
     @property
     def dropped_calls(self) -> int:
@@ -265,9 +254,11 @@ class Telemetry(SampleLogging):
         ``event()``, ``log_hparams()`` and ``trace_finished_step()``."""
         return self._dropped_calls
 
-    def _drop_call(self) -> None:
+    def _drop_call(self, call: str = "log()", signal: str = _SIGNAL_LOGS) -> None:
         self._dropped_calls += 1
-        if self._forked_from is not None and self._dropped_calls == 1:
+        if self._forked_from is None:
+            self._refusals.after_shutdown(call, signal, f"run folder {self.run_dir}" if self.run_dir else f"run {self.config.run_id}")
+        elif self._dropped_calls == 1:
             logger.warning(
                 "otel-rl: process %d was forked from %d after otel_rl.init(); the inherited telemetry is off "
                 "here: log() calls are dropped and counted in Telemetry.dropped_calls (reported once). Call "
@@ -288,8 +279,12 @@ class Telemetry(SampleLogging):
         return self._current_step
 
     def step(self, step: int) -> StepScope:
-        """Context manager: the root span ``rl.step`` of a new trace; ``log()`` defaults to this step."""
-        return StepScope(self, int(step))
+        """Context manager: the root span ``rl.step`` of a new trace; ``log()`` defaults to this step.
+        A step outside int64 is reported once; its span carries no rl.step, and log() calls at it are dropped."""
+        step = int(step)
+        if not INT64_MIN <= step <= INT64_MAX:
+            self._refusals.step("Telemetry.step()", step)
+        return StepScope(self, step)
 
     def stage(self, name: str, *, cluster: str | None = None, offload: bool = False, memory: bool | None = None) -> Stage:
         """Context manager: a child span ``rl.<name>`` of the current step.
@@ -321,35 +316,11 @@ class Telemetry(SampleLogging):
         the spans are built on the telemetry worker.
         """
         if self._closed:
-            return self._drop_call()
+            return self._drop_call("trace_finished_step()", _SIGNAL_TRACES)
+        if (step := self._refusals.step("trace_finished_step()", step)) is REFUSED:
+            return
         end_ns = time.time_ns() if end_time_ns is None else int(end_time_ns)
-        parsed: list[tuple[str, int, str | None]] = []
-        for entry in stages:
-            try:
-                name, seconds = str(entry[0]), float(entry[1])
-                cluster = entry[2] if len(entry) > 2 else None
-            except (TypeError, ValueError, IndexError):
-                seconds = math.nan
-            if not (seconds >= 0 and math.isfinite(seconds)):
-                self._pipeline.report_once(
-                    f"<trace_finished_step {entry!r:.60}>",
-                    "bad-stage",
-                    f"otel-rl: trace_finished_step() needs (stage, seconds >= 0[, cluster]) entries, got {entry!r:.80}; skipped",
-                )
-                continue
-            parsed.append((name, int(seconds * 1e9), None if cluster is None else str(cluster)))
-        total_ns = sum(d for _, d, _ in parsed)
-        try:
-            step_ns = total_ns if step_seconds is None else int(float(step_seconds) * 1e9)
-        except (TypeError, ValueError):
-            step_ns = -1
-        if step_ns < 0:
-            self._pipeline.report_once(
-                "<trace_finished_step step_seconds>",
-                "bad-step-seconds",
-                f"otel-rl: trace_finished_step(step_seconds={step_seconds!r}) must be seconds >= 0; used the stages' sum",
-            )
-            step_ns = total_ns
+        parsed, step_ns = parse_finished_step(stages, step_seconds, self._pipeline.report_once)
         tracer, rank, span_name, goodput = self._tracer, self.rank, self._span_name, self._pipeline.goodput
         step = int(step)
 
@@ -408,18 +379,16 @@ class Telemetry(SampleLogging):
             return self._drop_call()
         if len(self._queue) >= self._max_queue:
             return self._pipeline.drop_queued(_SIGNAL_LOGS)
+        if step is None:
+            step = self._current_step
+        # An int step within int64 (the range OTLP carries) costs two comparisons with constants.
+        if step is not None and (step.__class__ is not int or not -9223372036854775808 <= step <= 9223372036854775807):
+            if (step := self._refusals.step("log()", step, values)) is REFUSED:
+                return
         if self.config.strict:
             check_strict(values, self._pipeline.plan)
         if type(values) is dict and (found := packed_step(self._pipeline.step_plans, values)) is not None:
-            self._append(
-                (
-                    LOG_PACKED,
-                    self._current_step if step is None else step,
-                    time.time_ns() if time_ns is None else time_ns,
-                    self._step_span_context,
-                    *found,
-                )
-            )
+            self._append((LOG_PACKED, step, time.time_ns() if time_ns is None else time_ns, self._step_span_context, *found))
             if self._pipeline.idle:
                 self._wake_soon()
             return
@@ -432,22 +401,14 @@ class Telemetry(SampleLogging):
                 "<log>", type(values).__name__, f"otel-rl: log() takes a mapping of key -> value, got {type(values).__name__}; ignored"
             )
             return
-        self._append(
-            (
-                LOG,
-                self._current_step if step is None else step,
-                time.time_ns() if time_ns is None else time_ns,
-                self._step_span_context,
-                snapshot,
-            )
-        )
+        self._append((LOG, step, time.time_ns() if time_ns is None else time_ns, self._step_span_context, snapshot))
         if self._pipeline.idle:
             self._wake_soon()
 
     def record(self, metric: str, values: Any, attributes: Mapping[str, Any] | None = None, *, step: int | None = None) -> None:
         """Record a registry metric: a whole array into a histogram, or a value into a gauge/counter."""
         if self._closed:
-            return self._drop_call()
+            return self._drop_call("record()", _SIGNAL_METRICS)
         if len(self._queue) >= self._max_queue:
             return self._pipeline.drop_queued(_SIGNAL_METRICS)
         if metric not in METRICS:
@@ -464,12 +425,14 @@ class Telemetry(SampleLogging):
         elif isinstance(values, list):
             values = list(values)
         attrs = sorted_attrs(attributes) if attributes else ()
+        if attrs and not self._refusals.attributes(f"record({metric!r})", attrs):
+            return
         self._submit((RECORD, metric, values, attrs, self._current_step if step is None else step))
 
     def log_hparams(self, hparams: Mapping[str, Any]) -> None:
         """Record the run's hyperparameters once (an ``rl.hparams`` event; trackers keep them as config)."""
         if self._closed:
-            return self._drop_call()
+            return self._drop_call("log_hparams()")
         flat: dict[str, Any] = {}
         stack = [("", hparams)]
         while stack:
@@ -487,7 +450,7 @@ class Telemetry(SampleLogging):
         """Emit a registry event (``otel_rl.semconv.names.*_EVENT``) as a log record in the current
         step's trace; ``rl.step`` is added from ``step`` or the current step."""
         if self._closed:
-            return self._drop_call()
+            return self._drop_call(f"event({name!r})")
         if name not in _EVENT_NAMES:
             self._pipeline.report_once(
                 str(name), "unknown-event", f"otel-rl: event({name!r}) is not a registry event (one of {sorted(_EVENT_NAMES)}); ignored"
@@ -495,6 +458,10 @@ class Telemetry(SampleLogging):
             return
         attrs = dict(attributes or {})
         step = self._current_step if step is None else step
+        if step is not None and (step := self._refusals.step(f"event({name!r})", step, body, count=1)) is REFUSED:
+            return
+        if not self._refusals.attributes(f"event({name!r})", attrs):
+            return
         if step is not None:
             attrs[A.RL_STEP] = step
         flat = {str(k): event_value(v) for k, v in body.items()}
@@ -506,13 +473,16 @@ class Telemetry(SampleLogging):
         """Add to a registry counter (e.g. ``rl.tensor.nonfinite``). A name outside the registry is
         reported once and ignored, as in ``record()``; with ``strict=True`` it raises ValueError."""
         if self._closed:
-            return self._drop_call()
+            return self._drop_call("add()", _SIGNAL_METRICS)
         if metric not in METRICS:
             if self.config.strict:
                 raise ValueError(f"otel-rl: add() needs a registry metric name (from otel_rl.semconv.metrics), got {metric!r}")
             self._pipeline.report_once(str(metric), "unknown-metric", f"otel-rl: add({metric!r}) is not a registry metric; ignored")
             return
-        self._submit((ADD, metric, sorted_attrs(attributes) if attributes else (), float(amount)))
+        attrs = sorted_attrs(attributes) if attributes else ()
+        if attrs and not self._refusals.attributes(f"add({metric!r})", attrs):
+            return
+        self._submit((ADD, metric, attrs, float(amount)))
 
     def on_alert(self, callback: Callable[[Any], Any]) -> None:
         """Call ``callback(alert)`` for every alert the online rules fire (``otel_rl.detect.detectors.Alert``:
@@ -556,7 +526,11 @@ class Telemetry(SampleLogging):
         return self._providers.force_flush(deadline - time.monotonic())
 
     def shutdown(self, timeout_s: float = 5.0) -> None:
-        """Flush and stop exporting. Safe to call twice; ``atexit`` calls it too."""
+        """Flush and stop exporting, within ``timeout_s``. Safe to call twice; ``atexit`` calls it too.
+
+        What the worker has not processed by 70% of ``timeout_s`` (a backlog of new keys) is dropped,
+        counted in ``rl.telemetry.dropped{drop_reason=shutdown_timeout}`` and said in one line; the
+        exporters get the rest of the time. Later calls are dropped, said once and counted."""
         if self._closed:
             return
         self._closed = True
@@ -565,7 +539,8 @@ class Telemetry(SampleLogging):
         # One clock for the whole shutdown: an unreachable collector cannot hold exit past timeout_s.
         deadline = time.monotonic() + timeout_s
         self._providers.begin_shutdown(timeout_s)
-        self._pipeline.stop(timeout_s)
+        # What the worker has not processed in its share is dropped, counted and said in one line.
+        self._pipeline.stop(_WORKER_SHARE * timeout_s).report(timeout_s)
         # The providers get the time left (a tenth of it at least, to write what the worker drained).
         self._providers.shutdown(max(deadline - time.monotonic(), 0.1 * timeout_s))
         self._nvml_probe.stop()

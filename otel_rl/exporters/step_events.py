@@ -38,6 +38,8 @@ from otel_rl.exporters.otlp_json_encoders import _resources
 
 # What Pipeline.emit_event gives every event: SeverityNumber.INFO.
 _SEVERITY_INFO = 9
+# Key sets whose map a file is known to hold (later records carry their values alone).
+_KEY_SETS_KEPT = 4096
 # A body of doubles: their little-endian bytes, base64 (OTLP/JSON's form of a bytesValue).
 _BYTES_HEAD = b'{"bytesValue":"'
 _BYTES_TAIL = b'"}'
@@ -121,6 +123,8 @@ class StepEventWriter(PendingRecords):
             if type(values) is bytes:
                 values = list(template.packer.unpack(values))
             key_set = b'{"key":"' + self._key_set_key + b'","value":{"stringValue":"' + template.key_set.encode() + b'"}}]'
+            if len(self._key_set_attributes) >= _KEY_SETS_KEPT:  # key sets that change every step: start over
+                self._key_set_attributes.clear()  # (a key set's next record then carries its map again)
             self._key_set_attributes[template.key_set] = key_set
             body = list(template.pieces)
             body[1:-1:2] = orjson.dumps(values)[1:-1].split(b",")

@@ -254,8 +254,8 @@ def _interval(run: _Run) -> tuple[int | None, str, list[str]]:
 
 def _no_interval_doubt(run: _Run) -> str:
     """Why the logging interval is unknown, from what the log does and does not hold."""
-    epochs = [v.get("epoch") for _, v in run.train]
-    has_epochs = all(isinstance(e, (int, float)) for e in epochs)
+    epochs = [e for _, v in run.train if isinstance(e := v.get("epoch"), (int, float))]
+    has_epochs = bool(epochs) and len(epochs) == len(run.train)
     parts = []
     if run.total() is None and not run.header.get("steps_per_epoch"):
         parts.append("no trainer header gives the total steps or the steps per epoch")

@@ -362,12 +362,12 @@ progress as a metric is `rl.progress.step`."""
 RL_TELEMETRY_DROP_REASON: Final = "rl.telemetry.drop_reason"
 """Why otel-rl dropped telemetry it had accepted.
 
-Type: enum. Values: spool_full, backend_rejected, series_limit, queue_full. Examples: spool_full."""
+Type: enum. Values: spool_full, backend_rejected, series_limit, queue_full, shutdown_timeout, after_shutdown. Examples: spool_full."""
 
 RL_TELEMETRY_REASON: Final = "rl.telemetry.reason"
 """Why otel-rl rejected a value.
 
-Type: enum. Values: nan, inf, none, non_numeric, multi_element, bad_key, unmapped_overflow, exporter_error. Examples: nan, unmapped_overflow."""
+Type: enum. Values: nan, inf, none, non_numeric, multi_element, bad_key, unmapped_overflow, exporter_error, out_of_range. Examples: nan, unmapped_overflow."""
 
 RL_TELEMETRY_SIGNAL: Final = "rl.telemetry.signal"
 """The OpenTelemetry signal an item belongs to.
@@ -845,6 +845,12 @@ class RlTelemetryDropReasonValues(str, Enum):
     QUEUE_FULL = 'queue_full'
     """The telemetry worker fell behind the training loop by max_queue items; log() / record() calls past that were dropped."""
 
+    SHUTDOWN_TIMEOUT = 'shutdown_timeout'
+    """shutdown() ran out of its timeout before the telemetry worker had processed everything queued; the rest was not written."""
+
+    AFTER_SHUTDOWN = 'after_shutdown'
+    """A log() / record() / event() call came after shutdown() of its telemetry (or while it ran); its data was dropped."""
+
 
 class RlTelemetryReasonValues(str, Enum):
     """Values of `rl.telemetry.reason`: Why otel-rl rejected a value."""
@@ -872,6 +878,9 @@ class RlTelemetryReasonValues(str, Enum):
 
     EXPORTER_ERROR = 'exporter_error'
     """An exporter failed to export the value."""
+
+    OUT_OF_RANGE = 'out_of_range'
+    """The call's step, or an integer attribute value, was outside the signed 64-bit range OTLP carries; the call was dropped."""
 
 
 class RlTelemetrySignalValues(str, Enum):

@@ -1895,7 +1895,9 @@ collector outage they wait on disk and are delivered after recovery. Past the bo
 oldest are dropped and counted here with reason spool_full; reported once. When the
 telemetry worker falls behind the training loop by max_queue items, log() / record()
 calls past that are dropped on the caller's side (never blocking it) and counted with
-reason queue_full. Zero in a healthy run. Lower is better."""
+reason queue_full. Items still queued when shutdown() runs out of its timeout are
+counted with reason shutdown_timeout, calls made after (or during) shutdown() with
+reason after_shutdown. Zero in a healthy run. Lower is better."""
 
 
 def create_rl_telemetry_dropped(meter: Meter) -> Counter:

@@ -54,6 +54,9 @@ _logger = logging.getLogger(LOGGER_NAME)
 T = TypeVar("T")
 
 REDACTED = "***"
+# Key -> name rewrites a tracker or the fan-out keeps (tags, sanitized names): far above a run's key
+# count; past it (a step or a sample id inside every key) names are rewritten each time, not kept.
+NAME_CACHE_LIMIT = 1 << 14
 # A key with this name is treated as a secret at any depth, whatever the backend declares:
 # it is the one name every tracker library uses for its credential.
 _ALWAYS_SECRET_NAMES = frozenset({"api_key"})

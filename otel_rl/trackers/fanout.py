@@ -23,7 +23,7 @@ from opentelemetry.sdk._logs.export import LogRecordExporter, LogRecordExportRes
 
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import names as N
-from otel_rl.trackers.base import Tracker, _resolve, create_trackers, redact
+from otel_rl.trackers.base import NAME_CACHE_LIMIT, Tracker, _resolve, create_trackers, redact
 
 logger = logging.getLogger("otel_rl")
 
@@ -64,7 +64,9 @@ class TrackerFanout:
         for key, value in values.items():
             name = self._names.get(key)
             if name is None:
-                name = self._names[key] = self._key_namer(key)
+                name = self._key_namer(key)
+                if len(self._names) < NAME_CACHE_LIMIT:
+                    self._names[key] = name
             out[name] = value
         return out
 

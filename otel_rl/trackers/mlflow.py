@@ -25,7 +25,6 @@ process: choosing a file URI is choosing the file store.
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 import time
@@ -34,12 +33,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from otel_rl.trackers.base import Tracker, flatten, to_scalar
+from otel_rl.trackers.base import NAME_CACHE_LIMIT, Tracker, flatten, to_scalar
 from otel_rl.trackers.samples import table_rows
 
 __all__ = ["MlflowTracker", "samples_artifact", "sanitize_key"]
 
-_logger = logging.getLogger("otel_rl")
 
 _INVALID_CHARS = re.compile(r"[^/\w.\- :]")
 _SLASHES = re.compile(r"/+")
@@ -97,9 +95,11 @@ class MlflowTracker(Tracker):
     def _name(self, key: str) -> str:
         name = self._names.get(key)
         if name is None:
-            name = self._names[key] = sanitize_key(key)
+            name = sanitize_key(key)
+            if len(self._names) < NAME_CACHE_LIMIT:
+                self._names[key] = name
             if name != key:
-                _logger.info("mlflow tracker: key %r is logged as %r (characters MLflow rejects)", key, name)
+                self.report_once(key, f"is logged as {name!r} (characters MLflow rejects)")
         return name
 
     def log(self, values: Mapping[str, Any], step: int | None = None) -> None:

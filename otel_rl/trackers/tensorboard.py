@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from otel_rl.trackers.base import Tracker, flatten, is_finite, to_scalar
+from otel_rl.trackers.base import NAME_CACHE_LIMIT, Tracker, flatten, is_finite, to_scalar
 from otel_rl.trackers.samples import markdown_table
 
 __all__ = ["TensorBoardTracker"]
@@ -74,7 +74,9 @@ class TensorBoardTracker(Tracker):
         # writer, in both scalar paths below, and one message per key.
         tag = self._tags.get(key)
         if tag is None:
-            tag = self._tags[key] = _INVALID_TAG_CHARS.sub("_", key).lstrip("/")
+            tag = _INVALID_TAG_CHARS.sub("_", key).lstrip("/")
+            if len(self._tags) < NAME_CACHE_LIMIT:
+                self._tags[key] = tag
             if tag != key:
                 self.report_once(key, f"is logged as {tag!r} (characters TensorBoard tags reject)")
         return tag

@@ -1,0 +1,150 @@
+"""Calls telemetry refuses, each kind said once and counted, never raised into the loop: calls after
+shutdown(), otel_rl.log() before init(), and steps or integer attributes outside int64 (which the
+OTLP encoder cannot carry and a backend would read as another step)."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+
+import pytest
+from otlp_sink import OtlpSink
+
+import otel_rl
+from otel_rl.runs.folder import read_log_records, read_spans
+from otel_rl.semconv import attributes as A
+from otel_rl.semconv import metrics as M
+from otel_rl.semconv import names as N
+
+INT64_MAX = 2**63 - 1
+_LOGS, _METRICS = A.RlTelemetrySignalValues.LOGS.value, A.RlTelemetrySignalValues.METRICS.value
+_AFTER_SHUTDOWN = A.RlTelemetryDropReasonValues.AFTER_SHUTDOWN.value
+
+
+def test_calls_after_shutdown_are_said_once_and_counted(make_telemetry, caplog) -> None:
+    tel = make_telemetry()
+    tel.log({"actor/pg_loss": 1.0}, step=0)
+    tel.shutdown()
+    caplog.clear()
+    for step in range(1, 4):
+        tel.log({"actor/pg_loss": 2.0}, step=step)
+    tel.record(M.RL_SAMPLE_REWARD, [1.0, 2.0])
+    tel.add(M.RL_TENSOR_NONFINITE)
+    tel.event(N.RL_LOG_EVENT, {"x": 1.0})
+    said = [r.getMessage() for r in caplog.records if r.name == "otel_rl" and r.threadName == "MainThread"]
+    assert len(said) == 1, said
+    assert "log() was called after shutdown()" in said[0] and "dropped" in said[0]
+    assert str(tel.run_dir) in said[0] and "otel_rl.init()" in said[0]
+    assert tel.dropped_calls == 6
+    drops = {
+        signal: tel.latest(M.RL_TELEMETRY_DROPPED, {A.RL_TELEMETRY_SIGNAL: signal, A.RL_TELEMETRY_DROP_REASON: _AFTER_SHUTDOWN})
+        for signal in (_LOGS, _METRICS)
+    }
+    assert drops == {_LOGS: 4, _METRICS: 2}
+    assert [r["attributes"][A.RL_STEP] for r in read_log_records(tel.run_dir) if r["event_name"] == N.RL_LOG_EVENT] == [0]
+
+
+_BEFORE_INIT = """
+import otel_rl
+assert otel_rl.get_telemetry() is None  # code that checks for telemetry keeps working
+try:
+    otel_rl.log({"actor/pg_loss": 0.5}, step=0)
+except RuntimeError as exc:
+    print("raised:", exc)
+tel = otel_rl.init(run_dir=RUN, console=False, service_name="before-init")
+otel_rl.log({"actor/pg_loss": 0.25}, step=1)  # the module-level call logs to it
+otel_rl.shutdown()
+assert otel_rl.get_telemetry() is None
+otel_rl.log({"actor/pg_loss": 0.125}, step=2)  # after shutdown: dropped, said once, never raised
+print("dropped:", tel.dropped_calls)
+"""
+
+
+def test_module_level_log_before_init_says_to_call_init_first(tmp_path) -> None:
+    run = tmp_path / "run"
+    code = f"RUN = {str(run)!r}\n" + _BEFORE_INIT
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "raised: otel-rl: otel_rl.log() was called before otel_rl.init()" in done.stdout
+    assert "Call otel_rl.init() first" in done.stdout
+    assert "dropped: 1" in done.stdout
+    assert "AttributeError" not in done.stderr
+    assert done.stderr.count("after shutdown()") == 1
+    steps = [r["attributes"][A.RL_STEP] for r in read_log_records(run) if r["event_name"] == N.RL_LOG_EVENT]
+    assert steps == [1]
+
+
+def _ints(value: object) -> list[int]:
+    """Every int inside an attribute or body value."""
+    if type(value) is int:
+        return [value]
+    if isinstance(value, dict):
+        return [i for v in value.values() for i in _ints(v)]
+    if isinstance(value, list):
+        return [i for v in value for i in _ints(v)]
+    return []
+
+
+@pytest.mark.parametrize("bad_step", [2**64, 10**30, -(2**70)], ids=["2**64", "10**30", "-2**70"])
+def test_a_step_or_attribute_outside_int64_is_refused_at_the_call_once_never_mangled(tmp_path, caplog, bad_step: int) -> None:
+    caplog.set_level(logging.WARNING)
+    with OtlpSink() as sink:
+        tel = otel_rl.Telemetry(
+            otel_rl.resolve_config(
+                dict(
+                    run_dir=str(tmp_path / "run"),
+                    exporters="otlp,file",
+                    endpoint=sink.endpoint,
+                    spool_max_bytes=0,
+                    console=False,
+                    service_name="int64",
+                )
+            )
+        )
+        try:
+            with tel.step(bad_step):
+                with tel.stage("generate"):
+                    pass
+                tel.log({"actor/pg_loss": 0.5, "actor/kl_loss": 0.1})  # at the scope's step
+            for _ in range(3):
+                tel.log({"actor/pg_loss": 0.5}, step=bad_step)
+            tel.log({"actor/pg_loss": 0.75}, step=7)  # a good step goes through
+            tel.event(N.RL_LOG_EVENT, {"x": 1.0}, step=bad_step)
+            tel.record(M.RL_SAMPLE_REWARD, [1.0], {"rl.sample.source": 2**70})
+            tel.add(M.RL_TENSOR_NONFINITE, 1.0, {"rl.sample.source": 2**70})
+            tel.flush()
+            rejected = tel.latest(M.RL_TELEMETRY_REJECTED, {A.RL_TELEMETRY_REASON: A.RlTelemetryReasonValues.OUT_OF_RANGE.value})
+        finally:
+            tel.shutdown()
+        received = sink.received
+        # Nothing the SDK could not encode: no traceback in the training console. (Other records of the
+        # SDK's loggers may come from the exporters of earlier tests, still retrying on their threads.)
+        encoding = [r.getMessage() for r in caplog.records if r.name.startswith("opentelemetry") and "encode" in r.getMessage()]
+        assert not encoding, encoding
+        said = [r.getMessage() for r in caplog.records if r.name == "otel_rl"]
+        steps_said = [m for m in said if "step=" in m]
+        assert len(steps_said) == 1, said  # one message for every refused step
+        assert f"step={bad_step}" in steps_said[0] and "64-bit" in steps_said[0] and "dropped" in steps_said[0]
+        attrs_said = [m for m in said if "'rl.sample.source'" in m]
+        assert len(attrs_said) == 1 and str(2**70) in attrs_said[0]
+        assert rejected == 2 + 3 + 1 + 2  # the scope's log() (2 values), 3 log() calls, the event, record() and add()
+        # Only the good step arrived, and no integer out of range (none wrapped to another step).
+        assert [a[A.RL_STEP] for name, a, _, _ in received.logs if name == N.RL_LOG_EVENT] == [7]
+        exported = [i for _, _, _, a in received.spans for i in _ints(a)] + [i for _, a, b, _ in received.logs for i in _ints([a, b])]
+        assert all(-(2**63) <= i <= INT64_MAX for i in exported)
+        spans = {name: a for _, _, name, a in received.spans}
+        assert A.RL_STEP not in spans[N.RL_STEP_SPAN] and A.RL_STEP not in spans["rl.generate"]
+    # The run folder says the same as the collector.
+    assert [r["attributes"][A.RL_STEP] for r in read_log_records(tmp_path / "run") if r["event_name"] == N.RL_LOG_EVENT] == [7]
+    assert {s.name for s in read_spans(tmp_path / "run")} >= {N.RL_STEP_SPAN, "rl.generate"}
+
+
+def test_integer_like_steps_of_other_types_are_logged_as_ints(make_telemetry) -> None:
+    np = pytest.importorskip("numpy")
+    tel = make_telemetry()
+    tel.log({"actor/pg_loss": 0.5}, step=np.int64(3))
+    tel.log({"actor/pg_loss": 0.5}, step=np.uint64(2**64 - 1))  # refused: past int64
+    tel.shutdown()
+    steps = [r["attributes"][A.RL_STEP] for r in read_log_records(tel.run_dir) if r["event_name"] == N.RL_LOG_EVENT]
+    assert steps == [3]
