@@ -12,8 +12,16 @@ venv="${OTEL_RL_VENV:-$root/.venv}"
 # install is not the end of the run: the tests that need the server say what is missing.
 "$venv/bin/otel-rl" stack install --dir "$root/.stack" ||
   echo "otel-rl: the local stack is not fully installed (see above); the tests that need it will fail or skip, naming it" >&2
+# Parallel workers (pytest-xdist), a file at a time; the tests that run a local stack or install its
+# servers stay on one worker, in order (tests/conftest.py schedules them). OTEL_RL_TEST_WORKERS=0
+# runs everything in this process. --durations: the slowest tests, for whoever wants the run shorter.
+workers="${OTEL_RL_TEST_WORKERS:-auto}"
 set +e
-"$venv/bin/python" -m pytest "$@"
+if [ "$workers" = "0" ]; then
+  "$venv/bin/python" -m pytest --durations=15 "$@"
+else
+  "$venv/bin/python" -m pytest -n "$workers" --durations=15 "$@"
+fi
 rc=$?
 set -e
 if [ "$rc" -eq 5 ]; then

@@ -101,3 +101,32 @@ def silent_peer() -> Iterator[str]:
         for conn in held:  # the exporters' threads still waiting on it now fail at once
             conn.close()
         server.close()
+
+
+# Tests run on parallel workers (pytest-xdist; scripts/test.sh), a whole file to a worker, so that
+# a module's fixtures (a demo run, a collector) are built once. Those that start a local stack or
+# install its servers share a port-offset range and the installs' folders (vmalert-tool's fixed
+# scratch folder too), so all of them are one unit: one worker, one after another.
+_SERIAL_PATHS = ("tests/e2e/", "tests/stack/", "tests/alerts/", "tests/grafana/", "tests/exporters/test_bridge.py")
+_SERIAL_UNIT = "tests/ that run a local stack"
+
+
+class _StackTestsTogether:
+    """Makes xdist's scheduler: LoadScope, whose unit is a file, or the serial tests all together.
+    (xdist's own --dist loadgroup reads a node id attribute pytest 9.2 no longer has.)"""
+
+    @staticmethod
+    def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+        from xdist.scheduler import LoadScopeScheduling
+
+        class Scheduler(LoadScopeScheduling):
+            def _split_scope(self, nodeid: str) -> str:
+                path = nodeid.split("::", 1)[0]
+                return _SERIAL_UNIT if path.startswith(_SERIAL_PATHS) else path
+
+        return Scheduler(config, log)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(_StackTestsTogether(), "otel-rl-test-scheduling")

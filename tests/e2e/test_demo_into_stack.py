@@ -188,26 +188,29 @@ def test_series_count_stays_flat_as_steps_grow(stack, tmp_path):
         # checkpoint), so a new series in the second half could only come from the step itself.
         run_demo(steps=4, algo="grpo", telemetry=tel, out=tmp_path / "a", progress=False)
         tel.flush()
-        first = settled_series_count(stack, run)
+        first = settled_series(stack, run)
         run_demo(steps=4, first_step=5, algo="grpo", telemetry=tel, out=tmp_path / "b", progress=False)
         tel.flush()
     finally:
         tel.shutdown()
-    assert settled_series_count(stack, run) == first
+    born_later = sorted(settled_series(stack, run) - first)
+    assert not born_later, f"{len(born_later)} series first seen in steps 5-8, e.g. {born_later[:3]}"
 
 
-def settled_series_count(stack, run: str, quiet_s: float = 12.0, deadline_s: float = 90.0) -> int:
-    """The run's series count once it has not changed for quiet_s (new series show up ~10 s late)."""
+def settled_series(stack, run: str, quiet_s: float = 20.0, deadline_s: float = 120.0) -> set[tuple]:
+    """The run's series (their sorted labels) once they have not changed for quiet_s: longer than the
+    gateway's span-metrics flush (15 s), so that a flush still to come cannot add series later."""
     end = time.monotonic() + deadline_s
-    count, since = -1, time.monotonic()
+    series: set[tuple] = set()
+    since = time.monotonic()
     while time.monotonic() < end:
-        now = len(vm_series(stack, f"{{{run}}}"))
-        if now != count:
-            count, since = now, time.monotonic()
-        elif count > 20 and time.monotonic() - since >= quiet_s:
-            return count
+        now = {tuple(sorted(s.items())) for s in vm_series(stack, f"{{{run}}}")}
+        if now != series:
+            series, since = now, time.monotonic()
+        elif len(series) > 20 and time.monotonic() - since >= quiet_s:
+            return series
         time.sleep(1.0)
-    pytest.fail(f"the series count of {run} never settled (last {count})")
+    pytest.fail(f"the series of {run} never settled (last count {len(series)})")
 
 
 def test_prometheus_scrapes_the_metrics_from_the_gateway(stack, demo_run: DemoRun):
