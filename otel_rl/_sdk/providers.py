@@ -79,6 +79,15 @@ class Providers:
     # Whether anything takes events (a file, a collector, a tracker): with nothing, none is built.
     events_exported: bool = True
 
+    def end_spans(self, spans: Sequence[Any]) -> None:
+        """Hand finished spans built without the SDK's span objects (``ReadableSpan``s, e.g. the
+        kept trajectories of a step) to otel-rl's span processors, as the SDK does when a span ends:
+        every destination (run folder, OTLP, spool) gets them in the same encoding. A tracer
+        provider handed in by the caller keeps its own other processors out of this."""
+        for processor in self.span_processors:
+            for span in spans:
+                processor.on_end(span)
+
     def begin_shutdown(self, timeout_s: float) -> None:
         """Start the clock that bounds delivery during shutdown (an unreachable collector)."""
         if self.spool is not None:
