@@ -197,6 +197,12 @@ rl.rollout.requests gauge {request}
 rl.run.flops counter {flop}
 rl.run.loss gauge 1
 rl.alert counter {alert}
+rl.trajectory.duration histogram s
+rl.turn.duration histogram s
+rl.tool.duration histogram s
+rl.trajectory.turns histogram {turn}
+rl.trajectory.tool_calls histogram {call}
+rl.trajectory.count counter {trajectory}
 """
 
 

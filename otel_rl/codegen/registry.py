@@ -58,7 +58,7 @@ ATTRIBUTE_FIELDS = {
     "tag",
 }
 # Namespaces otel-rl may declare: its own, plus upstream names it reuses (documented as such).
-NAMESPACES = ("rl.", "hw.", "process.", "gen_ai.", "host.", "server.", "service.", "telemetry.")
+NAMESPACES = ("rl.", "hw.", "process.", "gen_ai.", "host.", "server.", "service.", "telemetry.", "error.")
 HISTOGRAM_BUCKET_SETS = ("duration", "tokens", "signed", "ratio", "count")
 DIRECTIONS = ("higher", "lower", "range")
 DANGER_FIELDS = ("above", "below", "why")

@@ -6,6 +6,32 @@ from __future__ import annotations
 from enum import Enum
 from typing import Final
 
+ERROR_TYPE: Final = "error.type"
+"""Describes a class of error the operation ended with.
+
+Type: string. Examples: TimeoutError, tool_error.
+
+Upstream OpenTelemetry name (stable upstream); otel-rl sets it on the spans of an agent
+trajectory that failed: the exception's class name (`TimeoutError`), or the error type
+the caller named (`tool.done(error=...)`); the span's status is then ERROR."""
+
+GEN_AI_OPERATION_NAME: Final = "gen_ai.operation.name"
+"""The name of the operation being performed.
+
+Type: enum. Values: invoke_agent, chat, execute_tool. Examples: invoke_agent, chat, execute_tool.
+
+Upstream OpenTelemetry name (an open enum upstream, with more members); otel-rl sets it
+on the spans of an agent trajectory: `invoke_agent` on `rl.trajectory`, `chat` on each
+`rl.turn`, `execute_tool` on each `rl.tool`."""
+
+GEN_AI_RESPONSE_FINISH_REASONS: Final = "gen_ai.response.finish_reasons"
+"""Array of reasons the model stopped generating tokens, corresponding to each generation received.
+
+Type: string[]. Examples: ['stop'], ['length'].
+
+Upstream OpenTelemetry name; on `rl.turn`, the one generation's reason as the engine
+gave it (`stop`, `length`, `tool_calls`, ...). `length` marks the turn truncated."""
+
 GEN_AI_TOKEN_TYPE: Final = "gen_ai.token.type"
 """The type of token being counted.
 
@@ -13,6 +39,54 @@ Type: enum. Values: input, output. Examples: input, output.
 
 Upstream OpenTelemetry name; on `rl.rollout.tokens` otel-rl uses `input` for prefill
 (prompt) tokens and `output` for decode (generated) tokens."""
+
+GEN_AI_TOOL_CALL_ARGUMENTS: Final = "gen_ai.tool.call.arguments"
+"""Parameters passed to the tool call.
+
+Type: string. Examples: {"query": "weather in Paris"}.
+
+Upstream OpenTelemetry name (opt-in upstream, as it may hold sensitive text); otel-rl sets
+it on `rl.tool` only when samples are on (`log_samples` > 0), as JSON text for a mapping,
+cut at `sample_text_limit` bytes."""
+
+GEN_AI_TOOL_CALL_ID: Final = "gen_ai.tool.call.id"
+"""The tool call identifier.
+
+Type: string. Examples: call_mszuSIzqtI65i1wAUOE8w5H4.
+
+Upstream OpenTelemetry name; on `rl.tool` when the caller passes `call_id`."""
+
+GEN_AI_TOOL_CALL_RESULT: Final = "gen_ai.tool.call.result"
+"""The result returned by the tool call (if any and if execution was successful).
+
+Type: string. Examples: rainy, 57 F.
+
+Upstream OpenTelemetry name (opt-in upstream); on `rl.tool` only when samples are on
+(`log_samples` > 0), cut at `sample_text_limit` bytes."""
+
+GEN_AI_TOOL_NAME: Final = "gen_ai.tool.name"
+"""Name of the tool utilized by the agent.
+
+Type: string. Examples: search, python.
+
+Upstream OpenTelemetry name; on `rl.tool` spans and on `rl.tool.duration`, where at
+most 64 distinct names get their own series per process (later ones are `_OTHER`)."""
+
+GEN_AI_USAGE_INPUT_TOKENS: Final = "gen_ai.usage.input_tokens"
+"""The number of tokens used in the GenAI input (prompt).
+
+Type: int. Examples: 512.
+
+Upstream OpenTelemetry name; on `rl.turn` the prompt tokens of that generation, on
+`rl.trajectory` the sum over its turns."""
+
+GEN_AI_USAGE_OUTPUT_TOKENS: Final = "gen_ai.usage.output_tokens"
+"""The number of tokens used in the GenAI response (completion).
+
+Type: int. Examples: 87.
+
+Upstream OpenTelemetry name; on `rl.turn` the tokens that generation produced, on
+`rl.trajectory` the sum over its turns."""
 
 HOST_NAME: Final = "host.name"
 """Name of the host.
@@ -299,8 +373,17 @@ RL_SAMPLE_GROUP_ID: Final = "rl.sample.group_id"
 
 Type: string. Examples: 7, b2f1c0e4.
 
-Used on `rl.sample` events ONLY, never as a metric attribute (one value per prompt).
-Samples of one group share the prompt; their rewards are compared with each other."""
+Used on `rl.sample` events and `rl.trajectory` spans ONLY, never as a metric attribute
+(one value per prompt). Samples of one group share the prompt; their rewards are
+compared with each other."""
+
+RL_SAMPLE_ID: Final = "rl.sample.id"
+"""The caller's id of one rollout sample (an agent trajectory), as text.
+
+Type: string. Examples: 42, gsm8k-1337-3.
+
+Used on `rl.trajectory` spans ONLY, never as a metric attribute (one value per sample).
+An integer id is written in decimal."""
 
 RL_SAMPLE_INDEX: Final = "rl.sample.index"
 """Position of the sample in the batch its step handed to `log_samples()` (0-based, counted over the step's calls).
@@ -362,12 +445,12 @@ progress as a metric is `rl.progress.step`."""
 RL_TELEMETRY_DROP_REASON: Final = "rl.telemetry.drop_reason"
 """Why otel-rl dropped telemetry it had accepted.
 
-Type: enum. Values: spool_full, backend_rejected, series_limit, queue_full, shutdown_timeout, after_shutdown. Examples: spool_full."""
+Type: enum. Values: spool_full, backend_rejected, series_limit, queue_full, shutdown_timeout, after_shutdown, trajectory_limit. Examples: spool_full."""
 
 RL_TELEMETRY_REASON: Final = "rl.telemetry.reason"
 """Why otel-rl rejected a value.
 
-Type: enum. Values: nan, inf, none, non_numeric, multi_element, bad_key, unmapped_overflow, exporter_error, out_of_range. Examples: nan, unmapped_overflow."""
+Type: enum. Values: nan, inf, none, non_numeric, multi_element, bad_key, unmapped_overflow, exporter_error, out_of_range, negative. Examples: nan, unmapped_overflow."""
 
 RL_TELEMETRY_SIGNAL: Final = "rl.telemetry.signal"
 """The OpenTelemetry signal an item belongs to.
@@ -383,6 +466,75 @@ RL_TENSOR_NAME: Final = "rl.tensor.name"
 """Name of the checked tensor (a DataProto / batch field).
 
 Type: string. Examples: old_log_probs, advantages, response_mask."""
+
+RL_TRAJECTORY_FAILED: Final = "rl.trajectory.failed"
+"""The trajectory failed: an exception left it, a turn or a tool call raised, a tool reported an error, or a turn was truncated.
+
+Type: boolean. Examples: True."""
+
+RL_TRAJECTORY_KEPT: Final = "rl.trajectory.kept"
+"""Whether the trajectory's spans were exported (kept by the head ratio or the step's tail rule).
+
+Type: boolean. Examples: True, False."""
+
+RL_TRAJECTORY_REASON: Final = "rl.trajectory.reason"
+"""Why a trajectory was kept, or why not.
+
+Type: enum. Values: failed, slowest, highest_reward, lowest_reward, head_sampled, sampled_out, over_limit. Examples: slowest, sampled_out.
+
+On `rl.trajectory.count` and on kept `rl.trajectory` spans. A trajectory that meets
+several rules gets the first of failed, slowest, highest_reward, lowest_reward,
+head_sampled."""
+
+RL_TRAJECTORY_REWARD: Final = "rl.trajectory.reward"
+"""The scalar reward the trajectory was given.
+
+Type: double. Examples: 0.7.
+
+On `rl.trajectory` spans only (one value per sample)."""
+
+RL_TRAJECTORY_REWARDS: Final = "rl.trajectory.rewards"
+"""One component of the trajectory's reward, by component name (`rl.trajectory.rewards.format`).
+
+Type: template[double]. Examples: 1.0, 0.5.
+
+On `rl.trajectory` spans only; at most 32 components per trajectory, names cut at 64
+characters."""
+
+RL_TRAJECTORY_TOOL_CALL_COUNT: Final = "rl.trajectory.tool_call_count"
+"""Tool calls the trajectory made.
+
+Type: int. Examples: 2."""
+
+RL_TRAJECTORY_TRUNCATED: Final = "rl.trajectory.truncated"
+"""A turn of the trajectory stopped at the length limit (finish reason `length`).
+
+Type: boolean. Examples: True."""
+
+RL_TRAJECTORY_TURN_COUNT: Final = "rl.trajectory.turn_count"
+"""Generations (turns) the trajectory made.
+
+Type: int. Examples: 3."""
+
+RL_TURN_INDEX: Final = "rl.turn.index"
+"""Position of the turn among its trajectory's turns (0-based).
+
+Type: int. Examples: 0, 3."""
+
+RL_TURN_PROMPT: Final = "rl.turn.prompt"
+"""The prompt text of a turn, as the caller gave it.
+
+Type: string. Examples: What is 17 * 23?.
+
+Only when samples are on (`log_samples` > 0), cut at `sample_text_limit` bytes (and at
+`attribute_value_limit`) on a UTF-8 boundary with a marker saying how long it was."""
+
+RL_TURN_RESPONSE: Final = "rl.turn.response"
+"""The generated text of a turn.
+
+Type: string. Examples: 17 * 23 = 391.
+
+Only when samples are on (`log_samples` > 0), cut as `rl.turn.prompt` is."""
 
 RL_VALIDATION_N: Final = "rl.validation.n"
 """Number of responses per prompt a validation statistic is computed over (verl `@N`).
@@ -451,6 +603,19 @@ TELEMETRY_DISTRO_VERSION: Final = "telemetry.distro.version"
 Type: string. Examples: 0.1.0.
 
 Upstream OpenTelemetry name; otel-rl sets it to its package version."""
+
+
+class GenAiOperationNameValues(str, Enum):
+    """Values of `gen_ai.operation.name`: The name of the operation being performed."""
+
+    INVOKE_AGENT = 'invoke_agent'
+    """Invoke an agent: one whole trajectory (span `rl.trajectory`)."""
+
+    CHAT = 'chat'
+    """One generation of the policy model: a turn of a trajectory (span `rl.turn`)."""
+
+    EXECUTE_TOOL = 'execute_tool'
+    """Execute a tool: one tool call of a trajectory (span `rl.tool`)."""
 
 
 class GenAiTokenTypeValues(str, Enum):
@@ -851,6 +1016,9 @@ class RlTelemetryDropReasonValues(str, Enum):
     AFTER_SHUTDOWN = 'after_shutdown'
     """A log() / record() / event() call came after shutdown() of its telemetry (or while it ran); its data was dropped."""
 
+    TRAJECTORY_LIMIT = 'trajectory_limit'
+    """Past trajectory_limit agent trajectories open or awaiting their step's sampling decision in this process (or past the spans one trajectory may hold), a new one was not recorded."""
+
 
 class RlTelemetryReasonValues(str, Enum):
     """Values of `rl.telemetry.reason`: Why otel-rl rejected a value."""
@@ -882,6 +1050,9 @@ class RlTelemetryReasonValues(str, Enum):
     OUT_OF_RANGE = 'out_of_range'
     """The call's step, or an integer attribute value, was outside the signed 64-bit range OTLP carries; the call was dropped."""
 
+    NEGATIVE = 'negative'
+    """A count that cannot be negative (an agent turn's tokens) was; it was left out."""
+
 
 class RlTelemetrySignalValues(str, Enum):
     """Values of `rl.telemetry.signal`: The OpenTelemetry signal an item belongs to."""
@@ -895,8 +1066,43 @@ class RlTelemetrySignalValues(str, Enum):
     LOGS = 'logs'
     """Log records (the rl.log step events and other otel-rl events)."""
 
+
+class RlTrajectoryReasonValues(str, Enum):
+    """Values of `rl.trajectory.reason`: Why a trajectory was kept, or why not."""
+
+    FAILED = 'failed'
+    """Kept: the trajectory failed (an exception, a tool error, a truncated turn)."""
+
+    SLOWEST = 'slowest'
+    """Kept: one of the `trajectory_keep_slowest` slowest trajectories of its step."""
+
+    HIGHEST_REWARD = 'highest_reward'
+    """Kept: the highest-rewarded trajectory of its step."""
+
+    LOWEST_REWARD = 'lowest_reward'
+    """Kept: the lowest-rewarded trajectory of its step."""
+
+    HEAD_SAMPLED = 'head_sampled'
+    """Kept by the head ratio (`trajectory_sample_ratio`)."""
+
+    SAMPLED_OUT = 'sampled_out'
+    """Not kept: no rule kept it and the head ratio left it out; counted in the metrics only."""
+
+    OVER_LIMIT = 'over_limit'
+    """Not recorded: `trajectory_limit` trajectories were already open or awaiting their step's decision."""
+
 __all__ = [
+    "ERROR_TYPE",
+    "GEN_AI_OPERATION_NAME",
+    "GEN_AI_RESPONSE_FINISH_REASONS",
     "GEN_AI_TOKEN_TYPE",
+    "GEN_AI_TOOL_CALL_ARGUMENTS",
+    "GEN_AI_TOOL_CALL_ID",
+    "GEN_AI_TOOL_CALL_RESULT",
+    "GEN_AI_TOOL_NAME",
+    "GEN_AI_USAGE_INPUT_TOKENS",
+    "GEN_AI_USAGE_OUTPUT_TOKENS",
+    "GenAiOperationNameValues",
     "GenAiTokenTypeValues",
     "HOST_NAME",
     "HW_ID",
@@ -939,6 +1145,7 @@ __all__ = [
     "RL_ROLLOUT_REQUEST_STATE",
     "RL_RUN_ID",
     "RL_SAMPLE_GROUP_ID",
+    "RL_SAMPLE_ID",
     "RL_SAMPLE_INDEX",
     "RL_SPAN_RECONSTRUCTED",
     "RL_STAGE",
@@ -950,6 +1157,17 @@ __all__ = [
     "RL_TELEMETRY_SIGNAL",
     "RL_TENSOR_DIM",
     "RL_TENSOR_NAME",
+    "RL_TRAJECTORY_FAILED",
+    "RL_TRAJECTORY_KEPT",
+    "RL_TRAJECTORY_REASON",
+    "RL_TRAJECTORY_REWARD",
+    "RL_TRAJECTORY_REWARDS",
+    "RL_TRAJECTORY_TOOL_CALL_COUNT",
+    "RL_TRAJECTORY_TRUNCATED",
+    "RL_TRAJECTORY_TURN_COUNT",
+    "RL_TURN_INDEX",
+    "RL_TURN_PROMPT",
+    "RL_TURN_RESPONSE",
     "RL_VALIDATION_N",
     "RL_VALIDATION_VARIABLE",
     "RL_WORLD_SIZE",
@@ -974,6 +1192,7 @@ __all__ = [
     "RlTelemetryDropReasonValues",
     "RlTelemetryReasonValues",
     "RlTelemetrySignalValues",
+    "RlTrajectoryReasonValues",
     "SERVER_ADDRESS",
     "SERVER_PORT",
     "SERVICE_NAME",

@@ -1897,7 +1897,8 @@ telemetry worker falls behind the training loop by max_queue items, log() / reco
 calls past that are dropped on the caller's side (never blocking it) and counted with
 reason queue_full. Items still queued when shutdown() runs out of its timeout are
 counted with reason shutdown_timeout, calls made after (or during) shutdown() with
-reason after_shutdown. Zero in a healthy run. Lower is better."""
+reason after_shutdown, agent trajectories past `trajectory_limit` with reason
+trajectory_limit. Zero in a healthy run. Lower is better."""
 
 
 def create_rl_telemetry_dropped(meter: Meter) -> Counter:
@@ -2021,6 +2022,116 @@ def create_rl_throughput_tokens(meter: Meter, callbacks: Sequence[CallbackT] | N
     """Create the `rl.throughput.tokens` observable gauge ({token}/s)."""
     return meter.create_observable_gauge(
         name=RL_THROUGHPUT_TOKENS, callbacks=callbacks, description='Tokens processed per second by the whole system.', unit="{token}/s"
+    )
+
+RL_TOOL_DURATION: Final = "rl.tool.duration"
+"""Wall time of one tool call of an agent trajectory, by tool.
+
+Instrument: histogram
+Unit: s
+Attributes: gen_ai.tool.name (required)
+
+Every tool call of every trajectory counts. At most 64 distinct tool names per process
+get their own series; later ones are `gen_ai.tool.name=_OTHER`. Lower is better."""
+
+
+def create_rl_tool_duration(meter: Meter) -> Histogram:
+    """Create the `rl.tool.duration` histogram (s, `duration` buckets)."""
+    return meter.create_histogram(
+        name=RL_TOOL_DURATION,
+        description='Wall time of one tool call of an agent trajectory, by tool.',
+        unit="s",
+        explicit_bucket_boundaries_advisory=BUCKETS["duration"],
+    )
+
+RL_TRAJECTORY_COUNT: Final = "rl.trajectory.count"
+"""Agent trajectories recorded, by whether their spans were kept and why.
+
+Instrument: counter
+Unit: {trajectory}
+Attributes: rl.trajectory.kept (required), rl.trajectory.reason (required)
+
+Nothing is dropped silently: kept trajectories count with `rl.trajectory.kept=true` and the
+rule that kept them, the others with `kept=false` and `sampled_out`, or `over_limit` when
+`trajectory_limit` trajectories were already held (those are also counted in
+`rl.telemetry.dropped{rl.telemetry.drop_reason=trajectory_limit}`)."""
+
+
+def create_rl_trajectory_count(meter: Meter) -> Counter:
+    """Create the `rl.trajectory.count` counter ({trajectory})."""
+    return meter.create_counter(name=RL_TRAJECTORY_COUNT, description='Agent trajectories recorded, by whether their spans were kept and why.', unit="{trajectory}")
+
+RL_TRAJECTORY_DURATION: Final = "rl.trajectory.duration"
+"""Wall time of one agent trajectory, from its first to its last operation.
+
+Instrument: histogram
+Unit: s
+Attributes: none
+
+Every trajectory counts, kept as spans or not. The long tail of this histogram is what
+makes a step's rollout wait. Lower is better."""
+
+
+def create_rl_trajectory_duration(meter: Meter) -> Histogram:
+    """Create the `rl.trajectory.duration` histogram (s, `duration` buckets)."""
+    return meter.create_histogram(
+        name=RL_TRAJECTORY_DURATION,
+        description='Wall time of one agent trajectory, from its first to its last operation.',
+        unit="s",
+        explicit_bucket_boundaries_advisory=BUCKETS["duration"],
+    )
+
+RL_TRAJECTORY_TOOL_CALLS: Final = "rl.trajectory.tool_calls"
+"""Tool calls per agent trajectory.
+
+Instrument: histogram
+Unit: {call}
+Attributes: none"""
+
+
+def create_rl_trajectory_tool_calls(meter: Meter) -> Histogram:
+    """Create the `rl.trajectory.tool_calls` histogram ({call}, `count` buckets)."""
+    return meter.create_histogram(
+        name=RL_TRAJECTORY_TOOL_CALLS,
+        description='Tool calls per agent trajectory.',
+        unit="{call}",
+        explicit_bucket_boundaries_advisory=BUCKETS["count"],
+    )
+
+RL_TRAJECTORY_TURNS: Final = "rl.trajectory.turns"
+"""Generations (turns) per agent trajectory.
+
+Instrument: histogram
+Unit: {turn}
+Attributes: none"""
+
+
+def create_rl_trajectory_turns(meter: Meter) -> Histogram:
+    """Create the `rl.trajectory.turns` histogram ({turn}, `count` buckets)."""
+    return meter.create_histogram(
+        name=RL_TRAJECTORY_TURNS,
+        description='Generations (turns) per agent trajectory.',
+        unit="{turn}",
+        explicit_bucket_boundaries_advisory=BUCKETS["count"],
+    )
+
+RL_TURN_DURATION: Final = "rl.turn.duration"
+"""Wall time of one generation (turn) of an agent trajectory.
+
+Instrument: histogram
+Unit: s
+Attributes: none
+
+Every turn of every trajectory counts. Lower is better."""
+
+
+def create_rl_turn_duration(meter: Meter) -> Histogram:
+    """Create the `rl.turn.duration` histogram (s, `duration` buckets)."""
+    return meter.create_histogram(
+        name=RL_TURN_DURATION,
+        description='Wall time of one generation (turn) of an agent trajectory.',
+        unit="s",
+        explicit_bucket_boundaries_advisory=BUCKETS["duration"],
     )
 
 RL_UNMAPPED: Final = "rl.unmapped"
@@ -2192,6 +2303,12 @@ __all__ = [
     "RL_THROUGHPUT_SAMPLES",
     "RL_THROUGHPUT_STEPS",
     "RL_THROUGHPUT_TOKENS",
+    "RL_TOOL_DURATION",
+    "RL_TRAJECTORY_COUNT",
+    "RL_TRAJECTORY_DURATION",
+    "RL_TRAJECTORY_TOOL_CALLS",
+    "RL_TRAJECTORY_TURNS",
+    "RL_TURN_DURATION",
     "RL_UNMAPPED",
     "RL_VALIDATION_SCORE",
     "RL_VALUE",
@@ -2302,6 +2419,12 @@ __all__ = [
     "create_rl_throughput_samples",
     "create_rl_throughput_steps",
     "create_rl_throughput_tokens",
+    "create_rl_tool_duration",
+    "create_rl_trajectory_count",
+    "create_rl_trajectory_duration",
+    "create_rl_trajectory_tool_calls",
+    "create_rl_trajectory_turns",
+    "create_rl_turn_duration",
     "create_rl_unmapped",
     "create_rl_validation_score",
     "create_rl_value",

@@ -32,6 +32,15 @@ RL_STAGE_SPAN_TEMPLATE: Final = "rl.<stage>"
 RL_STEP_SPAN: Final = "rl.step"
 """Root span of one training step (span name `rl.step`)."""
 
+RL_TOOL_SPAN: Final = "rl.tool"
+"""One tool call of an agent trajectory (span name `rl.tool`)."""
+
+RL_TRAJECTORY_SPAN: Final = "rl.trajectory"
+"""One agent trajectory: the root span of a trace of its own (span name `rl.trajectory`)."""
+
+RL_TURN_SPAN: Final = "rl.turn"
+"""One generation of an agent trajectory (span name `rl.turn`)."""
+
 __all__ = [
     "RL_ALERT_EVENT",
     "RL_HPARAMS_EVENT",
@@ -42,4 +51,7 @@ __all__ = [
     "RL_PHASE_SPAN_TEMPLATE",
     "RL_STAGE_SPAN_TEMPLATE",
     "RL_STEP_SPAN",
+    "RL_TOOL_SPAN",
+    "RL_TRAJECTORY_SPAN",
+    "RL_TURN_SPAN",
 ]
