@@ -33,6 +33,7 @@ from otel_rl._sdk.engine_scrape import scrape_engines
 from otel_rl._sdk.options import AlertOptions, ExportOptions, LimitOptions, TrackerOptions, merge_groups
 from otel_rl._sdk.scopes import JoinScope, Phase, Stage, StepScope
 from otel_rl._sdk.telemetry import Telemetry
+from otel_rl._sdk.trajectories import ToolCall, Trajectory, Turn
 from otel_rl._version import __version__
 from otel_rl.trackers.base import Tracker, known_trackers, register_tracker
 
@@ -76,6 +77,9 @@ def init(
     export_text: bool | None = None,
     log_samples: int | None = None,
     sample_text_limit: int | None = None,
+    trajectory_sample_ratio: float | None = None,
+    trajectory_keep_slowest: int | None = None,
+    trajectory_limit: int | None = None,
     metrics_at_log_time: bool | None = None,
     max_queue: int | None = None,
     file_flush_interval_s: float | None = None,
@@ -135,6 +139,12 @@ def init(
     rollout samples (prompt, response, reward and its parts) per step as ``rl.sample`` events, which
     trackers show as a table; each prompt / response is cut at ``sample_text_limit`` bytes
     (``OTEL_RL_SAMPLE_TEXT_LIMIT``, 2048). Opt-in: samples carry text.
+
+    ``Telemetry.trajectory`` records agent rollouts (turns, tool calls) as traces of their own:
+    ``trajectory_sample_ratio`` (``OTEL_RL_TRAJECTORY_SAMPLE_RATIO``, 0.01) of them by the head
+    ratio, plus each step's ``trajectory_keep_slowest`` (``OTEL_RL_TRAJECTORY_KEEP_SLOWEST``, 3)
+    slowest, its failed and its highest- and lowest-rewarded ones; at most ``trajectory_limit``
+    (``OTEL_RL_TRAJECTORY_LIMIT``, 16384) held at once. Every trajectory counts in the metrics.
 
     ``engine_endpoints`` (``OTEL_RL_ENGINE_ENDPOINTS``, comma-separated): vLLM / SGLang Prometheus
     ``/metrics`` URLs that rank 0 reads every 5 s on a daemon thread into the rollout metrics
@@ -239,8 +249,11 @@ __all__ = [
     "StepScope",
     "Telemetry",
     "TelemetryConfig",
+    "ToolCall",
     "Tracker",
     "TrackerOptions",
+    "Trajectory",
+    "Turn",
     "__version__",
     "get_telemetry",
     "init",

@@ -71,6 +71,17 @@ default) turns them off; samples carry text, so they are opt-in."""
 OTEL_RL_SAMPLE_TEXT_LIMIT = "OTEL_RL_SAMPLE_TEXT_LIMIT"
 """Bytes of a sample's prompt or response kept (cut on a UTF-8 boundary, with a marker). Default 2048."""
 
+OTEL_RL_TRAJECTORY_SAMPLE_RATIO = "OTEL_RL_TRAJECTORY_SAMPLE_RATIO"
+"""Share of agent trajectories (``Telemetry.trajectory``) exported as traces by the head ratio, 0 to 1;
+the step's tail rule keeps the slowest, failed and extreme-reward ones besides. Default 0.01."""
+
+OTEL_RL_TRAJECTORY_KEEP_SLOWEST = "OTEL_RL_TRAJECTORY_KEEP_SLOWEST"
+"""The slowest agent trajectories of each step always exported as traces. Default 3."""
+
+OTEL_RL_TRAJECTORY_LIMIT = "OTEL_RL_TRAJECTORY_LIMIT"
+"""Agent trajectories a process holds at once (open, or finished and awaiting their step's sampling
+decision); past it new ones are counted, not recorded. Default 16384."""
+
 OTEL_RL_ALERT_RULES = "OTEL_RL_ALERT_RULES"
 """Online alert rules: ``default``, ``off`` or a YAML rules file."""
 

@@ -96,6 +96,13 @@ def _parse_non_negative_int(raw: Any) -> int:
     return int(value)
 
 
+def _parse_ratio(raw: Any) -> float:
+    value = _number(raw)
+    if not 0.0 <= value <= 1.0:
+        raise ValueError("expected a ratio from 0 to 1")
+    return value
+
+
 def _parse_optional_int(raw: Any) -> int | None:
     if raw is None or raw == "":
         return None
@@ -233,6 +240,11 @@ class TelemetryConfig:
     # the bytes of each prompt / response kept.
     log_samples: int = field(default=0, metadata={"env": ENV.OTEL_RL_LOG_SAMPLES, "parse": _parse_non_negative_int})
     sample_text_limit: int = field(default=2048, metadata={"env": ENV.OTEL_RL_SAMPLE_TEXT_LIMIT, "parse": _parse_non_negative_int})
+    # Agent trajectories (Telemetry.trajectory) exported as traces: this share by the head ratio, plus
+    # each step's slowest, failed and extreme-reward ones; at most trajectory_limit held at once.
+    trajectory_sample_ratio: float = field(default=0.01, metadata={"env": ENV.OTEL_RL_TRAJECTORY_SAMPLE_RATIO, "parse": _parse_ratio})
+    trajectory_keep_slowest: int = field(default=3, metadata={"env": ENV.OTEL_RL_TRAJECTORY_KEEP_SLOWEST, "parse": _parse_non_negative_int})
+    trajectory_limit: int = field(default=16384, metadata={"env": ENV.OTEL_RL_TRAJECTORY_LIMIT, "parse": _parse_non_negative_int})
     # Each log()'s values become data points stamped with its time_ns (backfilling an old log:
     # otel-rl replay), instead of the latest values stamped at each periodic export.
     metrics_at_log_time: bool = field(default=False, metadata={"env": ENV.OTEL_RL_METRICS_AT_LOG_TIME, "parse": _parse_bool})

@@ -44,7 +44,8 @@ class TrackerOptions:
 @dataclass(frozen=True, kw_only=True)
 class LimitOptions:
     """What one process may put into telemetry: series per metric, unmapped keys, the worker's queue,
-    string attribute length, whether text reaches exported events, and the rollout samples kept per step."""
+    string attribute length, whether text reaches exported events, the rollout samples kept per step,
+    and the agent trajectories kept as traces."""
 
     series_limit: int | None = None
     unmapped_key_limit: int | None = None
@@ -53,6 +54,9 @@ class LimitOptions:
     export_text: bool | None = None
     log_samples: int | None = None
     sample_text_limit: int | None = None
+    trajectory_sample_ratio: float | None = None
+    trajectory_keep_slowest: int | None = None
+    trajectory_limit: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

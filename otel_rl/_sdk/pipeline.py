@@ -64,7 +64,8 @@ class Pipeline:
     # lands ahead of an event emitted before it.
     flush_sdk_events: Callable[[], Any] | None = None
     _sdk_events = False  # an event went through the SDK since the last direct line
-    # The run folder's spans and events the SDK queued (file_exports.QueuedExport): written after each drain.
+    # Written after each drain, in order: the spans the scopes ended (light_spans.LightTracer builds them
+    # for every span processor), then the run folder's spans and events the SDK queued (file_exports.QueuedExport).
     file_exports: Sequence[Any] = ()
     # False when nothing takes events (exporters="none", no tracker): none is built.
     events_exported = True

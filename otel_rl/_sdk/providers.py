@@ -78,6 +78,8 @@ class Providers:
     file_exports: list[QueuedExport] = field(default_factory=list)
     # Whether anything takes events (a file, a collector, a tracker): with nothing, none is built.
     events_exported: bool = True
+    # The limits of the tracer provider otel-rl built (spans built past the SDK apply them); None for one handed in.
+    span_limits: SpanLimits | None = None
 
     def end_spans(self, spans: Sequence[Any]) -> None:
         """Hand finished spans built without the SDK's span objects (``ReadableSpan``s, e.g. the
@@ -85,6 +87,10 @@ class Providers:
         every destination (run folder, OTLP, spool) gets them in the same encoding. A tracer
         provider handed in by the caller keeps its own other processors out of this."""
         for processor in self.span_processors:
+            on_end_all = getattr(processor, "on_end_all", None)
+            if on_end_all is not None:  # the run folder's: one export for the batch
+                on_end_all(spans)
+                continue
             for span in spans:
                 processor.on_end(span)
 
@@ -219,6 +225,12 @@ class _QueuedSpanProcessor(SpanProcessor):
         if span.context.trace_flags.sampled:
             self._exporter.export((span,))
 
+    def on_end_all(self, spans: Sequence[Any]) -> None:
+        """Many ended spans (``Providers.end_spans``), queued in one export."""
+        sampled = [span for span in spans if span.context.trace_flags.sampled]
+        if sampled:
+            self._exporter.export(sampled)
+
     def shutdown(self) -> None:
         self._exporter.shutdown()
 
@@ -344,8 +356,9 @@ def build_providers(
             f"got {type(tracer_provider).__name__}; leave it out to let otel-rl create one"
         )
     limit = config.attribute_value_limit or None
+    span_limits = None if shared else SpanLimits(max_attribute_length=limit)
     if not shared:
-        tracer_provider = TracerProvider(resource=resource, span_limits=SpanLimits(max_attribute_length=limit))
+        tracer_provider = TracerProvider(resource=resource, span_limits=span_limits)
     span_processors: list[Any] = []
     logger_provider = LoggerProvider(resource=resource, log_record_limits=LogRecordLimits(max_attribute_length=limit))
     for exporter in extra_log_exporters or ():  # e.g. the trackers: fed off-thread by the batch processor
@@ -420,6 +433,7 @@ def build_providers(
         step_events,
         file_exports,
         events_exported,
+        span_limits,
     )
 
 

@@ -242,6 +242,7 @@ class StepScope:
         _end_span(self._span, self._token, exc)
         tel._current_step, tel._step_span_context = self._previous
         tel._submit((STEP_END, self.step, elapsed, self._t0))
+        tel._trajectories.step_ended(self.step)  # the step's agent trajectories get their tail decision
         if tel._profiler is not None:  # closes the window after its last step
             tel._profiler.step_exit(self.step)
 

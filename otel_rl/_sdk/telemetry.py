@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 from opentelemetry import trace as trace_api
 from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from otel_rl._sdk.aggregation import BulkHistograms, LatestValues, StampedPoints
 from otel_rl._sdk.config import TelemetryConfig, redact_url
@@ -29,6 +30,7 @@ from otel_rl._sdk.goodput import lay_out, parse_finished_step
 from otel_rl._sdk.keys import KeyResolver
 from otel_rl._sdk.lifecycle import exit_hook
 from otel_rl._sdk.lifecycle import track as track_process_events
+from otel_rl._sdk.light_spans import light_tracer
 from otel_rl._sdk.pipeline import ADD, CALL, LOG, LOG_PACKED, RECORD, Pipeline
 from otel_rl._sdk.probes import CudaMemoryProbe, NvmlProbe, ProcessProbe
 from otel_rl._sdk.profiling import Profiler
@@ -40,6 +42,7 @@ from otel_rl._sdk.samples import SampleLogging  # Telemetry.log_samples
 from otel_rl._sdk.scopes import NEW_TRACE_CONTEXT, JoinScope, Stage, StepScope, sorted_attrs
 from otel_rl._sdk.step_plan import packed_step
 from otel_rl._sdk.summary import print_summary
+from otel_rl._sdk.trajectories import Trajectories, Trajectory
 from otel_rl._sdk.values import TextPolicy, check_strict, event_value
 from otel_rl._version import __version__
 from otel_rl.detect.detectors import build_alert_engine
@@ -132,7 +135,17 @@ class Telemetry(SampleLogging):
             latest=self._latest,
             stamped=self._stamped,
         )
-        self._tracer = self._providers.tracer_provider.get_tracer(SCOPE_NAME, __version__)
+        sdk_tracer = self._providers.tracer_provider.get_tracer(SCOPE_NAME, __version__)
+        # Spans at the cost of an event: recorded on the caller's thread, built by the worker (light_spans);
+        # the SDK's tracer where that cannot serve (a tracer provider handed in, a sampler of the environment's).
+        self._light_spans = light_tracer(
+            self._providers.tracer_provider,
+            self._providers.span_limits,
+            self.resource,
+            InstrumentationScope(SCOPE_NAME, __version__),
+            self._providers.end_spans,
+        )
+        self._tracer: Any = sdk_tracer if self._light_spans is None else self._light_spans
         self._meter = self._providers.meter_provider.get_meter(SCOPE_NAME, __version__)
 
         self._cuda_probe = CudaMemoryProbe()
@@ -154,9 +167,11 @@ class Telemetry(SampleLogging):
         )
         self._pipeline.text_policy = TextPolicy(config.export_text, config.attribute_value_limit)
         self._pipeline.step_events = self._providers.step_events
-        self._pipeline.file_exports = self._providers.file_exports
+        # After each drain the worker builds the ended spans, then writes the run folder's spans and events.
+        light = [self._light_spans] if self._light_spans is not None else []
+        self._pipeline.file_exports = [*light, *self._providers.file_exports]
         self._pipeline.events_exported = self._providers.events_exported
-        for queued in self._providers.file_exports:  # the worker writes the run folder's spans and events
+        for queued in self._pipeline.file_exports:
             queued.wake = self._pipeline.wake_soon
         # The run folder's events are queued for the worker; its direct lines follow them in order.
         # Over OTLP the order of requests does not matter, and a flush there could wait on the network.
@@ -164,6 +179,7 @@ class Telemetry(SampleLogging):
         self._pipeline.flush_sdk_events = file_logs.write if file_logs is not None else None
         self._pipeline.stamped = self._stamped
         self._refusals = Refusals(self._pipeline.report_once, self._submit, self._latest)
+        self._trajectories = Trajectories(self)  # agent rollouts as traces of their own (trajectories.py)
         # Bound once: log() is two attribute loads away from the queue.
         self._append = self._pipeline.queue.append
         self._queue = self._pipeline.queue
@@ -272,6 +288,8 @@ class Telemetry(SampleLogging):
         if not self._closed:
             self._forked_from = parent_pid
         self._closed = True
+        if self._light_spans is not None:  # no worker here: spans ended in the child are not kept
+            self._light_spans.accepting = False
         self._dropped_calls = 0
 
     @property
@@ -340,6 +358,15 @@ class Telemetry(SampleLogging):
             goodput.finished_step(start_ns, end_ns, laid)  # the step's goodput buckets, from the laid-out stages
 
         self._submit((CALL, build))
+        self._trajectories.step_ended(step)
+
+    def trajectory(self, sample_id: str | int, group: str | int | None = None, step: int | None = None) -> Trajectory:
+        """Context manager (``with`` / ``async with``): one agent rollout as a trace of its own, with
+        ``traj.turn(...)`` per generation, ``traj.tool(...)`` per tool call and ``traj.reward(...)``.
+        ``step`` defaults to the current step. Recorded as plain data on the caller's thread (safe
+        from many threads and coroutines at once, never raising); kept as spans by the head ratio
+        and the step's tail rule, counted in the metrics either way (see ``_sdk/trajectories.py``)."""
+        return self._trajectories.open(sample_id, group, step)
 
     def inject(self, carrier: dict[str, Any] | None = None) -> dict[str, Any]:
         """Put the current span's trace context and step into ``carrier`` (a new dict if None).
@@ -522,6 +549,7 @@ class Telemetry(SampleLogging):
         if self._forked_from is not None:  # the parent's locks and threads are not ours to wait on
             return False
         deadline = time.monotonic() + timeout_s  # one clock for the whole call, not one per signal
+        self._trajectories.flush()
         self._pipeline.drain()
         return self._providers.force_flush(deadline - time.monotonic())
 
@@ -539,8 +567,11 @@ class Telemetry(SampleLogging):
         # One clock for the whole shutdown: an unreachable collector cannot hold exit past timeout_s.
         deadline = time.monotonic() + timeout_s
         self._providers.begin_shutdown(timeout_s)
+        self._trajectories.close()  # the trajectories held are decided before the worker stops
         # What the worker has not processed in its share is dropped, counted and said in one line.
         self._pipeline.stop(_WORKER_SHARE * timeout_s).report(timeout_s)
+        if self._light_spans is not None:  # nothing builds spans any more: later ones are not kept
+            self._light_spans.accepting = False
         # The providers get the time left (a tenth of it at least, to write what the worker drained).
         self._providers.shutdown(max(deadline - time.monotonic(), 0.1 * timeout_s))
         self._nvml_probe.stop()

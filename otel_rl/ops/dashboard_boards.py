@@ -55,6 +55,11 @@ NOT_ON_A_BOARD: Mapping[str, str] = {
         M.RL_RESPONSE_NON_ABORTED_CLIPPED_RATIO, M.RL_PROMPT_CLIPPED_RATIO, M.RL_REWARD_COMPONENT, M.RL_REWARD_ZERO_STD_RATIO,
         M.RL_KL_COEFFICIENT, M.RL_ROLLOUT_PREEMPTIONS, M.RL_ROLLOUT_SAMPLE_DURATION,
     )},
+    **{metric: NOT_IN_DEMO + " (recorded by agent loops through Telemetry.trajectory(); their kept trajectories are traces)"
+       for metric in (
+        M.RL_TRAJECTORY_DURATION, M.RL_TURN_DURATION, M.RL_TOOL_DURATION, M.RL_TRAJECTORY_TURNS,
+        M.RL_TRAJECTORY_TOOL_CALLS, M.RL_TRAJECTORY_COUNT,
+    )},
 }
 
 

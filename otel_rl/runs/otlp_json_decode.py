@@ -173,6 +173,12 @@ def decode_trace_request(obj: Mapping[str, Any]) -> list[SpanRecord]:
                         kind=_int(span.get("kind")),
                         scope=scope,
                         scope_version=scope_version,
+                        links=[
+                            (linked, linked_span)
+                            for link in _list(span, "links")
+                            if (linked := _hex_id(link.get("traceId"), 16)) is not None
+                            and (linked_span := _hex_id(link.get("spanId"), 8)) is not None
+                        ],
                     )
                 )
     return spans

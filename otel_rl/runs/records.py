@@ -64,6 +64,7 @@ class SpanRecord:
     kind: int = 0  # OTLP SpanKind: 0 unspecified, 1 internal, 2 server, 3 client, ...
     scope: str = ""  # instrumentation scope name
     scope_version: str = ""
+    links: list[tuple[str, str]] = field(default_factory=list)  # (trace id, span id) of each linked span
 
     @property
     def duration_ns(self) -> int:
