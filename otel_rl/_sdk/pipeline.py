@@ -220,21 +220,28 @@ class Pipeline:
         self.step_events.write()
         return True
 
-    def stop(self, timeout_s: float) -> Unwritten:
+    def stop(self, timeout_s: float, grace_s: float = 0.0) -> Unwritten:
         """Stop the worker and process what is left within ``timeout_s``; what was not processed by
-        then is dropped, counted in rl.telemetry.dropped (drop_reason shutdown_timeout) and returned."""
+        then is dropped, counted in rl.telemetry.dropped (drop_reason shutdown_timeout) and returned.
+        ``grace_s`` more is given to a worker still inside one item to finish it and write what it
+        processed, once the rest is dropped."""
         self.deadline = time.monotonic() + timeout_s
         self._stopping = True
         self.wake.set()
         self._thread.join(timeout_s)
-        # A worker still busy (a slow on_alert hook, an exporter) keeps the lock: drop the rest without it.
-        if self._drain_lock.acquire(timeout=max(0.0, self.deadline - time.monotonic()) + 0.05):
+        lock = self._drain_lock
+        # A worker still busy (a slow on_alert hook, a large new key set's event) keeps the lock: drop
+        # the rest without it, then give its item the grace to end, so that what it processed is
+        # written before the files close instead of being lost uncounted.
+        acquired = lock.acquire(timeout=max(0.0, self.deadline - time.monotonic()) + 0.05)
+        if not acquired:
+            self.drop_backlog()
+            acquired = lock.acquire(timeout=grace_s)
+        if acquired:
             try:
                 self._drain_locked()
             finally:
-                self._drain_lock.release()
-        else:
-            self.drop_backlog()
+                lock.release()
         self.unwritten.publish(self._latest)
         self._reported.flush()
         self.unmapped_overflow.flush()

@@ -58,6 +58,7 @@ _SIGNAL_LOGS, _SIGNAL_METRICS = A.RlTelemetrySignalValues.LOGS.value, A.RlTeleme
 _SIGNAL_TRACES = A.RlTelemetrySignalValues.TRACES.value
 # shutdown(): the share of its timeout the worker may spend on what is queued; the providers get the rest
 _WORKER_SHARE = 0.7
+_GRACE_SHARE = 0.15  # a worker inside one item when its share ends: time to finish and write it
 _EVENT_NAMES = frozenset(value for key, value in vars(N).items() if key.endswith("_EVENT"))
 
 
@@ -569,7 +570,7 @@ class Telemetry(SampleLogging):
         self._providers.begin_shutdown(timeout_s)
         self._trajectories.close()  # the trajectories held are decided before the worker stops
         # What the worker has not processed in its share is dropped, counted and said in one line.
-        self._pipeline.stop(_WORKER_SHARE * timeout_s).report(timeout_s)
+        self._pipeline.stop(_WORKER_SHARE * timeout_s, _GRACE_SHARE * timeout_s).report(timeout_s)
         if self._light_spans is not None:  # nothing builds spans any more: later ones are not kept
             self._light_spans.accepting = False
         # The providers get the time left (a tenth of it at least, to write what the worker drained).
