@@ -23,7 +23,8 @@ import pytest
 
 import otel_rl
 from otel_rl._sdk.config import resolve_config
-from otel_rl._sdk.profiling import MEMORY_HISTORY_ENTRIES, MEMORY_RISK_RULE, PROFILES_DIR, parse_profile_steps
+from otel_rl._sdk.config_parsers import parse_profile_steps
+from otel_rl._sdk.profiling import MEMORY_HISTORY_ENTRIES, MEMORY_RISK_RULE, PROFILES_DIR
 from otel_rl.detect.rules import default_rules
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import names as N

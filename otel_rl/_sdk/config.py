@@ -21,9 +21,8 @@ from typing import Any
 import yaml
 
 import otel_rl.environment_variables as ENV
-from otel_rl._sdk.engine_scrape import parse_endpoints
+from otel_rl._sdk.config_parsers import parse_endpoints, parse_profile_steps
 from otel_rl._sdk.env_names import warn_unknown_names
-from otel_rl._sdk.profiling import parse_profile_steps
 from otel_rl._sdk.redaction import redact_url as redact_url  # re-exported: the one URL redaction (redaction.py)
 from otel_rl.reporting import ReportOnce
 

@@ -42,10 +42,11 @@ import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import numpy as np
 
+from otel_rl._sdk.config_parsers import parse_endpoints
 from otel_rl._sdk.prom_text import Exposition, Labels, parse_exposition, parse_number
 from otel_rl._sdk.redaction import redact_url
 from otel_rl.reporting import ReportOnce
@@ -102,32 +103,6 @@ HISTOGRAMS = (
     Source(("sglang:inter_token_latency_seconds",), M.GEN_AI_SERVER_TIME_PER_OUTPUT_TOKEN),
     Source(("sglang:e2e_request_latency_seconds",), M.GEN_AI_SERVER_REQUEST_DURATION),
 )
-
-
-def endpoint_url(endpoint: str) -> str:
-    """``host:port``, ``http://host:port`` or a full URL -> the URL of the engine's metrics page."""
-    text = endpoint.strip()
-    if "://" not in text:
-        text = "http://" + text
-    parts = urlsplit(text)
-    try:
-        parts.port  # noqa: B018 (parsing it is the check)
-    except ValueError:
-        raise ValueError(f"bad port in {_redact(text)!r}") from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"expected http(s)://host:port[/metrics], got {_redact(endpoint)!r}")
-    return urlunsplit((parts.scheme, parts.netloc, parts.path if parts.path not in ("", "/") else "/metrics", parts.query, ""))
-
-
-def parse_endpoints(raw: Any) -> tuple[str, ...]:
-    """``init(engine_endpoints=...)``: a comma-separated string or a list of endpoints."""
-    if isinstance(raw, str):
-        items = raw.split(",")
-    elif isinstance(raw, (list, tuple)) and all(isinstance(i, str) for i in raw):
-        items = list(raw)
-    else:
-        raise ValueError("expected a comma-separated list of engine endpoints (http://127.0.0.1:8000/metrics)")
-    return tuple(dict.fromkeys(endpoint_url(i) for i in items if i.strip()))
 
 
 def spread(bounds: Sequence[float], counts: Sequence[int], total_sum: float) -> np.ndarray:

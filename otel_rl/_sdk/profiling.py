@@ -28,6 +28,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from otel_rl._sdk.config_parsers import Window
 from otel_rl.reporting import ReportOnce
 from otel_rl.semconv import attributes as A
 
@@ -43,49 +44,6 @@ MEMORY_HISTORY_ENTRIES = 100_000
 """Allocator events kept (torch's ``max_entries``): enough for a few steps, bounded in memory."""
 MAX_ALERT_SNAPSHOTS = 5
 """Snapshots dumped on alerts per run: each can be hundreds of MB."""
-
-Window = tuple[int, int]
-_STEPS_HINT = "expected steps such as 10-12, 5 or 5,9-11 (non-negative integers, first <= last)"
-
-
-def _parse_item(item: Any) -> Window:
-    if isinstance(item, bool):
-        raise ValueError(f"{_STEPS_HINT}; got {item!r}")
-    if isinstance(item, int):
-        if item < 0:
-            raise ValueError(f"{_STEPS_HINT}; got {item!r}")
-        return item, item
-    if not isinstance(item, str):
-        raise ValueError(f"{_STEPS_HINT}; got {item!r}")
-    first, dash, last = item.strip().partition("-")
-    try:
-        window = (int(first), int(last) if dash else int(first))
-    except ValueError:
-        raise ValueError(f"{_STEPS_HINT}; {item.strip()!r} is not a step or a range") from None
-    if window[0] < 0 or window[0] > window[1]:
-        raise ValueError(f"{_STEPS_HINT}; {item.strip()!r} is not a range of steps")
-    return window
-
-
-def parse_profile_steps(raw: Any) -> tuple[Window, ...]:
-    """``"10-12"``, ``"5"``, ``"5,9-11"``, an int or a list of those -> sorted windows ``(first, last)``,
-    inclusive, overlapping ones merged. Bad input raises ValueError naming the bad part."""
-    if isinstance(raw, str):
-        items: Iterable[Any] = [part for part in raw.split(",") if part.strip()]
-    elif isinstance(raw, (list, tuple)):
-        items = raw
-    else:
-        items = [raw]
-    windows = sorted(_parse_item(item) for item in items)
-    if not windows:
-        raise ValueError(f"{_STEPS_HINT}; got {raw!r}")
-    merged = [windows[0]]
-    for first, last in windows[1:]:
-        if first <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(last, merged[-1][1]))
-        else:
-            merged.append((first, last))
-    return tuple(merged)
 
 
 def window_name(window: Window) -> str:

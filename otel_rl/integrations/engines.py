@@ -20,6 +20,7 @@ registry metric is documented there.
 
 from __future__ import annotations
 
+from otel_rl._sdk.config_parsers import endpoint_url
 from otel_rl._sdk.engine_scrape import (
     COUNTERS,
     DEFAULT_INTERVAL_S,
@@ -28,7 +29,6 @@ from otel_rl._sdk.engine_scrape import (
     HISTOGRAMS,
     EngineScraper,
     Source,
-    endpoint_url,
     scrape_engines,
     scraper_of,
 )
