@@ -33,13 +33,14 @@ pip_install -e "$root[test,torch,tensorboard,wandb,swanlab,mlflow,analyze]"
 # The frameworks the integration tests run for real, at the versions they were tested with.
 # The constraint keeps torch at the version above; verl and ms-swift pin versions of transformers
 # and trl that conflict with TRL 1.x, so they go in without their (GPU-heavy) dependencies
-# plus the few light ones their tracking and callback modules import.
+# plus the few light ones their tracking, callback and agent-loop modules import (hydra-core
+# needs omegaconf < 2.4).
 constraints="$(mktemp)"
 printf 'torch==2.13.0\n' >"$constraints"
 if [ "$torch_spec" = "torch==2.13.0" ]; then cons=(-c "$constraints"); else cons=(); fi
 pip_install "${cons[@]}" "ray==2.60.0" "trl==1.16.0" "transformers==5.23.0" "accelerate==1.15.0" "datasets==5.2.0"
 pip_install --no-deps "verl==0.9.1" "ms-swift==4.6.0"
-pip_install "${cons[@]}" "tensordict==0.8.3" "omegaconf==2.4.0" "orjson" "codetiming==1.4.0" \
+pip_install "${cons[@]}" "tensordict==0.8.3" "omegaconf==2.3.1" "hydra-core==1.3.8" "orjson" "codetiming==1.4.0" \
   "modelscope==1.40.2" "modelscope-hub==0.5.1" "json_repair" "msgspec" "dacite" "aiohttp" "einops" "peft==0.21.2"
 rm -f "$constraints"
 rm -f "$log"

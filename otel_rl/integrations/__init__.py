@@ -25,6 +25,7 @@ INSTRUMENTORS = {
     "SwiftInstrumentor": "swift",
     "TrlInstrumentor": "trl",
     "VerlInstrumentor": "verl",
+    "VerlAgentLoopInstrumentor": "verl_agent_loop",
 }
 
 

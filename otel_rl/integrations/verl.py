@@ -33,6 +33,11 @@ Validation generations: with ``trainer.log_val_generations=N`` verl's trainer ha
 samples, step)``; when ``loggers`` names ``"otel"`` they go to ``Telemetry.log_samples`` of the
 process's telemetry (``prompt``, ``response``, ``reward``), so with ``log_samples=K`` /
 ``OTEL_RL_LOG_SAMPLES=K`` up to K of them reach the run folder and the trackers.
+
+Agent loop: the same import has verl's agent loop instrumented when verl imports it
+(:mod:`otel_rl.integrations.verl_agent_loop`): each rollout of an ``AgentLoopWorker`` becomes a
+trajectory (turns, tool calls, reward). ``VerlInstrumentor().instrument(agent_loop=False)`` leaves
+it out.
 """
 
 from __future__ import annotations
@@ -47,13 +52,16 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 import otel_rl
+from otel_rl.integrations._import_hooks import when_imported
 from otel_rl.integrations.base import Instrumentor, Patches
+from otel_rl.integrations.verl_agent_loop import VerlAgentLoopInstrumentor
 from otel_rl.integrations.verl_timers import step_stages
 from otel_rl.semconv import attributes as A
 
 logger = logging.getLogger("otel_rl")
 
 BACKEND = "otel"
+AGENT_LOOP_MODULE = "verl.experimental.agent_loop"  # its import (hydra, Ray, transformers) waits for verl's own
 FRAMEWORK = A.RlFrameworkValues.VERL.value
 _INSTALLED = "_otel_rl_installed"  # marks a Tracking class already wrapped
 # Telemetry objects an OtelBackend shut down: a later Tracking must start a fresh one.
@@ -162,8 +170,11 @@ class VerlInstrumentor(Instrumentor):
     """verl's ``Tracking`` accepts ``"otel"`` (``trainer.logger=['console','otel']``) and builds an
     :class:`OtelBackend` for it.
 
-    ``instrument(reconstruct_spans=True)``: the backends' option (see :class:`OtelBackend`).
-    ``uninstrument()`` puts ``Tracking`` back as verl defines it: ``"otel"`` is rejected again.
+    ``instrument(reconstruct_spans=True)``: the backends' option (see :class:`OtelBackend`);
+    ``agent_loop=True``: verl's agent loop is instrumented when verl imports it
+    (:class:`~otel_rl.integrations.verl_agent_loop.VerlAgentLoopInstrumentor`).
+    ``uninstrument()`` puts ``Tracking`` back as verl defines it: ``"otel"`` is rejected again;
+    the agent loop, when instrumented through this, is put back too.
     """
 
     pip_extra = "verl"
@@ -173,13 +184,15 @@ class VerlInstrumentor(Instrumentor):
         # (verl >= 0.6) as the module docstring documents; the key set is verl 0.9.1's.
         return ("verl >= 0.6",)
 
-    def _instrument(self, *, reconstruct_spans: bool = True) -> None:
+    def _instrument(self, *, reconstruct_spans: bool = True, agent_loop: bool = True) -> None:
         try:
             from verl.utils import tracking
         except Exception as exc:  # verl's import pulls torch, ray, tensordict: any of them may fail
             raise ImportError(
                 f"otel_rl.integrations.verl could not import verl ({type(exc).__name__}: {exc}): pip install 'otel-rl[verl]'"
             ) from exc
+        if agent_loop:
+            _watch_agent_loop(self.patches)
         cls = tracking.Tracking
         if getattr(cls, _INSTALLED, False):
             # Wrapped by an earlier import of this module (one instrumentor per module object).
@@ -189,6 +202,24 @@ class VerlInstrumentor(Instrumentor):
         generations = getattr(tracking, "ValidationGenerationsLogger", None)
         if generations is not None and callable(getattr(generations, "log", None)):
             _wrap_generations_logger(generations, self.patches)
+
+
+def _watch_agent_loop(patches: Patches) -> None:
+    """Instrument verl's agent loop once verl imports it (now, if it has); undone with the rest."""
+    instrumentor = VerlAgentLoopInstrumentor()
+    by_us: list[bool] = []
+
+    def on_import(module: Any) -> None:
+        if not instrumentor.is_instrumented:
+            by_us.append(instrumentor.instrument_on_import())
+
+    patches.on_restore(when_imported(AGENT_LOOP_MODULE, on_import))
+
+    def undo() -> None:
+        if by_us and instrumentor.is_instrumented:
+            instrumentor.uninstrument()
+
+    patches.on_restore(undo)
 
 
 def log_val_generations(samples: Any, step: Any) -> None:

@@ -243,7 +243,13 @@ def test_version_check_without_packaging(monkeypatch):
 
 
 # (module, instrumentor) of the integrations whose versions are pip requirements (ROLL's: below)
-PIP_INTEGRATIONS = [("trl", "TrlInstrumentor"), ("swift", "SwiftInstrumentor"), ("verl", "VerlInstrumentor"), ("ray", "RayInstrumentor")]
+PIP_INTEGRATIONS = [
+    ("trl", "TrlInstrumentor"),
+    ("swift", "SwiftInstrumentor"),
+    ("verl", "VerlInstrumentor"),
+    ("verl_agent_loop", "VerlAgentLoopInstrumentor"),
+    ("ray", "RayInstrumentor"),
+]
 
 
 @pytest.mark.parametrize("module_name, class_name", PIP_INTEGRATIONS, ids=[c for _, c in PIP_INTEGRATIONS])
@@ -271,6 +277,7 @@ def test_the_instrumentors_are_reachable_from_the_package():
         "TrlInstrumentor",
         "SwiftInstrumentor",
         "VerlInstrumentor",
+        "VerlAgentLoopInstrumentor",
         "RollInstrumentor",
         "RayInstrumentor",
     }
