@@ -22,6 +22,7 @@ from otel_rl.ops.dashboard_model import (
     STAGE_SPAN_OF_SERIES,
     STAT,
     STEP_SPAN,
+    TRAJECTORY_SPAN,
     Board,
     Metrics,
     Panel,
@@ -54,11 +55,6 @@ NOT_ON_A_BOARD: Mapping[str, str] = {
         M.RL_CRITIC_EXPLAINED_VARIANCE, M.RL_RESPONSE_TERMINATED_LENGTH, M.RL_RESPONSE_NON_ABORTED_LENGTH,
         M.RL_RESPONSE_NON_ABORTED_CLIPPED_RATIO, M.RL_PROMPT_CLIPPED_RATIO, M.RL_REWARD_COMPONENT, M.RL_REWARD_ZERO_STD_RATIO,
         M.RL_KL_COEFFICIENT, M.RL_ROLLOUT_PREEMPTIONS, M.RL_ROLLOUT_SAMPLE_DURATION,
-    )},
-    **{metric: NOT_IN_DEMO + " (recorded by agent loops through Telemetry.trajectory(); their kept trajectories are traces)"
-       for metric in (
-        M.RL_TRAJECTORY_DURATION, M.RL_TURN_DURATION, M.RL_TOOL_DURATION, M.RL_TRAJECTORY_TURNS,
-        M.RL_TRAJECTORY_TOOL_CALLS, M.RL_TRAJECTORY_COUNT,
     )},
 }
 
@@ -96,6 +92,42 @@ def _stats(m: Metrics, metric: str, *matchers: str,
     return Target(" or ".join(parts), legend(*extra, STAT))
 
 
+AGENT_LOOP_NOTE = "Agent loops only: recorded by Telemetry.trajectory(); empty on a run without trajectories."
+
+
+def _rollout_latency(m: Metrics) -> list[Panel | Row]:
+    """Agent trajectories: p50 / p95 / p99 of whole trajectories, of their turns and of their tool
+    calls by tool, their size, and which were kept as traces (every one is measured)."""
+
+    def quantiles(metric: str, *per: str, qs: Sequence[float] = (0.5, 0.95, 0.99), what: str = "",
+                  unit: str | None = None) -> list[Target]:
+        buckets = m.sel(metric, suffix="_bucket")
+        return [Target(quantile(q, buckets, per), legend(*per, prefix=f"{what}p{int(q * 100)} "), unit=unit) for q in qs]
+
+    count = lambda kept: m.sel(M.RL_TRAJECTORY_COUNT, eq(A.RL_TRAJECTORY_KEPT, kept))  # noqa: E731
+    reasons = [Target(f"sum {by(A.RL_TRAJECTORY_REASON)} ({grown(count(kept))})", legend(A.RL_TRAJECTORY_REASON, prefix=prefix))
+               for kept, prefix in (("true", "kept: "), ("false", "not kept: "))]
+    return [
+        Row("Rollout latency by turn and tool (agent trajectories)"),
+        Panel("timeseries", "Trajectory duration p50 / p95 / p99", quantiles(M.RL_TRAJECTORY_DURATION),
+              m.unit(M.RL_TRAJECTORY_DURATION), w=8, links=trace_links(TRAJECTORY_SPAN, scope="trajectory"),
+              note=AGENT_LOOP_NOTE + " The p99 is the long tail a step's rollout waits for; click a point to open "
+                   "the kept trajectories at least that slow in Jaeger or Tempo."),
+        Panel("timeseries", "Turn (generation) duration p50 / p95 / p99", quantiles(M.RL_TURN_DURATION),
+              m.unit(M.RL_TURN_DURATION), w=8, note=AGENT_LOOP_NOTE),
+        Panel("timeseries", "Tool call duration p50 / p95 / p99 by tool", quantiles(M.RL_TOOL_DURATION, A.GEN_AI_TOOL_NAME),
+              m.unit(M.RL_TOOL_DURATION), w=8, note=AGENT_LOOP_NOTE),
+        Panel("timeseries", "Trajectories kept as traces and sampled out", reasons, m.unit(M.RL_TRAJECTORY_COUNT), w=12,
+              stack=True, bars=True,
+              note=AGENT_LOOP_NOTE + " Stacked: trajectories ended per interval, by why their spans were kept (failed, "
+                   "slowest, highest / lowest reward, head sampled) or not (sampled out, over the limit)."),
+        Panel("timeseries", "Turns and tool calls per trajectory p50 / p95",
+              [*quantiles(M.RL_TRAJECTORY_TURNS, qs=(0.5, 0.95), what="turns "),
+               *quantiles(M.RL_TRAJECTORY_TOOL_CALLS, qs=(0.5, 0.95), what="tool calls ", unit=m.unit(M.RL_TRAJECTORY_TOOL_CALLS))],
+              m.unit(M.RL_TRAJECTORY_TURNS), w=12, note=AGENT_LOOP_NOTE),
+    ]
+
+
 # --------------------------------------------------------------------------------------------
 # The boards, in the order Grafana lists them
 
@@ -128,7 +160,8 @@ def e2e_timeline(m: Metrics) -> Board:
     goodput_ratio = m.sel(M.RL_STEP_GOODPUT_RATIO)
     return Board("e2e-timeline", "otel-rl / E2E timeline",
                  "Where each training step's time goes: rollout -> reward -> logprob/ref -> update -> checkpoint, "
-                 "from rl.stage.duration by rl.stage and rl.cluster; step time, throughput and MFU.",
+                 "from rl.stage.duration by rl.stage and rl.cluster; step time, throughput and MFU; an agent loop's "
+                 "rollout latency by trajectory, turn and tool.",
                  [
                      Row("Step"),
                      Panel("stat", "Step time (mean)", [Target(step_mean, "step")], m.unit(M.RL_STEP_DURATION), w=6, h=4),
@@ -184,6 +217,7 @@ def e2e_timeline(m: Metrics) -> Board:
                      Panel("timeseries", "Pipeline bubble by cluster",
                            [Target(f"max {by(A.RL_CLUSTER)} ({m.sel(M.RL_PIPELINE_BUBBLE_RATIO, CLUSTER)})", legend(A.RL_CLUSTER))],
                            m.unit(M.RL_PIPELINE_BUBBLE_RATIO), min=0, max=1),
+                     *_rollout_latency(m),
                  ], tags=("timeline", "performance"))
 
 

@@ -47,6 +47,20 @@ GPU_ONLY_METRICS: frozenset[str] = frozenset(
     }
 )
 
+# Metrics only an agent loop records (Telemetry.trajectory()). The reference run (the demo's
+# single-turn task) has none, so their panels stay empty on it; the end-to-end tests check their
+# queries on a run with trajectories instead.
+AGENT_LOOP_METRICS: frozenset[str] = frozenset(
+    {
+        M.RL_TRAJECTORY_DURATION,
+        M.RL_TURN_DURATION,
+        M.RL_TOOL_DURATION,
+        M.RL_TRAJECTORY_TURNS,
+        M.RL_TRAJECTORY_TOOL_CALLS,
+        M.RL_TRAJECTORY_COUNT,
+    }
+)
+
 # Registry units -> Grafana unit ids. "{annotation}" counts become Grafana's "count:<unit>" custom
 # unit (1.2K tokens); a dimensionless "1" is a fraction (percentunit) only for FRACTIONS.
 _GRAFANA_UNITS = {"s": "s", "ms": "ms", "us": "µs", "ns": "ns", "By": "bytes", "W": "watt", "Cel": "celsius", "Hz": "hertz"}
@@ -59,6 +73,9 @@ _COUNT_WORDS = {
     "exception": "exceptions",
     "mismatch": "mismatches",
     "request": "requests",
+    "trajectory": "trajectories",
+    "turn": "turns",
+    "call": "calls",
 }
 _IDENTIFIERS = {"rank"}  # an annotation that names something (a rank number), not an amount
 FRACTIONS: frozenset[str] = frozenset(
@@ -275,12 +292,13 @@ def trace_links(operation: str, *, slower_than_value: bool = True, scope: str = 
 
 
 STEP_SPAN = N.RL_STEP_SPAN
+TRAJECTORY_SPAN = N.RL_TRAJECTORY_SPAN
 # The stage span of a series: the span name template with the series' rl_stage label filled in.
 STAGE_SPAN_OF_SERIES = N.RL_STAGE_SPAN_TEMPLATE.replace("<stage>", "${__field.labels." + label(A.RL_STAGE) + "}")
 
 
 # --------------------------------------------------------------------------------------------
-# Template variables and GPU-only panels
+# Template variables, GPU-only and agent-loop panels
 
 
 def template_values(
@@ -310,3 +328,8 @@ def template_values(
 def uses_gpu_only_metric(expr: str, m: Metrics) -> bool:
     """Whether the expression reads a metric only a GPU produces (its panel is empty on a CPU run)."""
     return any(name in GPU_ONLY_METRICS for name in m.used_in(expr))
+
+
+def uses_agent_loop_metric(expr: str, m: Metrics) -> bool:
+    """Whether the expression reads a metric only agent trajectories produce (its panel is empty without them)."""
+    return any(name in AGENT_LOOP_METRICS for name in m.used_in(expr))

@@ -10,7 +10,8 @@ Queries are scoped by template variables: ``$service`` (``service_name``), ``$ru
 (``rl_run_id``), ``$cluster`` (``rl_cluster``), ``$rank`` (``rl_rank``, or ``rl_measured_rank`` on
 per-rank balance metrics) and ``$device`` (``hw_id``), on the Prometheus data source picked by
 ``$datasource`` (default uid ``prometheus``). Step panels link to the step's traces in Jaeger and
-Tempo (data source uids ``jaeger`` and ``tempo``).
+Tempo (data source uids ``jaeger`` and ``tempo``), the trajectory-duration panel to the kept
+agent trajectories.
 
 This module writes and checks the files. The parts live beside it: ``promql`` (building and
 reading PromQL), ``dashboard_model`` (boards, panels, registry metrics as PromQL, units),
@@ -28,6 +29,7 @@ from otel_rl.codegen.generate import differences, write_changed
 from otel_rl.codegen.registry import load_registry
 from otel_rl.ops.dashboard_boards import BOARDS, NOT_ON_A_BOARD, STAGE_GROUPS, boards
 from otel_rl.ops.dashboard_model import (
+    AGENT_LOOP_METRICS,
     ALL_VALUE,
     DASHBOARDS_DIR,
     FRACTIONS,
@@ -43,12 +45,14 @@ from otel_rl.ops.dashboard_model import (
     grafana_unit,
     template_values,
     trace_links,
+    uses_agent_loop_metric,
     uses_gpu_only_metric,
 )
 from otel_rl.ops.grafana_json import board_json, dashboard_targets, panel_json, variables
 from otel_rl.ops.promql import eq, label, match, ne, promql_metric_names, substitute
 
 __all__ = [
+    "AGENT_LOOP_METRICS",
     "ALL_VALUE",
     "BOARDS",
     "DASHBOARDS_DIR",
@@ -81,6 +85,7 @@ __all__ = [
     "substitute",
     "template_values",
     "trace_links",
+    "uses_agent_loop_metric",
     "uses_gpu_only_metric",
     "variables",
     "write",

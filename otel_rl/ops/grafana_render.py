@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from otel_rl.codegen.generate import find_repo_root, prometheus_name
-from otel_rl.ops.dashboard_model import Metrics, template_values, uses_gpu_only_metric
+from otel_rl.ops.dashboard_model import Metrics, template_values, uses_agent_loop_metric, uses_gpu_only_metric
 from otel_rl.ops.dashboards import generate as generate_boards
 from otel_rl.ops.promql import eq, label, ne, substitute
 from otel_rl.semconv import METRICS
@@ -256,6 +256,10 @@ def _override_units(panel: Mapping[str, Any]) -> dict[str, str]:
 
 def _is_gpu_only(panel: Mapping[str, Any], metrics: Metrics) -> bool:
     return any(uses_gpu_only_metric(t["expr"], metrics) for t in panel.get("targets", []))
+
+
+def _is_agent_loop_only(panel: Mapping[str, Any], metrics: Metrics) -> bool:
+    return any(uses_agent_loop_metric(t["expr"], metrics) for t in panel.get("targets", []))
 
 
 def _bucket_bound(text: str) -> float:
@@ -492,7 +496,11 @@ def draw_board(board: Mapping[str, Any], panels: Mapping[int, PanelData], out_pa
         ax = fig.add_axes(rect)
         if not data.has_data:
             ax.set_axis_off()
-            why = "no data on this run: GPU only" if _is_gpu_only(panel, metrics) else "no data"
+            why = "no data"
+            if _is_gpu_only(panel, metrics):
+                why = "no data on this run: GPU only"
+            elif _is_agent_loop_only(panel, metrics):
+                why = "no data on this run: agent loops only"
             if data.errors:
                 why = "query failed: " + data.errors[0][:80]
             ax.text(0.5, 0.5, why, ha="center", va="center", fontsize=8, color="#999999", transform=ax.transAxes)

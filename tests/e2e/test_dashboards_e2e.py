@@ -1,7 +1,8 @@
 """The Grafana boards against a real run: after the demo went through the real collectors (agent ->
 gateway) into VictoriaMetrics (the gateway's prometheus_remote_write exporter) and Prometheus (which
 scrapes the gateway's prometheus exporter), every panel query returns data for that run from both,
-except exactly the GPU-only ones; the boards render to PNGs from it. The metric names are the
+except exactly the GPU-only ones and the agent-loop ones (the demo records no trajectories;
+test_trajectories_e2e.py checks those on a run that does); the boards render to PNGs from it. The metric names are the
 collector's own translation, so a name the boards expect and the collector writes otherwise fails here."""
 
 from __future__ import annotations
@@ -44,6 +45,16 @@ def board_targets() -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
 def gpu_only(targets: list[tuple[str, dict[str, Any], dict[str, Any]]]) -> set[str]:
     metrics = D.Metrics(load_registry(REPO_ROOT / "semconv"))
     return {key(t) for t in targets if D.uses_gpu_only_metric(t[2]["expr"], metrics)}
+
+
+def agent_loop_only(targets: list[tuple[str, dict[str, Any], dict[str, Any]]]) -> set[str]:
+    metrics = D.Metrics(load_registry(REPO_ROOT / "semconv"))
+    return {key(t) for t in targets if D.uses_agent_loop_metric(t[2]["expr"], metrics)}
+
+
+def empty_on_the_demo(targets: list[tuple[str, dict[str, Any], dict[str, Any]]]) -> set[str]:
+    """The queries a CPU demo run cannot answer: the GPU-only ones and the agent-loop ones."""
+    return gpu_only(targets) | agent_loop_only(targets)
 
 
 def key(item: tuple[str, dict[str, Any], dict[str, Any]]) -> str:
@@ -89,28 +100,29 @@ def settled(stack: Any, demo_run: DemoRun) -> tuple[R.RunWindow, set[str]]:
 
     Series that first appear in the run's last export (validation, checkpoint) become searchable
     about 10 s after the samples of older series: ask again, with the window read again, until
-    only the GPU queries are empty or the deadline passes.
+    only the GPU and agent-loop queries are empty or the deadline passes.
     """
     if demo_run.run_id not in _SETTLED:
         api = R.QueryAPI(stack.endpoints["victoria_metrics"])
         targets = board_targets()
-        expected = gpu_only(targets)
+        expected = empty_on_the_demo(targets)
 
         def attempt() -> tuple[R.RunWindow, set[str]]:
             window = run_window(api, demo_run)
             return window, targets_without_data(api, window, targets)
 
-        _SETTLED[demo_run.run_id] = poll(attempt, lambda got: got[1] <= expected, 60, "data for every non-GPU panel query")
+        _SETTLED[demo_run.run_id] = poll(attempt, lambda got: got[1] <= expected, 60, "data for every non-GPU, non-agent-loop panel query")
     return _SETTLED[demo_run.run_id]
 
 
 def test_every_panel_query_returns_data_from_victoria_metrics_behind_the_remote_write_exporter(stack, demo_run: DemoRun) -> None:
     targets = board_targets()
-    expected_empty = gpu_only(targets)
-    assert 8 <= len(expected_empty) < len(targets) // 4
+    expected_empty = empty_on_the_demo(targets)
+    assert 8 <= len(gpu_only(targets)) < len(targets) // 4 and 8 <= len(agent_loop_only(targets)) < len(targets) // 4
     _, empty = settled(stack, demo_run)
     assert empty == expected_empty, (
-        f"queries without data: {sorted(empty - expected_empty)}; GPU-only queries with data on a CPU run: {sorted(expected_empty - empty)}"
+        f"queries without data: {sorted(empty - expected_empty)}; "
+        f"GPU-only or agent-loop queries with data on a CPU demo run: {sorted(expected_empty - empty)}"
     )
 
 
@@ -139,11 +151,11 @@ def test_prometheus_parses_and_answers_every_panel_query_from_the_scraped_gatewa
     targets = board_targets()
     empty = poll(
         lambda: targets_without_data(prometheus, window, targets),
-        lambda e: e <= gpu_only(targets),
+        lambda e: e <= empty_on_the_demo(targets),
         60,
-        "data for every non-GPU panel query in Prometheus",
+        "data for every non-GPU, non-agent-loop panel query in Prometheus",
     )
-    assert empty == gpu_only(targets)
+    assert empty == empty_on_the_demo(targets)
     # The gateway's remote write delivered every point (a rejected sample shows in its own counters).
     telemetry = f"http://127.0.0.1:{stack.ports('otelcol-gateway')['telemetry']}"
     failed = gateway_failures(telemetry)
@@ -182,12 +194,13 @@ def test_the_boards_render_from_the_run(stack, demo_run: DemoRun, tmp_path: Path
         assert result.path.is_file() and result.size == result.path.stat().st_size < R.PNG_LIMIT_BYTES, result.path
         with Image.open(result.path) as image:
             assert image.format == "PNG" and image.width >= 1000 and image.height >= 600
-        gpu_panels = {
+        empty_on_a_cpu_demo = {
             p["title"]
             for p in boards[result.slug]["panels"]
-            if p["type"] != "row" and any(D.uses_gpu_only_metric(t["expr"], metrics) for t in p["targets"])
+            if p["type"] != "row"
+            and any(D.uses_gpu_only_metric(t["expr"], metrics) or D.uses_agent_loop_metric(t["expr"], metrics) for t in p["targets"])
         }
-        assert set(result.empty_panels) == gpu_panels, result.slug
+        assert set(result.empty_panels) == empty_on_a_cpu_demo, result.slug
         assert not any(data.errors for data in result.panels.values()), result.slug
 
 
@@ -195,15 +208,15 @@ def test_every_metric_the_alert_rules_read_is_stored_under_the_collectors_name(s
     """The rule expressions only return a result when a run misbehaves, so what is checked against the
     healthy demo run is what they read: every series name in every rule has data for the run in
     VictoriaMetrics, behind the real prometheus_remote_write exporter, except the metrics a CPU demo run
-    cannot have (GPU-only) and those the demo does not emit (listed, with why, in NOT_ON_A_BOARD)."""
+    cannot have (GPU-only), the agent-loop ones and those the demo does not emit (listed, with why, in NOT_ON_A_BOARD)."""
     import yaml
     from promql_names import promql_metric_names
 
     from otel_rl.ops.dashboard_boards import NOT_IN_DEMO, NOT_ON_A_BOARD
-    from otel_rl.ops.dashboard_model import GPU_ONLY_METRICS
+    from otel_rl.ops.dashboard_model import AGENT_LOOP_METRICS, GPU_ONLY_METRICS
 
     metrics = D.Metrics(load_registry(REPO_ROOT / "semconv"))
-    absent = {m for m, why in NOT_ON_A_BOARD.items() if why.startswith(NOT_IN_DEMO)} | set(GPU_ONLY_METRICS)
+    absent = {m for m, why in NOT_ON_A_BOARD.items() if why.startswith(NOT_IN_DEMO)} | set(GPU_ONLY_METRICS) | set(AGENT_LOOP_METRICS)
     rules = yaml.safe_load((REPO_ROOT / "grafana" / "alerts" / "otel-rl.rules.yml").read_text())
     read = {name: rule["alert"] for group in rules["groups"] for rule in group["rules"] for name in promql_metric_names(rule["expr"])}
     assert read and all(name in metrics.by_series for name in read), sorted(n for n in read if n not in metrics.by_series)

@@ -246,6 +246,25 @@ def test_gpu_only_panels_are_marked_and_never_mix_with_cpu_metrics(boards: dict[
     assert gpu_panels >= 10
 
 
+def test_the_e2e_board_shows_rollout_latency_by_trajectory_turn_and_tool(boards: dict[str, dict[str, Any]], metrics: D.Metrics) -> None:
+    """Every agent-loop metric is on the E2E board, marked as such, never mixed with other metrics;
+    the three durations as p50 / p95 / p99, the tool calls by tool, kept and sampled-out trajectories."""
+    on_board: dict[str, list[str]] = {}
+    for slug, panel, target in all_targets(boards):
+        used = set(metrics.used_in(target["expr"]))
+        if used & D.AGENT_LOOP_METRICS:
+            assert slug == "e2e-timeline" and used <= D.AGENT_LOOP_METRICS, (slug, panel["title"], sorted(used))
+            assert "Agent loops only" in panel["description"], panel["title"]
+            for name in used:
+                on_board.setdefault(name, []).append(target["expr"])
+    assert set(on_board) == D.AGENT_LOOP_METRICS
+    for name in (M.RL_TRAJECTORY_DURATION, M.RL_TURN_DURATION, M.RL_TOOL_DURATION):
+        assert [e.split(",", 1)[0] for e in on_board[name]] == [f"histogram_quantile({q}" for q in (0.5, 0.95, 0.99)], name
+    assert all(f"by (le, {D.label(A.GEN_AI_TOOL_NAME)})" in e for e in on_board[M.RL_TOOL_DURATION])
+    kept = D.label(A.RL_TRAJECTORY_KEPT)
+    assert sorted(re.search(rf'{kept}="(\w+)"', e).group(1) for e in on_board[M.RL_TRAJECTORY_COUNT]) == ["false", "true"]
+
+
 # --------------------------------------------------------------------------------------------
 # Variables, data sources, trace links, exemplars
 
@@ -310,11 +329,16 @@ def test_step_and_stage_panels_link_to_their_traces_in_jaeger_and_tempo(boards: 
                 kinds.add(sources[uid]["type"])
                 if sources[uid]["type"] == "jaeger":
                     assert query["service"] == "svc" and query["tags"] == f"{A.RL_RUN_ID}=run-1"
-                    assert query["operation"] in (N.RL_STEP_SPAN, N.RL_STAGE_SPAN_TEMPLATE.replace("<stage>", "generate"))
+                    assert query["operation"] in (
+                        N.RL_STEP_SPAN,
+                        N.RL_STAGE_SPAN_TEMPLATE.replace("<stage>", "generate"),
+                        N.RL_TRAJECTORY_SPAN,
+                    )
                 else:
                     assert f'resource.{A.RL_RUN_ID}="run-1"' in query["query"] and query["queryType"] == "traceql"
             assert kinds == {"jaeger", "tempo"}, panel["title"]
     assert {"Seconds per step by stage (pipeline order)", "Step time p50 / p95", "Stage duration p95"} <= set(linked)
+    assert "Trajectory duration p50 / p95 / p99" in linked
 
 
 def test_exemplars_are_asked_for_on_the_duration_histograms(boards: dict[str, dict[str, Any]], metrics: D.Metrics) -> None:
