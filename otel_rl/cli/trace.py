@@ -1,5 +1,6 @@
 """``otel-rl trace``: find one step's trace (run folder or Jaeger), print where to open it and its
-span tree, and export it as the JSON Jaeger's UI loads."""
+span tree, and export it as the JSON Jaeger's UI loads; ``--slowest K`` prints the step's slowest
+agent trajectories instead, and ``--format chrome`` puts them on the timeline too."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ DESCRIPTION = (
     "also when there is no run folder), print its Jaeger link (when that Jaeger holds the trace) and its span tree, and "
     "with --out write it as the JSON Jaeger's UI loads from its upload button, or with --format chrome as the "
     "Chrome Trace Event JSON that ui.perfetto.dev and chrome://tracing open (a step or a range, --steps 3-7; one "
-    "process per rank, one thread per cluster, memory counters, torch.profiler traces merged with --profile)."
+    "process per rank, one thread per cluster, one per agent trajectory, memory counters, torch.profiler traces "
+    "merged with --profile). --slowest K prints the step's K slowest agent trajectories (traces of their own, "
+    "read from a run folder) as span trees: turns, tool calls, finish reasons, tool errors, reward and why each was kept."
 )
 
 
@@ -58,7 +61,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--format",
         choices=("jaeger", "chrome"),
         default="jaeger",
-        help="what --out writes: jaeger (the JSON Jaeger's UI uploads; the default) or chrome (Trace Event JSON for ui.perfetto.dev)",
+        help="what --out writes: jaeger (the JSON Jaeger's UI uploads; the default) or chrome (Trace Event JSON for ui.perfetto.dev; "
+        "from a run folder with each kept agent trajectory of the steps on a thread of its own)",
     )
     parser.add_argument(
         "--profile",
@@ -67,6 +71,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="with --format chrome: merge this torch.profiler trace (export_chrome_trace / tensorboard_trace_handler "
         "output, .json or .json.gz) on its own tracks, aligned to the spans' clock; repeatable",
+    )
+    parser.add_argument(
+        "--slowest",
+        type=int,
+        metavar="K",
+        help="with --step N: print the K slowest agent trajectories kept of step N (those with rl.step N or linked to "
+        "its trace), longest first, each as a span tree with its turns and tool calls, reward and why it was kept; "
+        "with --format chrome: only those K of each step go on the timeline (default: every kept one). Run folders only",
     )
     parser.add_argument("--width", type=int, default=50, help="bar width in columns (default 50)")
 
@@ -86,6 +98,10 @@ def run(args: argparse.Namespace) -> int:
         return _fail("--profile needs --format chrome --out FILE", 2)
     if chrome and not args.out:
         return _fail("--format chrome needs --out FILE (the .json to open in ui.perfetto.dev)", 2)
+    if args.slowest is not None and args.slowest < 1:
+        return _fail(f"--slowest must be >= 1, not {args.slowest}", 2)
+    if args.slowest is not None and args.out and not chrome:
+        return _fail("--slowest prints the trajectories; to write them with --out, add --format chrome", 2)
     if args.step is not None:
         steps = [args.step]
     else:
@@ -109,9 +125,17 @@ def run(args: argparse.Namespace) -> int:
     # read Jaeger. Neither: the latest run folder, else the local stack's Jaeger.
     if run_dir is None and not args.jaeger:
         run_dir = latest_run_dir()
+    if args.slowest is not None and run_dir is None:
+        return _fail(
+            "--slowest reads agent trajectories from a run folder (each is a trace of its own, which this command does not "
+            "search Jaeger for): give the run folder (otel-rl trace RUN_DIR --step N --slowest K), or in Jaeger's UI search "
+            "the operation rl.trajectory with the tag rl.step=N",
+            2,
+        )
     client = JaegerClient(args.jaeger or _local_jaeger_url(DEFAULT_JAEGER_URL), lookback_s=lookback_s)
     source: str
     spans: list[SpanRecord]
+    selection = None
     if run_dir is not None:
         if not run_dir.exists():
             return _fail(f"{run_dir} does not exist", 2)
@@ -127,6 +151,7 @@ def run(args: argparse.Namespace) -> int:
         if choice.note:
             print(f"otel-rl trace: {choice.note}", file=sys.stderr)
         spans = [span for span in read if choice.keeps(span.resource)]
+        selection = choice
         source = f"run folder {run_dir}" + (f" (run {choice.run_id})" if choice.others else "")
     else:
         try:
@@ -146,6 +171,9 @@ def run(args: argparse.Namespace) -> int:
         source = f"Jaeger at {client.base_url}" + (f" (service {args.service})" if args.service else "")
     if args.step is None:
         return _write_chrome(args, spans, steps, source)
+    if args.slowest is not None and run_dir is not None:
+        status = _print_slowest(args, spans, run_dir, selection, source)
+        return status if status or not chrome else _write_chrome(args, spans, steps, source)
     try:
         trace = find_step_trace(spans, args.step)
     except LookupError as exc:
@@ -158,8 +186,16 @@ def run(args: argparse.Namespace) -> int:
         upload = f"the file --out writes ({args.out})" if args.out else "the file --out FILE writes"
         print(f"  Jaeger:  {client.base_url} does not hold this trace; load {upload} in Jaeger's UI (Search > JSON File)")
     print(render_waterfall(trace, width=args.width))
+    if run_dir is not None:
+        from otel_rl.runs.trajectories import step_trajectories
+
+        kept = len(step_trajectories(spans, args.step, trace))
+        if kept:
+            print(
+                f"  {kept} agent trajectories of this step are traces of their own:  otel-rl trace {run_dir} --step {args.step} --slowest 5"
+            )
     if chrome:
-        return _write_chrome(args, trace, steps, source)
+        return _write_chrome(args, spans, steps, source)
     if args.out:
         from otel_rl.runs.jaeger_json import write_jaeger_json
 
@@ -196,10 +232,38 @@ def _list_runs(message: str, choices: list[Any]) -> str:
     return "\n".join(lines)
 
 
+def _print_slowest(args: argparse.Namespace, spans: Any, run_dir: Path, selection: Any, source: str) -> int:
+    """``--step N --slowest K``: step N's K slowest kept agent trajectories as span trees."""
+    from otel_rl.runs.trajectories import read_trajectory_counts, render_trajectories, slowest, step_trajectories
+    from otel_rl.runs.waterfall import find_step_trace
+
+    try:
+        trace = find_step_trace(spans, args.step)
+    except LookupError as exc:
+        trace, missing = [], str(exc)
+    else:
+        missing = ""
+    found = step_trajectories(spans, args.step, trace)
+    counts = read_trajectory_counts(run_dir, selection)
+    if counts is None:
+        total = "the run's metrics count no agent trajectory (no rl.trajectory.count in its metrics.jsonl)"
+    else:
+        total = f"the run's metrics (all steps): {counts.describe()}"
+    if not found:
+        return _fail(f"step {args.step} has no kept agent trajectories in {source}; " + (f"{missing}; " if missing else "") + total, 1)
+    shown = slowest(found, args.slowest)
+    print(f"step {args.step}: {len(found)} agent trajectories kept, from {source}; the {len(shown)} slowest, longest first\n  {total}")
+    print()
+    print(render_trajectories(shown, width=args.width))
+    return 0
+
+
 def _write_chrome(args: argparse.Namespace, spans: Any, steps: list[int], source: str) -> int:
-    """``--format chrome``: the steps' spans (and any --profile) as Chrome Trace Event JSON in --out."""
+    """``--format chrome``: the steps' spans, their agent trajectories (the --slowest K of each step,
+    else every kept one) and any --profile as Chrome Trace Event JSON in --out."""
     from otel_rl.runs.chrome_trace import ProfileError, load_torch_profile, step_traces, to_chrome_trace, write_chrome_trace
-    from otel_rl.runs.waterfall import format_duration
+    from otel_rl.runs.trajectories import slowest, step_trajectories
+    from otel_rl.runs.waterfall import find_step_trace, format_duration
 
     try:
         window, missing = step_traces(spans, steps)
@@ -214,7 +278,13 @@ def _write_chrome(args: argparse.Namespace, spans: Any, steps: list[int], source
     except ProfileError as exc:
         return _fail(str(exc), 2)
     shown = [s for s in steps if s not in missing]
-    data, summary = to_chrome_trace(window, profiles, other_data={"source": source, "steps": ",".join(map(str, shown))})
+    trajectories = [
+        span
+        for step in shown
+        for found in slowest(step_trajectories(spans, step, find_step_trace(window, step)), args.slowest)
+        for span in found.spans
+    ]
+    data, summary = to_chrome_trace(window + trajectories, profiles, other_data={"source": source, "steps": ",".join(map(str, shown))})
     try:
         write_chrome_trace(data, args.out)
     except OSError as exc:
@@ -224,6 +294,7 @@ def _write_chrome(args: argparse.Namespace, spans: Any, steps: list[int], source
     print(
         f"wrote {args.out}: {what}, {summary.spans} spans on rank{'s' if len(summary.ranks) != 1 else ''} "
         f"{', '.join(map(str, summary.ranks))} over {format_duration(end - start)}, {summary.counters} memory counter samples"
+        + (f", {summary.trajectories} agent trajectories (a thread each)" if summary.trajectories else "")
     )
     for path, merged, outside in summary.profiles:
         print(f"  merged {path}: {merged} events on tracks of their own")

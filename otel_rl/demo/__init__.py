@@ -8,6 +8,9 @@ those of a ROLL run. Needs torch (CPU is enough); 20 steps take well under a min
 
     from otel_rl.demo import run_demo
     result = run_demo(steps=20, algo="grpo", out="runs/demo")
+
+``run_agent_demo`` (``otel-rl demo --agent``) trains a tool-calling policy instead: multi-turn
+rollouts with a calculator tool, each recorded as an agent trajectory (see ``_agent``).
 """
 
 from __future__ import annotations
@@ -17,10 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from otel_rl.demo._agent import AgentConfig, AgentDemoResult, run_agent_demo
 from otel_rl.demo._config import ALGOS, DemoConfig
 from otel_rl.demo._run import DemoTrainer
 
-__all__ = ["DemoConfig", "DemoResult", "run_demo"]
+__all__ = ["AgentConfig", "AgentDemoResult", "DemoConfig", "DemoResult", "run_agent_demo", "run_demo"]
 
 
 @dataclass

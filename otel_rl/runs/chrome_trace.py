@@ -18,6 +18,11 @@ The layout (``otel-rl trace RUN_DIR --steps 3-7 --format chrome --out steps.json
 Thread ids are unique across the file (Perfetto keys a thread by its tid), so a cluster's tid
 differs between ranks; the names carry the meaning.
 
+Agent trajectories (traces of their own, ``rl.trajectory`` roots with ``rl.turn`` / ``rl.tool``
+children) get a thread each in their rank's process, after the clusters' threads and in start
+order, named ``trajectory <rl.sample.id> (step N, <why it was kept>)``; their turns and tool calls
+are slices nested under the trajectory's.
+
 Times: spans are Unix-epoch nanoseconds. A torch.profiler (Kineto) trace stores ``ts`` in
 microseconds relative to its top-level ``baseTimeNanoseconds`` (Unix epoch ns): ``ts * 1000 +
 baseTimeNanoseconds`` is the event's wall-clock time, the clock the spans use. Older exports with
@@ -52,6 +57,8 @@ __all__ = [
 ]
 
 STEP_THREAD = "step"  # the thread of spans that carry no rl.cluster (the step root)
+_TRAJECTORY_TRACK = "\0trajectory "  # + the trace id: a thread key no rl.cluster value can take
+_AGENT_SPANS = frozenset({N.RL_TRAJECTORY_SPAN, N.RL_TURN_SPAN, N.RL_TOOL_SPAN})
 _EPOCH_US_FLOOR = 1e15  # microseconds since 1970 pass this in 2001: an older export's absolute ts
 _FLOW_ID_STRIDE = 1 << 40  # keeps each merged profile's flow ids apart (and below 2**53 for JS readers)
 _PROFILE_METADATA = {"process_name", "process_labels", "process_sort_index", "thread_name", "thread_sort_index"}
@@ -172,6 +179,7 @@ class ChromeTraceSummary:
 
     spans: int = 0
     counters: int = 0
+    trajectories: int = 0  # agent trajectories, each on a thread of its own
     ranks: list[int] = field(default_factory=list)
     window_ns: tuple[int, int] = (0, 0)  # the spans' first start and last end (Unix ns)
     profiles: list[tuple[str, int, int]] = field(default_factory=list)  # (path, events merged, events outside the window)
@@ -209,6 +217,9 @@ class _Layout:
         self.next_tid = 1
         self.threads: dict[tuple[int, str, int], int] = {}  # (pid, cluster, lane) -> tid
         self.tid_of: dict[int, int] = {}  # id(span) -> tid
+        # trace id -> the root of an agent trajectory's trace: each such trace is a thread of its own
+        self.trajectories = {s.trace_id: s for s in spans if s.name == N.RL_TRAJECTORY_SPAN and s.parent_span_id is None}
+        self.names: dict[str, str] = {}  # thread key -> its name, where they differ (a trajectory's)
 
     def _parent(self, span: SpanRecord) -> SpanRecord | None:
         parent = self.by_id.get((span.trace_id, span.parent_span_id or ""))
@@ -229,6 +240,16 @@ class _Layout:
 
     def cluster(self, span: SpanRecord) -> str:
         key = id(span)
+        root = self.trajectories.get(span.trace_id)
+        if root is not None:
+            track = _TRAJECTORY_TRACK + span.trace_id
+            if track not in self.names:
+                attributes = root.attributes
+                why = [f"step {attributes[A.RL_STEP]}"] if A.RL_STEP in attributes else []
+                why += [str(attributes[A.RL_TRAJECTORY_REASON])] if A.RL_TRAJECTORY_REASON in attributes else []
+                name = f"trajectory {attributes.get(A.RL_SAMPLE_ID, span.trace_id[:8])}"
+                self.names[track] = name + (f" ({', '.join(why)})" if why else "")
+            return track
         if key not in self._cluster:
             value = span.attributes.get(A.RL_CLUSTER)
             if value in (None, ""):
@@ -244,7 +265,7 @@ class _Layout:
         groups: dict[tuple[int, str], list[SpanRecord]] = {}
         for span in spans:
             groups.setdefault((self.rank(span), self.cluster(span)), []).append(span)
-        for pid, cluster in sorted(groups, key=lambda k: (k[0], k[1] != STEP_THREAD, k[1])):
+        for pid, cluster in sorted(groups, key=lambda k: (k[0], *self._order(k[1]))):
             lanes: list[list[int]] = []  # per lane: the end times of the open spans (a stack)
             for span in sorted(groups[(pid, cluster)], key=lambda s: (s.start_ns, -s.end_ns)):
                 end = max(span.end_ns, span.start_ns)
@@ -258,6 +279,15 @@ class _Layout:
                     lane = len(lanes)
                     lanes.append([end])
                 self.tid_of[id(span)] = self.tid(pid, cluster, lane)
+
+    def _order(self, cluster: str) -> tuple[int, int, str]:
+        """The step's thread, then the clusters' by name, then the trajectories' by start."""
+        if cluster == STEP_THREAD:
+            return (0, 0, "")
+        if cluster.startswith(_TRAJECTORY_TRACK):
+            root = self.trajectories.get(cluster[len(_TRAJECTORY_TRACK) :])
+            return (2, root.start_ns if root is not None else 0, cluster)
+        return (1, 0, cluster)
 
     def tid(self, pid: int, cluster: str, lane: int) -> int:
         key = (pid, cluster, lane)
@@ -273,6 +303,8 @@ class _Layout:
 def _category(span: SpanRecord) -> str:
     if span.name == STEP_SPAN_NAME and span.parent_span_id is None:
         return "rl.step"
+    if span.name in _AGENT_SPANS:
+        return span.name
     if A.RL_STAGE_PHASE in span.attributes:
         return "rl.stage.phase"
     if A.RL_STAGE in span.attributes:
@@ -323,7 +355,7 @@ def to_chrome_trace(
     def us(unix_ns: int) -> float:
         return round((unix_ns - origin) / 1000.0, 3)
 
-    summary = ChromeTraceSummary(spans=len(spans), window_ns=window)
+    summary = ChromeTraceSummary(spans=len(spans), window_ns=window, trajectories=len(layout.trajectories))
     events: list[dict[str, Any]] = []
     for span in spans:
         pid, tid = layout.rank(span), layout.tid_of[id(span)]
@@ -367,7 +399,8 @@ def to_chrome_trace(
         metadata.append({"name": "process_name", "ph": "M", "pid": rank, "tid": 0, "args": {"name": f"rank {rank}"}})
         metadata.append({"name": "process_sort_index", "ph": "M", "pid": rank, "tid": 0, "args": {"sort_index": rank}})
     for (pid, cluster, lane), tid in sorted(layout.threads.items(), key=lambda item: item[1]):
-        name = cluster if lane == 0 else f"{cluster} ({lane + 1})"
+        name = layout.names.get(cluster, cluster)
+        name = name if lane == 0 else f"{name} ({lane + 1})"
         metadata.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}})
         metadata.append({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": tid, "args": {"sort_index": tid}})
 

@@ -125,9 +125,30 @@ def _details(span: SpanRecord, parent: SpanRecord | None) -> str:
         parts.append(f"[{snapshots} memory snapshot{'s' if snapshots != 1 else ''}]")
     if others:
         parts.append(f"[{others} event{'s' if others != 1 else ''}]")
+    parts.extend(_agent_details(span))
     if span.status == "error":
-        parts.append(f"ERROR{': ' + span.status_message if span.status_message else ''}")
+        # without a message (a failure returned, or text kept out of the export) the error's type says what failed
+        why = span.status_message or span.attributes.get(A.ERROR_TYPE)
+        parts.append(f"ERROR{': ' + str(why) if why else ''}")
     return " ".join(parts)
+
+
+def _agent_details(span: SpanRecord) -> list[str]:
+    """An agent trajectory's turn (why it stopped, tokens in -> out) or tool call (the tool's name)."""
+    attributes = span.attributes
+    if span.name == N.RL_TOOL_SPAN:
+        name = attributes.get(A.GEN_AI_TOOL_NAME)
+        return [str(name)] if name not in (None, "") else []
+    if span.name != N.RL_TURN_SPAN:
+        return []
+    parts: list[str] = []
+    reasons = attributes.get(A.GEN_AI_RESPONSE_FINISH_REASONS)
+    if reasons not in (None, "", []):
+        parts.append("finish=" + (",".join(map(str, reasons)) if isinstance(reasons, (list, tuple)) else str(reasons)))
+    tokens_in, tokens_out = attributes.get(A.GEN_AI_USAGE_INPUT_TOKENS), attributes.get(A.GEN_AI_USAGE_OUTPUT_TOKENS)
+    if tokens_in is not None or tokens_out is not None:
+        parts.append(f"tokens {'?' if tokens_in is None else tokens_in}->{'?' if tokens_out is None else tokens_out}")
+    return parts
 
 
 def _bar(span: SpanRecord, t0: int, total: int, width: int) -> str:
@@ -151,7 +172,8 @@ def render_waterfall(spans: Sequence[SpanRecord], width: int = 60, max_columns: 
 
     One line per span in tree order (children by start time): tree-indented name plus details
     (``rl.cluster``, ``rl.stage.phase`` unless the name says it, ``[N memory snapshots]``, other
-    event counts, errors), start offset from the root, duration, and a bar placed on the root's
+    event counts, a turn's finish reason and tokens, a tool call's name, errors with their message
+    or ``error.type``), start offset from the root, duration, and a bar placed on the root's
     time span. ``width`` is the widest bar; the bar narrows so lines stay within ``max_columns``
     (names are cut with ``…`` only when they alone would not fit). Spans whose parent is missing
     are listed under ``(orphans)`` at the end.
