@@ -33,6 +33,9 @@ What it does:
   (the prompts, completions, per-function rewards and advantages its ``log_completions`` table
   shows) to ``Telemetry.log_samples``: K per step reach the run folder and the trackers
   (:mod:`otel_rl.integrations._hf_samples`).
+* With tools (``GRPOTrainer(tools=...)`` or ``environment_factory``), each completion of a training
+  generation batch is an agent trajectory: a turn per generation, a tool span per tool call, its
+  reward once TRL scored the batch (:mod:`otel_rl.integrations.trl_tools`).
 * ``on_train_end`` flushes, and shuts down the telemetry the callback started itself.
 
 The callback finds its trainer among its callers at ``on_train_begin`` (transformers hands
@@ -48,6 +51,7 @@ from typing import Any
 from otel_rl.integrations._hf_instrument import attach_to_new_trainers
 from otel_rl.integrations._hf_trainer import HFCallbackMixin, hparams_from_args
 from otel_rl.integrations.base import Instrumentor
+from otel_rl.integrations.trl_tools import ToolRollouts
 from otel_rl.semconv import attributes as A
 
 try:
@@ -72,6 +76,21 @@ class OtelRLCallback(HFCallbackMixin, TrainerCallback):
 
     def __init__(self, *, trainer: Any = None, main_process_only: bool = False, **init_kwargs: Any) -> None:
         self._otel_setup(trainer, main_process_only, **init_kwargs)
+        self._tool_rollouts: ToolRollouts | None = None
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        super().on_train_begin(args, state, control, **kwargs)
+        if self.telemetry is not None and self._tool_rollouts is None:
+            self._guard("on_train_begin tool rollouts", self._record_tool_rollouts)
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        rollouts, self._tool_rollouts = self._tool_rollouts, None
+        if rollouts is not None:
+            self._guard("on_train_end tool rollouts", rollouts.close)
+        super().on_train_end(args, state, control, **kwargs)
+
+    def _record_tool_rollouts(self) -> None:
+        self._tool_rollouts = ToolRollouts.attach(self.telemetry, self.trainer)
 
 
 class TrlInstrumentor(Instrumentor):
