@@ -17,9 +17,16 @@ trap '"$bin/otel-rl" stack down >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
 "$bin/otel-rl" stack up
 vm_port=$((8428 + offset))
 agent_port=$((4317 + offset))
+ppo_run="render-ppo-$$" agent_run="render-agent-$$"
 OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:$agent_port" OTEL_EXPORTER_OTLP_PROTOCOL=grpc OTEL_METRIC_EXPORT_INTERVAL=2000 \
-  "$bin/otel-rl" demo --steps 30 --algo ppo --ranks 2 --slow-rank 1 --out "$work/run" --quiet
+  OTEL_RL_RUN_ID="$ppo_run" "$bin/otel-rl" demo --steps 30 --algo ppo --ranks 2 --slow-rank 1 --out "$work/run" --quiet
 sleep 5 # the last export interval and the gateway's batch reach VictoriaMetrics
-"$bin/otel-rl" dashboards render --vm "http://127.0.0.1:$vm_port" --out docs/dashboards/
+"$bin/otel-rl" dashboards render --vm "http://127.0.0.1:$vm_port" --out docs/dashboards/ --run "$ppo_run"
+# The E2E board's rollout-latency row is fed by agent loops: drawn again from the agent demo's run.
+OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:$agent_port" OTEL_EXPORTER_OTLP_PROTOCOL=grpc OTEL_METRIC_EXPORT_INTERVAL=2000 \
+  OTEL_RL_RUN_ID="$agent_run" "$bin/otel-rl" demo --agent --steps 100 --out "$work/agent" --quiet
+sleep 5
+"$bin/otel-rl" dashboards render --vm "http://127.0.0.1:$vm_port" --run "$agent_run" --board e2e-timeline --out "$work/agent-boards"
+cp "$work/agent-boards/e2e-timeline.png" docs/dashboards/e2e-timeline-agent.png
 (cd grafana/dashboards && sha256sum -- *.json) >docs/dashboards/boards.sha256
 echo "docs/dashboards/: redrawn from the boards in grafana/dashboards/ (stamp: docs/dashboards/boards.sha256)"
