@@ -28,12 +28,12 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from otel_rl import semconv
-from otel_rl._sdk.config import TelemetryConfig, resolve_config
-from otel_rl._sdk.engine_scrape import scrape_engines
-from otel_rl._sdk.options import AlertOptions, ExportOptions, LimitOptions, TrackerOptions, merge_groups
-from otel_rl._sdk.scopes import JoinScope, Phase, Stage, StepScope
+from otel_rl._sdk.settings.config import TelemetryConfig, resolve_config
+from otel_rl._sdk.settings.options import AlertOptions, ExportOptions, LimitOptions, TrackerOptions, merge_groups
+from otel_rl._sdk.sources.engine_scrape import scrape_engines
+from otel_rl._sdk.spans.scopes import JoinScope, Phase, Stage, StepScope
+from otel_rl._sdk.spans.trajectories import ToolCall, Trajectory, Turn
 from otel_rl._sdk.telemetry import Telemetry
-from otel_rl._sdk.trajectories import ToolCall, Trajectory, Turn
 from otel_rl._version import __version__
 from otel_rl.trackers.base import Tracker, known_trackers, register_tracker
 

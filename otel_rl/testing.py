@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from otel_rl._sdk.config import resolve_config
+from otel_rl._sdk.settings.config import resolve_config
 from otel_rl._sdk.telemetry import Telemetry
 from otel_rl.runs.folder import MetricPoint, SpanRecord, read_log_records, read_metrics, read_spans
 

@@ -9,7 +9,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
-from otel_rl._sdk.aggregation import BulkHistograms, LatestValues, MergingMetricExporter, SlotRow
+from otel_rl._sdk.pipeline.aggregation import BulkHistograms, LatestValues, MergingMetricExporter, SlotRow
 from otel_rl.semconv import BUCKETS
 
 

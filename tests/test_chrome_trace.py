@@ -19,7 +19,7 @@ import pytest
 from test_probes import GIB, StandInCuda  # stand-in for torch.cuda: no CUDA device here
 
 from otel_rl import cli
-from otel_rl._sdk.probes import CudaMemoryProbe
+from otel_rl._sdk.sources.probes import CudaMemoryProbe
 from otel_rl.runs.chrome_trace import parse_steps
 from otel_rl.runs.folder import find_step_trace, read_spans
 from otel_rl.semconv import attributes as A

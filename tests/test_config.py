@@ -1,4 +1,4 @@
-"""Configuration (otel_rl._sdk.config.resolve_config): explicit arguments beat the environment, the
+"""Configuration (otel_rl._sdk.settings.config.resolve_config): explicit arguments beat the environment, the
 environment beats the config file, the file beats the defaults; bad values are reported the way the
 module promises (env: warn once and fall back; argument: ValueError naming the option)."""
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-import otel_rl._sdk.config as _config
-from otel_rl._sdk.config import TelemetryConfig, load_config_file, resolve_config
+import otel_rl._sdk.settings.config as _config
+from otel_rl._sdk.settings.config import TelemetryConfig, load_config_file, resolve_config
 
 
 @pytest.fixture(autouse=True)

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from otel_rl._sdk.spool import LOGS, SEGMENT_SUFFIX, Spool
-from otel_rl._sdk.spool_files import frame
+from otel_rl._sdk.spool.files import frame
+from otel_rl._sdk.spool.store import LOGS, SEGMENT_SUFFIX, Spool
 from otel_rl.runs.folder import LOGS_FILE, read_log_records
 
 

@@ -8,9 +8,9 @@ import logging
 from collections import deque
 from typing import Any
 
-from otel_rl._sdk.keys import RESOLUTION_CACHE_LIMIT
-from otel_rl._sdk.pipeline import REPORTED_KEYS
-from otel_rl._sdk.step_plan import KEY_SET_KEYS
+from otel_rl._sdk.keys.resolver import RESOLUTION_CACHE_LIMIT
+from otel_rl._sdk.pipeline.step_plan import KEY_SET_KEYS
+from otel_rl._sdk.pipeline.worker import REPORTED_KEYS
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import metrics as M
 from otel_rl.trackers.base import NAME_CACHE_LIMIT

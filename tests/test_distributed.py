@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from loopback import in_loopback_namespace, rerun_in_loopback_namespace
 
-from otel_rl._sdk.distributed import detect_placement, from_environment
+from otel_rl._sdk.lifecycle.distributed import detect_placement, from_environment
 from otel_rl.runs.folder import read_spans
 from otel_rl.semconv import attributes as A
 from otel_rl.stack.process import free_port

@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 from otel_rl import environment_variables as env
-from otel_rl._sdk.config import TelemetryConfig
+from otel_rl._sdk.settings.config import TelemetryConfig
 
 PACKAGE = Path(env.__file__).resolve().parent
 

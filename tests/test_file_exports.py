@@ -9,7 +9,7 @@ import time
 from otlp_sink import OtlpSink
 
 import otel_rl
-from otel_rl._sdk.file_exports import QueuedSpanExport
+from otel_rl._sdk.export.file_exports import QueuedSpanExport
 from otel_rl.runs.folder import read_log_records, read_spans
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import metrics as M

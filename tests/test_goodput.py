@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from otel_rl._sdk import goodput as G
-from otel_rl._sdk import scopes
+from otel_rl._sdk.pipeline import goodput as G
+from otel_rl._sdk.spans import scopes
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import metrics as M
 from otel_rl.testing import Capture, capture

@@ -1,4 +1,4 @@
-"""otel_rl._sdk.keys: framework key -> registry metric resolution, its inverse, transforms and fallback."""
+"""otel_rl._sdk.keys.resolver: framework key -> registry metric resolution, its inverse, transforms and fallback."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from otel_rl._sdk.keys import TRANSFORMS, KeyResolver, Resolution, load_mapping_files, load_registry_tables, validate_mappings
+from otel_rl._sdk.keys.resolver import TRANSFORMS, KeyResolver, Resolution, load_mapping_files, load_registry_tables, validate_mappings
 
 REPO = Path(__file__).resolve().parents[1]
 SEMCONV = REPO / "semconv"

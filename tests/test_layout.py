@@ -177,3 +177,44 @@ def test_few_loose_private_modules_and_none_too_long():
         if not _generated(p) and (n := len(p.read_text().splitlines())) > LINE_LIMIT
     ]
     assert not long, "modules over 600 lines (split them):\n" + "\n".join(long)
+
+
+# The runtime's sub-packages, lowest first: a module of one imports only its own and those before it.
+SDK_UNITS = ["settings", "keys", "sources", "otlp", "spool", "pipeline", "export", "spans", "lifecycle", "telemetry"]
+SDK_TOP_LIMIT = 8  # modules at the top of _sdk/ (its __init__ included)
+
+
+def _sdk_unit(module: str) -> str | None:
+    """The runtime unit of a module (``otel_rl._sdk.pipeline.worker`` -> ``pipeline``), None outside ``_sdk``."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[1] == "_sdk" else None
+
+
+def test_runtime_sub_packages_import_only_those_below_their_own():
+    modules = _modules()
+    unknown = sorted({unit for m in modules if (unit := _sdk_unit(m)) is not None and unit not in SDK_UNITS})
+    assert not unknown, f"otel_rl/_sdk/ units missing from SDK_UNITS in tests/test_layout.py: {unknown}"
+    upward = []
+    for module, path in modules.items():
+        unit = _sdk_unit(module)
+        if unit is None:
+            continue
+        for target, _, line in _imports(module, path):
+            other = _sdk_unit(target)
+            if other is not None and other != unit and SDK_UNITS.index(other) > SDK_UNITS.index(unit):
+                upward.append(f"{path.relative_to(PACKAGE.parent)}:{line} ({unit}) imports {target} ({other})")
+    assert not upward, "\n".join(upward)
+
+
+def test_runtime_is_sub_packages_each_saying_what_it_owns():
+    sdk = PACKAGE / "_sdk"
+    top = sorted(p.name for p in sdk.glob("*.py"))
+    assert len(top) <= SDK_TOP_LIMIT, f"modules at the top of otel_rl/_sdk/ (put them in a sub-package): {top}"
+    overview = ast.get_docstring(ast.parse((sdk / "__init__.py").read_text())) or ""
+    for package in sorted(p.parent for p in sdk.glob("*/__init__.py")):
+        doc = ast.get_docstring(ast.parse((package / "__init__.py").read_text())) or ""
+        modules = sorted(p.stem for p in package.glob("*.py") if p.stem != "__init__")
+        assert len(doc) > 150, f"otel_rl/_sdk/{package.name}/__init__.py: say in its docstring what it owns and may import"
+        unnamed = [m for m in modules if f"``{m}``" not in doc]
+        assert not unnamed, f"otel_rl/_sdk/{package.name}/__init__.py: its docstring names no {unnamed}"
+        assert f"``{package.name}/``" in overview, f"otel_rl/_sdk/__init__.py: its docstring does not place {package.name}/"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import otel_rl
-from otel_rl._sdk.config import resolve_config
+from otel_rl._sdk.settings.config import resolve_config
 from otel_rl.runs.folder import read_log_records
 from otel_rl.semconv import metrics as M
 from otel_rl.semconv import names as N
@@ -31,7 +31,7 @@ def test_shutting_one_telemetry_down_keeps_the_exit_hook_of_another(tmp_path: Pa
     script = textwrap.dedent("""
         import atexit, json, sys
         import otel_rl
-        from otel_rl._sdk.config import resolve_config
+        from otel_rl._sdk.settings.config import resolve_config
 
         first = otel_rl.Telemetry(resolve_config({"run_dir": sys.argv[1], "console": False}))
         second = otel_rl.Telemetry(resolve_config({"run_dir": sys.argv[2], "console": False}))

@@ -19,8 +19,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
 
-from otel_rl._sdk.light_spans import LightSpan, LightTracer
-from otel_rl._sdk.propagation import extract_context
+from otel_rl._sdk.spans.light_spans import LightSpan, LightTracer
+from otel_rl._sdk.spans.propagation import extract_context
 from otel_rl._version import __version__
 from otel_rl.exporters.otlp_json import OtlpJsonSpanExporter, spans_to_otlp_json
 from otel_rl.runs.folder import read_spans

@@ -10,7 +10,7 @@ import pytest
 from shared_files import LOGS, needs_shared_logs
 
 import otel_rl
-from otel_rl._sdk.config import resolve_config
+from otel_rl._sdk.settings.config import resolve_config
 from otel_rl.replay import parse_file
 from otel_rl.runs.folder import read_log_records, read_metrics
 from otel_rl.semconv import attributes as A

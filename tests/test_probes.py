@@ -10,7 +10,7 @@ import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from otel_rl._sdk.probes import CudaMemoryProbe, NvmlProbe, ProcessProbe, visible_device_indices
+from otel_rl._sdk.sources.probes import CudaMemoryProbe, NvmlProbe, ProcessProbe, visible_device_indices
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import metrics as M
 

@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 
 import otel_rl
-from otel_rl._sdk.config import resolve_config
-from otel_rl._sdk.config_parsers import parse_profile_steps
-from otel_rl._sdk.profiling import MEMORY_HISTORY_ENTRIES, MEMORY_RISK_RULE, PROFILES_DIR
+from otel_rl._sdk.settings.config import resolve_config
+from otel_rl._sdk.settings.parsers import parse_profile_steps
+from otel_rl._sdk.sources.profiling import MEMORY_HISTORY_ENTRIES, MEMORY_RISK_RULE, PROFILES_DIR
 from otel_rl.detect.rules import default_rules
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import names as N
@@ -299,7 +299,7 @@ def test_a_rule_with_the_memory_snapshot_action_dumps_too(monkeypatch: pytest.Mo
 def test_without_torch_the_options_warn_at_init_and_the_run_goes_on(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    import otel_rl._sdk.profiling as profiling
+    import otel_rl._sdk.sources.profiling as profiling
 
     real = profiling.importlib.util.find_spec
     monkeypatch.setattr(profiling.importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a))

@@ -11,8 +11,8 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 
 import otel_rl
-from otel_rl._sdk.config import resolve_config
-from otel_rl._sdk.propagation import extract_context, inject_context
+from otel_rl._sdk.settings.config import resolve_config
+from otel_rl._sdk.spans.propagation import extract_context, inject_context
 from otel_rl.runs.folder import find_step_trace, rank_file_name, read_log_records, read_spans
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import names as N

@@ -19,8 +19,8 @@ from hypothesis.extra import numpy as hnp
 from opentelemetry.exporter.otlp.proto.common._internal import _encode_value
 
 import otel_rl
-from otel_rl._sdk.config import _FIELDS, resolve_config
-from otel_rl._sdk.providers import check_otlp_environment
+from otel_rl._sdk.export.providers import check_otlp_environment
+from otel_rl._sdk.settings.config import _FIELDS, resolve_config
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import metrics as M
 from otel_rl.semconv import names as N

@@ -135,7 +135,7 @@ def test_otlp_grpc_and_the_file_default_together(make_telemetry):
     ],
 )
 def test_destinations_follow_the_endpoint_and_exporters(options, file, otlp):
-    from otel_rl._sdk.config import resolve_config
+    from otel_rl._sdk.settings.config import resolve_config
 
     config = resolve_config(options, environ={})
     assert (config.file_enabled, config.otlp_enabled) == (file, otlp)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import otel_rl
-from otel_rl._sdk.run_lock import RunFolderBusy, lock_path, take
+from otel_rl._sdk.lifecycle.run_lock import RunFolderBusy, lock_path, take
 from otel_rl.runs.folder import read_metrics
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import metrics as M
@@ -156,7 +156,7 @@ def test_a_killed_holder_frees_the_folder_and_the_next_process_rebuilds_its_poin
 FORK = textwrap.dedent("""
     import os, sys
     import otel_rl
-    from otel_rl._sdk.run_lock import RunFolderBusy, lock_path, take
+    from otel_rl._sdk.lifecycle.run_lock import RunFolderBusy, lock_path, take
     run_dir = sys.argv[1]
     tel = otel_rl.init(run_dir=run_dir, run_id="run-A", console=False)
     pid = os.fork()

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import otel_rl
-from otel_rl._sdk.samples import cap_text, choose
+from otel_rl._sdk.pipeline.samples import cap_text, choose
 from otel_rl.runs.folder import read_log_records
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import names as N

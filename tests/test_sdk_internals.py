@@ -14,11 +14,11 @@ from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
 from otlp_sink import GrpcSink, OtlpSink
 from test_spool import log_request, received_indices
 
-from otel_rl._sdk import sdk_compat
-from otel_rl._sdk.config import resolve_config
-from otel_rl._sdk.otlp_settings import open_http_session, resolve_otlp_settings, settings_of
-from otel_rl._sdk.providers import otlp_exporters
-from otel_rl._sdk.spool import LOGS, METRICS, SIGNALS, TRACES, GrpcTransport, HttpTransport, transport_for
+from otel_rl._sdk.export.providers import otlp_exporters
+from otel_rl._sdk.otlp import sdk_compat
+from otel_rl._sdk.otlp.settings import open_http_session, resolve_otlp_settings, settings_of
+from otel_rl._sdk.settings.config import resolve_config
+from otel_rl._sdk.spool.store import LOGS, METRICS, SIGNALS, TRACES, GrpcTransport, HttpTransport, transport_for
 from otel_rl.semconv import names as N
 
 SDK_DIR = Path(__file__).resolve().parents[1] / "otel_rl" / "_sdk"

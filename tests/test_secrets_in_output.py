@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 import otel_rl
-from otel_rl._sdk.redaction import redact_text, redact_url
+from otel_rl._sdk.settings.redaction import redact_text, redact_url
 
 SECRETS = ("PASSWORDSECRET", "TOKENSECRET", "HEADERSECRET", "TRACKERSECRET")
 
@@ -169,7 +169,7 @@ tel.shutdown(timeout_s=3)
 def test_a_grpc_endpoint_with_user_and_password_is_refused_without_showing_it(tmp_path: Path) -> None:
     """gRPC cannot send user:password, and its channel quotes its target in every error ("errors
     resolving user:pw@host"): refused, naming where it came from and the fix, in a run and in push."""
-    from otel_rl._sdk.otlp_settings import resolve_otlp_settings
+    from otel_rl._sdk.otlp.settings import resolve_otlp_settings
 
     port = closed_port()
     endpoint = f"http://user:PASSWORDSECRET@127.0.0.1:{port}"

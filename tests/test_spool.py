@@ -24,10 +24,10 @@ from otlp_sink import OtlpSink
 
 import otel_rl
 import otel_rl.runs.push as _push
-from otel_rl._sdk.config import resolve_config
-from otel_rl._sdk.otlp_settings import OtlpSettings
-from otel_rl._sdk.providers import open_spool
-from otel_rl._sdk.spool import BACKEND_REJECTED, LOGS, SEGMENT_SUFFIX, SPOOL_FULL, TRACES, Spool, SpoolBusy, transport_for
+from otel_rl._sdk.export.providers import open_spool
+from otel_rl._sdk.otlp.settings import OtlpSettings
+from otel_rl._sdk.settings.config import resolve_config
+from otel_rl._sdk.spool.store import BACKEND_REJECTED, LOGS, SEGMENT_SUFFIX, SPOOL_FULL, TRACES, Spool, SpoolBusy, transport_for
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import metrics as M
 from otel_rl.semconv import names as N
@@ -153,7 +153,7 @@ CRASHING_WRITER = """
 import os, sys
 sys.path.insert(0, {tests!r})
 from test_spool import log_request
-from otel_rl._sdk.spool import Spool, LOGS
+from otel_rl._sdk.spool.store import Spool, LOGS
 spool = Spool({folder!r}, 2**20)
 for k in range(10):
     spool.append(LOGS, log_request(3 * k, 3), 3)

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from otel_rl._sdk.step_plan import KeySets, surely_finite
+from otel_rl._sdk.pipeline.step_plan import KeySets, surely_finite
 
 
 def _packed(*values: float) -> bytes:

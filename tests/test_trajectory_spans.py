@@ -1,4 +1,4 @@
-"""The spans a kept trajectory is built into (``_sdk/trajectory_spans.py``) are the spans the SDK
+"""The spans a kept trajectory is built into (``_sdk/spans/trajectory_spans.py``) are the spans the SDK
 would make: the same OTLP protobuf and OTLP/JSON bytes as SDK spans started and ended with the
 same ids, times, attributes, events, links and status; and they reach every destination."""
 
@@ -15,7 +15,7 @@ from opentelemetry.trace import StatusCode
 from otlp_sink import OtlpSink
 
 import otel_rl
-from otel_rl._sdk.trajectory_spans import text_of
+from otel_rl._sdk.spans.trajectory_spans import text_of
 from otel_rl.exporters.otlp_json import spans_to_otlp_json
 from otel_rl.runs.folder import read_spans
 from otel_rl.semconv import attributes as A

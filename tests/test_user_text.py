@@ -91,7 +91,7 @@ def test_a_multi_element_tensor_or_array_keeps_a_summary_in_the_step_event(tmp_p
 
 def test_an_unknown_otel_rl_variable_warns_once_with_the_closest_known_name(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     from otel_rl import environment_variables as ENV
-    from otel_rl._sdk.config import resolve_config
+    from otel_rl._sdk.settings.config import resolve_config
 
     misspelt = ENV.OTEL_RL_EXPORTERS[:-1]  # the "S" forgotten
     unrelated = "OTEL_RL" + "_ZZQX_NOTHING_LIKE_IT"

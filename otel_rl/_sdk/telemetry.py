@@ -22,28 +22,28 @@ from opentelemetry import trace as trace_api
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
-from otel_rl._sdk.aggregation import BulkHistograms, LatestValues, StampedPoints
-from otel_rl._sdk.config import TelemetryConfig, redact_url
-from otel_rl._sdk.distributed import with_placement
-from otel_rl._sdk.file_exports import QueuedLogExport
-from otel_rl._sdk.goodput import lay_out, parse_finished_step
-from otel_rl._sdk.keys import KeyResolver
-from otel_rl._sdk.lifecycle import exit_hook
-from otel_rl._sdk.lifecycle import track as track_process_events
-from otel_rl._sdk.light_spans import light_tracer
-from otel_rl._sdk.pipeline import ADD, CALL, LOG, LOG_PACKED, RECORD, Pipeline
-from otel_rl._sdk.probes import CudaMemoryProbe, NvmlProbe, ProcessProbe
-from otel_rl._sdk.profiling import Profiler
-from otel_rl._sdk.propagation import extract_context, inject_context
-from otel_rl._sdk.providers import SCOPE_NAME, bind_series_guard, build_providers, series_guard
-from otel_rl._sdk.refusals import INT64_MAX, INT64_MIN, REFUSED, Refusals
-from otel_rl._sdk.run_lock import RUN_INFO_FILE, claim_run_dir, recover_unclean_end
-from otel_rl._sdk.samples import SampleLogging  # Telemetry.log_samples
-from otel_rl._sdk.scopes import NEW_TRACE_CONTEXT, JoinScope, Stage, StepScope, sorted_attrs
-from otel_rl._sdk.step_plan import packed_step
-from otel_rl._sdk.summary import print_summary
-from otel_rl._sdk.trajectories import Trajectories, Trajectory
-from otel_rl._sdk.values import TextPolicy, check_strict, event_value
+from otel_rl._sdk.export.file_exports import QueuedLogExport
+from otel_rl._sdk.export.providers import SCOPE_NAME, bind_series_guard, build_providers, series_guard
+from otel_rl._sdk.keys.resolver import KeyResolver
+from otel_rl._sdk.lifecycle.distributed import with_placement
+from otel_rl._sdk.lifecycle.hooks import exit_hook
+from otel_rl._sdk.lifecycle.hooks import track as track_process_events
+from otel_rl._sdk.lifecycle.run_lock import RUN_INFO_FILE, claim_run_dir, recover_unclean_end
+from otel_rl._sdk.pipeline.aggregation import BulkHistograms, LatestValues, StampedPoints
+from otel_rl._sdk.pipeline.goodput import lay_out, parse_finished_step
+from otel_rl._sdk.pipeline.refusals import INT64_MAX, INT64_MIN, REFUSED, Refusals
+from otel_rl._sdk.pipeline.samples import SampleLogging  # Telemetry.log_samples
+from otel_rl._sdk.pipeline.step_plan import packed_step
+from otel_rl._sdk.pipeline.summary import print_summary
+from otel_rl._sdk.pipeline.values import TextPolicy, check_strict, event_value
+from otel_rl._sdk.pipeline.worker import ADD, CALL, LOG, LOG_PACKED, RECORD, Pipeline
+from otel_rl._sdk.settings.config import TelemetryConfig, redact_url
+from otel_rl._sdk.sources.probes import CudaMemoryProbe, NvmlProbe, ProcessProbe
+from otel_rl._sdk.sources.profiling import Profiler
+from otel_rl._sdk.spans.light_spans import light_tracer
+from otel_rl._sdk.spans.propagation import extract_context, inject_context
+from otel_rl._sdk.spans.scopes import NEW_TRACE_CONTEXT, JoinScope, Stage, StepScope, sorted_attrs
+from otel_rl._sdk.spans.trajectories import Trajectories, Trajectory
 from otel_rl._version import __version__
 from otel_rl.detect.detectors import build_alert_engine
 from otel_rl.exporters.files import rank_file_name
@@ -366,7 +366,7 @@ class Telemetry(SampleLogging):
         ``traj.turn(...)`` per generation, ``traj.tool(...)`` per tool call and ``traj.reward(...)``.
         ``step`` defaults to the current step. Recorded as plain data on the caller's thread (safe
         from many threads and coroutines at once, never raising); kept as spans by the head ratio
-        and the step's tail rule, counted in the metrics either way (see ``_sdk/trajectories.py``)."""
+        and the step's tail rule, counted in the metrics either way (see ``_sdk/spans/trajectories.py``)."""
         return self._trajectories.open(sample_id, group, step)
 
     def inject(self, carrier: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from otel_rl._sdk.keys import KeyResolver
+from otel_rl._sdk.keys.resolver import KeyResolver
 from otel_rl.analyze._incidents import Incident, find_incidents, headline
 from otel_rl.analyze._series import Series, SeriesKey, build_series, resolved_records
 from otel_rl.analyze._verdict import Verdict, verdict

@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from otel_rl._sdk.keys import KeyResolver
-from otel_rl._sdk.pipeline import Rejected, to_number
+from otel_rl._sdk.keys.resolver import KeyResolver
+from otel_rl._sdk.pipeline.worker import Rejected, to_number
 from otel_rl.replay import ParsedLog
 from otel_rl.semconv import METRICS
 from otel_rl.semconv import attributes as A

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
-from otel_rl._sdk.config import read_yaml_file
+from otel_rl._sdk.settings.config import read_yaml_file
 from otel_rl.trackers.fanout import KEY_STYLES, redact_tracker_kwargs
 
 __all__ = ["DEFAULT_BASE_DIR", "DEFAULT_LISTEN", "BridgeConfig", "load_bridge_config", "parse_listen"]

@@ -354,7 +354,7 @@ class RunTrackers:
         namer = None
         if cfg.tracker_keys == "registry":
             if self._resolver is None:
-                from otel_rl._sdk.keys import KeyResolver
+                from otel_rl._sdk.keys.resolver import KeyResolver
 
                 self._resolver = KeyResolver.default()
             resolver, framework = self._resolver, run.framework

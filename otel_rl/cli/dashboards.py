@@ -105,7 +105,7 @@ def render_out_dir(out: str | None, run_dir: str | None, run_id: str | None) -> 
     if run_dir:
         return Path(run_dir) / "dashboards"
     if run_id:
-        from otel_rl._sdk.config import DEFAULT_RUNS_DIR
+        from otel_rl._sdk.settings.config import DEFAULT_RUNS_DIR
 
         folder = Path(DEFAULT_RUNS_DIR) / run_id
         if folder.is_dir() and Path(run_id).name == run_id:  # an id, not a path

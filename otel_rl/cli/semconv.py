@@ -24,7 +24,7 @@ def find_semconv_dir(explicit: str | None) -> Path:
 
 def run_check(args: argparse.Namespace) -> int:
     """``otel-rl semconv check``: validate the registry and the framework mappings."""
-    from otel_rl._sdk.keys import load_mapping_files, validate_mappings
+    from otel_rl._sdk.keys.resolver import load_mapping_files, validate_mappings
     from otel_rl.codegen.manifest import check_manifest
     from otel_rl.codegen.registry import load_registry
 
@@ -76,7 +76,7 @@ def run_generate(args: argparse.Namespace) -> int:
 
 def run_resolve(args: argparse.Namespace) -> int:
     """``otel-rl semconv resolve``: the registry metric and attributes each framework key maps to."""
-    from otel_rl._sdk.keys import KeyResolver
+    from otel_rl._sdk.keys.resolver import KeyResolver
 
     resolver = KeyResolver.from_directory(find_semconv_dir(args.registry)) if args.registry else KeyResolver.default()
     fallback = 0

@@ -128,7 +128,7 @@ def _run_ranks(
             "run_demo(ranks > 1) starts telemetry in each rank's process: pass telemetry_options "
             "(otel_rl.init keywords) instead of a Telemetry object"
         )
-    from otel_rl._sdk.config import resolve_config
+    from otel_rl._sdk.settings.config import resolve_config
     from otel_rl.demo._ranks import run_ranks
 
     options = {"service_name": f"otel-rl-demo-{cfg.algo}", "framework": "roll", **(telemetry_options or {})}

@@ -235,7 +235,7 @@ class SmActivityProbe:
             if nvml is None:
                 import pynvml as nvml
             nvml.nvmlInit()
-            from otel_rl._sdk.probes import visible_device_indices
+            from otel_rl._sdk.sources.probes import visible_device_indices
 
             for i in visible_device_indices(nvml.nvmlDeviceGetCount()):
                 handle = nvml.nvmlDeviceGetHandleByIndex(i)

@@ -143,7 +143,7 @@ class StepEventProtoWriter(PendingRecords):
         max_bytes: int = 4 * 2**20,
     ) -> None:
         """``resource_message`` / ``scope_message``: the serialized ``Resource`` and
-        ``InstrumentationScope`` the SDK's encoder writes for this telemetry (``otel_rl._sdk.sdk_compat.log_request_parts`` reads them off the SDK encoder)."""
+        ``InstrumentationScope`` the SDK's encoder writes for this telemetry (``otel_rl._sdk.otlp.sdk_compat.log_request_parts`` reads them off the SDK encoder)."""
         self._store = store
         self._resource = field(1, resource_message)
         self._resource_tail = field(3, resource_schema_url.encode()) if resource_schema_url else b""

@@ -13,15 +13,15 @@
 or, with no code: ``otel_rl.init(engine_endpoints=[...])`` / ``OTEL_RL_ENGINE_ENDPOINTS=
 http://127.0.0.1:8000/metrics,http://127.0.0.1:30000/metrics``.
 
-The scraper lives in the runtime (``otel_rl._sdk.engine_scrape``, so that ``init()`` can start it);
+The scraper lives in the runtime (``otel_rl._sdk.sources.engine_scrape``, so that ``init()`` can start it);
 this module is its public face. What it reads and how it maps each vLLM / SGLang sample to a
 registry metric is documented there.
 """
 
 from __future__ import annotations
 
-from otel_rl._sdk.config_parsers import endpoint_url
-from otel_rl._sdk.engine_scrape import (
+from otel_rl._sdk.settings.parsers import endpoint_url
+from otel_rl._sdk.sources.engine_scrape import (
     COUNTERS,
     DEFAULT_INTERVAL_S,
     DEFAULT_TIMEOUT_S,
@@ -32,7 +32,7 @@ from otel_rl._sdk.engine_scrape import (
     scrape_engines,
     scraper_of,
 )
-from otel_rl._sdk.prom_text import Exposition, Sample, parse_exposition
+from otel_rl._sdk.sources.prom_text import Exposition, Sample, parse_exposition
 
 __all__ = [
     "COUNTERS",

@@ -45,7 +45,7 @@ from collections.abc import Callable, Collection
 from typing import Any, TypeVar
 
 import otel_rl
-from otel_rl._sdk.propagation import inject_context
+from otel_rl._sdk.spans.propagation import inject_context
 from otel_rl.integrations.base import Instrumentor
 
 logger = logging.getLogger("otel_rl")

@@ -54,6 +54,6 @@ def _stage_of(timer: str) -> tuple[str, str | None]:
 
 @functools.lru_cache(maxsize=1)
 def _resolver() -> Any:
-    from otel_rl._sdk.keys import KeyResolver
+    from otel_rl._sdk.keys.resolver import KeyResolver
 
     return KeyResolver.default()

@@ -28,8 +28,8 @@ from typing import IO, Any, cast
 
 from opentelemetry.sdk.resources import SERVICE_INSTANCE_ID
 
-from otel_rl._sdk.config import resolve_config
-from otel_rl._sdk.redaction import redact_url
+from otel_rl._sdk.settings.config import resolve_config
+from otel_rl._sdk.settings.redaction import redact_url
 from otel_rl.integrations.verl_timers import step_stages
 from otel_rl.replay._formats import FRAMEWORK_OF, parse_file, parse_timestamp
 from otel_rl.replay._log import CLOCK_DURATIONS, CLOCK_ELAPSED, CLOCK_NONE, CLOCK_TIMESTAMP, ParsedLog

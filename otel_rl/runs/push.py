@@ -18,7 +18,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from otel_rl._sdk.spool import MARKER_FILE, SIGNALS, Spool, SpoolBusy, damage_note, format_bytes, item_word, redact_endpoint, transport_for
+from otel_rl._sdk.spool.store import (
+    MARKER_FILE,
+    SIGNALS,
+    Spool,
+    SpoolBusy,
+    damage_note,
+    format_bytes,
+    item_word,
+    redact_endpoint,
+    transport_for,
+)
 
 logger = logging.getLogger("otel_rl")
 
@@ -71,8 +81,8 @@ def push(
 
     Raises FileNotFoundError when ``path`` is not a folder and ValueError when no collector is
     configured (neither ``endpoint`` nor OTEL_EXPORTER_OTLP_ENDPOINT)."""
-    from otel_rl._sdk.config import resolve_config
-    from otel_rl._sdk.providers import otlp_exporters
+    from otel_rl._sdk.export.providers import otlp_exporters
+    from otel_rl._sdk.settings.config import resolve_config
 
     if not Path(path).is_dir():
         raise FileNotFoundError(f"{path} is not a folder (expected a run folder, a spool root or a spool folder)")

@@ -12,7 +12,7 @@ is stamped with its step's time (as ``metrics_at_log_time`` stamps them). They a
 the same metrics file, under the run's own resource, so every reader (show, analyze, a collector
 reading the folder) finds them; a second ``recover`` finds nothing left to do. The next process
 that takes the killed one's rank starts this itself (``--before`` its start time: it may write the
-folder meanwhile; see ``otel_rl._sdk.run_lock``).
+folder meanwhile; see ``otel_rl._sdk.lifecycle.run_lock``).
 
 Gauges and counters are rebuilt (a counter continues from the start time of its last exported
 point). Histograms are not: their cumulative state also holds what stage spans measured, which no
@@ -120,7 +120,7 @@ def _resource_key(resource: dict[str, Any]) -> str:
 
 def _live_holder(run_dir: Path, rank: int) -> str | None:
     """The PID holding the rank's run-folder lock, or None when no live process does."""
-    from otel_rl._sdk.run_lock import RunFolderBusy, lock_path, take
+    from otel_rl._sdk.lifecycle.run_lock import RunFolderBusy, lock_path, take
 
     if not lock_path(run_dir, rank).exists():
         return None
@@ -137,7 +137,7 @@ class _Rebuilder:
     """Maps events' key -> value maps to (metric, attributes, value) as a run's pipeline does."""
 
     def __init__(self) -> None:
-        from otel_rl._sdk.keys import KeyResolver
+        from otel_rl._sdk.keys.resolver import KeyResolver
         from otel_rl.semconv import METRICS
 
         self._resolver = KeyResolver.default()
@@ -147,7 +147,7 @@ class _Rebuilder:
 
     def resolve(self, framework: str | None, body: dict[str, Any]) -> Iterable[tuple[str, str, tuple[Any, ...], float]]:
         """(instrument, metric, attributes, value) of each key of ``body`` that a run exports."""
-        from otel_rl._sdk.values import Rejected, resolved_number
+        from otel_rl._sdk.pipeline.values import Rejected, resolved_number
 
         for key, raw in body.items():
             res = self._resolver.resolve(key, framework)
@@ -233,7 +233,7 @@ def _write(
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
-    from otel_rl._sdk.providers import SCOPE_NAME
+    from otel_rl._sdk.export.providers import SCOPE_NAME
     from otel_rl.exporters.otlp_json import OtlpJsonMetricExporter
     from otel_rl.semconv import METRICS
 

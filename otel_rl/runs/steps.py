@@ -19,8 +19,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from otel_rl._sdk.keys import KeyResolver
-from otel_rl._sdk.summary import HEADLINE_LABELS, HEADLINE_ORDER
+from otel_rl._sdk.keys.resolver import KeyResolver
+from otel_rl._sdk.pipeline.summary import HEADLINE_LABELS, HEADLINE_ORDER
 from otel_rl.reporting import LOGGER_NAME
 from otel_rl.runs.folder import read_log_records, read_spans
 from otel_rl.runs.records import ReadResult

@@ -48,7 +48,7 @@ from otlp_sink import OtlpSink  # noqa: E402
 from stack_support import poll, raw_samples  # noqa: E402
 
 import otel_rl  # noqa: E402
-from otel_rl._sdk.spool import LOGS, METRICS, SPOOL_FULL, TRACES  # noqa: E402
+from otel_rl._sdk.spool.store import LOGS, METRICS, SPOOL_FULL, TRACES  # noqa: E402
 from otel_rl.semconv import attributes as A  # noqa: E402
 from otel_rl.semconv import metrics as M  # noqa: E402
 from otel_rl.semconv import names as N  # noqa: E402

@@ -32,7 +32,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportM
 
 import otel_rl
 import otel_rl.trackers.base as _tracker
-from otel_rl._sdk.keys import KeyResolver
+from otel_rl._sdk.keys.resolver import KeyResolver
 from otel_rl.bridge import BridgeConfig, TrackerBridge, load_bridge_config, per_run_tracker_kwargs
 from otel_rl.cli import main
 from otel_rl.stack.process import free_port

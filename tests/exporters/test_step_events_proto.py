@@ -19,7 +19,7 @@ from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, TraceFlags
 
-from otel_rl._sdk.sdk_compat import LogRecordExporter, LogRecordExportResult, log_encoder, log_request_parts
+from otel_rl._sdk.otlp.sdk_compat import LogRecordExporter, LogRecordExportResult, log_encoder, log_request_parts
 from otel_rl.exporters.step_events_proto import StepEventProtoWriter, varint
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import names as N

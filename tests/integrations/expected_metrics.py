@@ -7,7 +7,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from otel_rl._sdk.keys import KeyResolver
+from otel_rl._sdk.keys.resolver import KeyResolver
 from otel_rl.semconv import METRICS
 
 Series = tuple[str, tuple[tuple[str, str], ...]]

@@ -557,7 +557,7 @@ def test_init_reads_the_engines_named_in_the_environment(
 
 
 def test_spread_keeps_counts_exact_and_values_inside_their_buckets() -> None:
-    from otel_rl._sdk.engine_scrape import spread
+    from otel_rl._sdk.sources.engine_scrape import spread
 
     values = spread([0.1, 0.5, 1.0, math.inf], [2, 0, 3, 1], total_sum=2 * 0.05 + 3 * 0.75 + 9.0)
     assert values.size == 6

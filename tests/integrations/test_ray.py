@@ -104,7 +104,7 @@ def test_worker_env_carries_the_run_but_never_otlp_headers(make_telemetry, monke
     assert env["OTEL_RL_RUN_ID"] == "run-7" and env["RANK"] == "3" and env["WORLD_SIZE"] == "4"
     assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://127.0.0.1:4318"
     assert "s3cret" not in repr(env)
-    from otel_rl._sdk.config import resolve_config
+    from otel_rl._sdk.settings.config import resolve_config
 
     cfg = resolve_config({}, environ=env)  # what a worker started with that environment resolves
     assert (cfg.run_id, cfg.rank, cfg.world_size, cfg.endpoint) == ("run-7", 3, 4, tel.config.endpoint)

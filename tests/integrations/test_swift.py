@@ -19,7 +19,7 @@ from shared_files import LOGS, needs_shared_logs
 
 transformers = pytest.importorskip("transformers")
 
-from otel_rl._sdk.keys import KeyResolver  # noqa: E402
+from otel_rl._sdk.keys.resolver import KeyResolver  # noqa: E402
 from otel_rl.integrations.swift import CALLBACK_NAME, OtelRLSwiftCallback  # noqa: E402
 from otel_rl.runs.folder import read_log_records, read_metrics, read_spans  # noqa: E402
 from otel_rl.semconv import METRICS  # noqa: E402

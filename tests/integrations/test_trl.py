@@ -22,7 +22,7 @@ import trl.extras.profiling as trl_profiling  # noqa: E402
 import trl.trainer.grpo_trainer as trl_grpo  # noqa: E402
 
 import otel_rl  # noqa: E402
-from otel_rl._sdk.keys import KeyResolver  # noqa: E402
+from otel_rl._sdk.keys.resolver import KeyResolver  # noqa: E402
 from otel_rl.integrations._hf_trainer import hparams_from_args  # noqa: E402
 from otel_rl.integrations.trl import OtelRLCallback  # noqa: E402
 from otel_rl.runs.folder import read_log_records, read_metrics, read_spans  # noqa: E402

@@ -22,7 +22,7 @@ import pytest
 from expected_metrics import expected_series
 
 import otel_rl
-from otel_rl._sdk.keys import KeyResolver
+from otel_rl._sdk.keys.resolver import KeyResolver
 from otel_rl.runs.folder import read_log_records, read_metrics
 from otel_rl.semconv import METRICS
 from otel_rl.semconv import attributes as A

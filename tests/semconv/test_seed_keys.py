@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from shared_files import needs_shared
 
-from otel_rl._sdk.keys import KeyResolver, load_registry_tables
+from otel_rl._sdk.keys.resolver import KeyResolver, load_registry_tables
 
 pytestmark = needs_shared
 

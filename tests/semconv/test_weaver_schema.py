@@ -26,7 +26,7 @@ from shared_files import REFERENCE, needs_shared_reference
 
 import otel_rl.codegen.generate as codegen
 from otel_rl import cli
-from otel_rl._sdk.keys import load_registry_tables
+from otel_rl._sdk.keys.resolver import load_registry_tables
 from otel_rl._version import __version__
 from otel_rl.codegen.manifest import check_manifest, schema_url_version
 from otel_rl.codegen.registry import MANIFEST_FILES, Registry, load_registry, registry_files

@@ -1,0 +1,6 @@
+"""The telemetry worker and what it does with each step: the bounded queue and the thread that drains
+it (``worker``), the items and what a drop costs (``backlog``), a key set's plan and packed steps
+(``step_plan``), values as events carry them (``values``), latest values and histograms
+(``aggregation``), rollout samples (``samples``), goodput (``goodput``), refused input said once
+(``refusals``) and the exit summary (``summary``). May import ``settings`` and ``keys``.
+"""

@@ -1,0 +1,119 @@
+"""Calls that telemetry refuses, each kind said once and counted, never raised into the loop.
+
+- A step, or an integer attribute value, outside the signed 64-bit range. OTLP carries integers as
+  int64: the SDK's encoder fails on such a value (a traceback per export in the training console)
+  and a backend that reads it wraps it (2**64 becomes step 0). The call is dropped at the call,
+  not written at a wrong step: ``rl.telemetry.rejected{reason=out_of_range}`` counts its values.
+- A call after ``shutdown()`` (or while it runs): dropped, counted in ``Telemetry.dropped_calls``
+  and ``rl.telemetry.dropped{drop_reason=after_shutdown}``.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+from typing import Any
+
+from otel_rl._sdk.pipeline.aggregation import Attrs, LatestValues
+from otel_rl._sdk.pipeline.backlog import ADD
+from otel_rl.semconv import attributes as A
+from otel_rl.semconv import metrics as M
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+REFUSED: Any = object()  # what :meth:`Refusals.step` returns for a step that is refused
+_OUT_OF_RANGE = ((A.RL_TELEMETRY_REASON, A.RlTelemetryReasonValues.OUT_OF_RANGE.value),)
+_AFTER_SHUTDOWN = (A.RL_TELEMETRY_DROP_REASON, A.RlTelemetryDropReasonValues.AFTER_SHUTDOWN.value)
+
+
+def fits_int64(value: Any) -> bool:
+    """Whether ``value`` is not an integer outside int64 (anything else is not this check's business)."""
+    return type(value) is not int or INT64_MIN <= value <= INT64_MAX
+
+
+def _named(values: Any, most: int = 3) -> str:
+    """The first keys of a logged mapping, for a message (nothing for what cannot be read)."""
+    names: list[str] = []
+    try:
+        for key in values if values is not None else ():
+            if len(names) == most:
+                names.append("...")
+                break
+            names.append(repr(key) if isinstance(key, str) else f"<{type(key).__name__} key>")
+    except Exception:  # noqa: BLE001 - a mapping whose iteration raises: never into the loop
+        pass
+    return ", ".join(names)
+
+
+def _length(values: Any) -> int:
+    try:
+        return len(values) if values is not None else 0
+    except Exception:  # noqa: BLE001
+        return 1
+
+
+class Refusals:
+    """One telemetry's refusals: ``report(key, reason, message)`` says a message once per key and
+    reason; ``submit`` queues an item for the worker (the counts go through it); ``latest`` takes the
+    counts once the worker has stopped."""
+
+    def __init__(self, report: Callable[[str, str, str], None], submit: Callable[[tuple], None], latest: LatestValues) -> None:
+        self._report = report
+        self._submit = submit
+        self._latest = latest
+
+    def step(self, call: str, step: Any, values: Any = None, count: int | None = None) -> Any:
+        """The step a call uses: a Python int for an integer of another type (numpy's), the step
+        itself when it is no integer; :data:`REFUSED` for an integer outside int64 (said once for
+        every call, naming the first keys of ``values``, the call's mapping, and counting its
+        values, or ``count``)."""
+        if type(step) is not int:
+            try:
+                step = operator.index(step)
+            except TypeError:
+                return step  # a float or another type: as before, not this check's business
+        if INT64_MIN <= step <= INT64_MAX:
+            return step
+        named = _named(values)
+        self._report(
+            "<step>",
+            "out_of_range",
+            f"otel-rl: {call} got step={step}{f' for {named}' if named else ''}: outside the signed 64-bit range "
+            f"OTLP and trackers carry ({INT64_MIN} to {INT64_MAX}), where it would arrive as another step. Calls at "
+            "such a step are dropped, not written at a wrong step (their values counted in rl.telemetry.rejected"
+            "{rl.telemetry.reason=out_of_range}), and step spans carry no rl.step (reported once)",
+        )
+        count = _length(values) if count is None else count
+        if count:
+            self.count_out_of_range(count)
+        return REFUSED
+
+    def attributes(self, call: str, attrs: Attrs | dict[str, Any]) -> bool:
+        """Whether no attribute value is an integer outside int64; else the call is refused (said
+        once per attribute name, and counted)."""
+        pairs = attrs.items() if isinstance(attrs, dict) else attrs
+        for name, value in pairs:
+            if not fits_int64(value):
+                self._report(
+                    f"<attribute {name}>",
+                    "out_of_range",
+                    f"otel-rl: {call} got attribute {name!r} = {value}: outside the signed 64-bit range OTLP carries "
+                    f"({INT64_MIN} to {INT64_MAX}); the call is dropped (counted in rl.telemetry.rejected"
+                    "{rl.telemetry.reason=out_of_range}; reported once per attribute). Pass it as a string to keep it exact",
+                )
+                self.count_out_of_range(1)
+                return False
+        return True
+
+    def count_out_of_range(self, values: int) -> None:
+        self._submit((ADD, M.RL_TELEMETRY_REJECTED, _OUT_OF_RANGE, float(values)))
+
+    def after_shutdown(self, call: str, signal: str, where: str) -> None:
+        """A call after shutdown(): counted, and said once."""
+        self._latest.add(M.RL_TELEMETRY_DROPPED, (_AFTER_SHUTDOWN, (A.RL_TELEMETRY_SIGNAL, signal)), 1)
+        self._report(
+            "<closed>",
+            "after_shutdown",
+            f"otel-rl: {call} was called after shutdown() of this telemetry ({where}): its data and that of every "
+            "later call are dropped (counted in Telemetry.dropped_calls and rl.telemetry.dropped"
+            "{rl.telemetry.drop_reason=after_shutdown}; reported once). Call otel_rl.init() to record more",
+        )

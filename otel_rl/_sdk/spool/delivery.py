@@ -1,0 +1,296 @@
+"""The disk spool's delivery side: one sender thread per signal that sends the stored records in
+order through its transport, backs off while the collector is unreachable, and acknowledges what
+was delivered (or refused); and the waits for that delivery (flush, drain).
+
+:class:`SpoolDelivery` is the half of :class:`otel_rl._sdk.spool.store.Spool` that runs on the sender
+threads; it shares the spool's lock and bookkeeping (declared below) with the writing half.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from otel_rl._sdk.spool.files import CURSOR_FILE, Record, Segment, format_bytes, read_payload, write_cursor
+from otel_rl._sdk.spool.transports import GrpcTransport, HttpTransport, Outcome, _short, ca_setting, redact_endpoint
+from otel_rl.semconv import attributes as A
+
+logger = logging.getLogger("otel_rl")
+
+SPOOL_FULL = A.RlTelemetryDropReasonValues.SPOOL_FULL.value
+BACKEND_REJECTED = A.RlTelemetryDropReasonValues.BACKEND_REJECTED.value
+
+_MIN_BACKOFF_S = 0.25
+_MAX_BACKOFF_S = 5.0
+
+
+@dataclass
+class SignalStats:
+    """What became of one signal's items since the spool was opened."""
+
+    appended: int = 0  # items accepted from the SDK
+    delivered: int = 0
+    dropped: dict[str, int] = field(default_factory=dict)  # by drop reason
+    recovered: int = 0  # items found on disk at open (left by an earlier process)
+    damaged: int = 0  # records found torn at open (a crash mid-write), discarded
+    damaged_bytes: int = 0
+
+    @property
+    def dropped_total(self) -> int:
+        return sum(self.dropped.values())
+
+
+def damage_note(directory: Path, stats: dict[str, SignalStats]) -> str:
+    """What recovery discarded as torn, for the start-up warning and ``otel-rl push``."""
+    torn = {s: st for s, st in stats.items() if st.damaged}
+    parts = ", ".join(f"{st.damaged} {s} record{'s' if st.damaged != 1 else ''}" for s, st in torn.items())
+    size = format_bytes(sum(st.damaged_bytes for st in torn.values()))
+    return (
+        f"discarded {sum(st.damaged for st in torn.values())} torn record(s) ({parts}; {size}) in {directory}, "
+        "cut short by a crash or a disk error; every whole record around them was kept"
+    )
+
+
+class SignalState:
+    """One signal's part of the spool: its records and segments, its sender thread and that thread's signals."""
+
+    def __init__(self, signal: str, folder: Path) -> None:
+        self.signal = signal
+        self.folder = folder
+        self.records: deque[Record] = deque()
+        self.segments: dict[int, Segment] = {}
+        self.active: Segment | None = None
+        self.active_file: Any = None
+        self.stats = SignalStats()
+        self.wake = threading.Event()  # new records (or shutdown) for an idle sender
+        self.kick = threading.Event()  # cut a backoff short (shutdown)
+        self.idle = threading.Event()  # set while nothing is pending or in flight
+        self.idle.set()
+        self.inflight: Record | None = None
+        self.failing_since: float | None = None  # monotonic time of the first failure of an outage
+        self.last_error = ""
+        self.transport: HttpTransport | GrpcTransport | None = None
+        self.thread: threading.Thread | None = None
+        self.closed = False  # no more appends (the exporter was shut down)
+        self.gave_up = False  # shutdown: the collector is unreachable, leave the rest on disk
+
+
+class SpoolDelivery:
+    """Sending, acknowledging and waiting for delivery; mixed into :class:`otel_rl._sdk.spool.store.Spool`."""
+
+    # The spool's state this half reads and updates (set by Spool.__init__), under _lock.
+    directory: Path
+    max_bytes: int
+    shutdown_timeout_s: float
+    _lock: threading.Lock
+    _signals: dict[str, SignalState]
+    _total: int
+    _deadline: float | None
+    _stopping: bool
+    _outage_reported: int
+    _tls_reported: set[str]
+    _rejected_reported: set[str]
+    _count_drop: Callable[[SignalState, str, int], None]
+    _remove_segment_locked: Callable[[SignalState, Segment], None]
+    _usage: Callable[[], None]
+
+    def attach(self, signal: str, transport: HttpTransport | GrpcTransport) -> None:
+        """Deliver ``signal``'s records through ``transport`` from a thread of its own."""
+        state = self._signals[signal]
+        state.transport = transport
+        state.thread = threading.Thread(target=self._deliver_loop, args=(state,), name=f"otel-rl-spool-{signal}", daemon=True)
+        state.thread.start()
+
+    def _deliver_loop(self, state: SignalState) -> None:
+        transport = state.transport
+        if transport is None:  # attach() sets it before it starts this thread
+            return
+        backoff = 0.0
+        while True:
+            if backoff:  # new records do not cut this short: a dead collector is not hammered
+                state.kick.wait(backoff)
+                state.kick.clear()
+            with self._lock:
+                if self._stopping or state.gave_up:
+                    return
+                if not state.records:
+                    state.inflight = None
+                    state.idle.set()
+                    record = None
+                else:
+                    record = state.inflight = state.records[0]
+                    segment = state.segments.get(record.seq)
+            if record is None:
+                if state.closed:
+                    return
+                state.wake.wait(1.0)
+                state.wake.clear()
+                continue
+            try:
+                payload = read_payload(segment.path if segment else None, record)
+            except (OSError, ValueError):
+                payload = None
+            if payload is None:  # its file vanished (dropped meanwhile) or is damaged
+                self._ack(state, record, delivered=False, reason=SPOOL_FULL)
+                continue
+            timeout = transport.timeout_s
+            if self._deadline is not None:
+                timeout = min(timeout, self._deadline - time.monotonic())
+                if timeout <= 0:
+                    with self._lock:
+                        state.inflight = None
+                        state.gave_up = True
+                        state.idle.set()
+                    return
+            try:
+                outcome = transport.send(payload, timeout)
+            except Exception as exc:  # noqa: BLE001 - a transport bug must not kill delivery
+                outcome = Outcome(False, detail=_short(f"{type(exc).__name__}: {exc}"))
+            if outcome.ok:
+                self._ack(state, record, delivered=True)
+                self._recovered(state)
+                backoff = 0.0
+            elif outcome.permanent:
+                self._report_rejected(state, outcome)
+                self._ack(state, record, delivered=False, reason=BACKEND_REJECTED)
+            else:
+                self._failed(state, outcome)
+                with self._lock:
+                    state.inflight = None
+                    if record.orphaned:  # dropped from disk while we tried: it is lost now
+                        self._count_drop(state, SPOOL_FULL, record.items)
+                    if self._deadline is not None:  # shutting down: keep the rest for the next start
+                        state.gave_up = True
+                        state.idle.set()
+                        return
+                    if not state.records:
+                        state.idle.set()
+                backoff = min(max(backoff * 2, _MIN_BACKOFF_S), _MAX_BACKOFF_S)
+
+    def _ack(self, state: SignalState, record: Record, *, delivered: bool, reason: str = "") -> None:
+        cursor: tuple[int, int] | None = None
+        with self._lock:
+            state.inflight = None
+            if record.orphaned:
+                if not delivered:
+                    self._count_drop(state, reason or SPOOL_FULL, record.items)
+                else:
+                    state.stats.delivered += record.items
+            else:
+                if state.records and state.records[0] is record:
+                    state.records.popleft()
+                if delivered:
+                    state.stats.delivered += record.items
+                else:
+                    self._count_drop(state, reason, record.items)
+                segment = state.segments.get(record.seq)
+                if segment is not None:
+                    segment.pending -= 1
+                    if segment.pending <= 0 and segment is not state.active:
+                        self._remove_segment_locked(state, segment)
+                cursor = (record.seq, record.end)
+            if not state.records:
+                state.idle.set()
+        if cursor is not None:
+            write_cursor(state.folder / CURSOR_FILE, *cursor)
+        self._usage()
+
+    def _failed(self, state: SignalState, outcome: Outcome) -> None:
+        state.last_error = outcome.detail
+        endpoint = redact_endpoint(state.transport.endpoint if state.transport else "")
+        if outcome.tls and endpoint not in self._tls_reported:
+            self._tls_reported.add(endpoint)
+            logger.error(
+                "otel-rl: TLS certificate verification failed for the collector at %s (%s). The CA file used is %s: "
+                "set OTEL_EXPORTER_OTLP_CERTIFICATE (or OTEL_EXPORTER_OTLP_%s_CERTIFICATE) to the PEM file of the CA "
+                "that signed the collector's certificate. Telemetry waits in the spool %s meanwhile.",
+                endpoint,
+                outcome.detail,
+                ca_setting(state.signal, state.transport.protocol if state.transport else ""),
+                state.signal.upper(),
+                self.directory,
+            )
+        if state.failing_since is None:
+            state.failing_since = time.monotonic()
+            others_failing = any(s.failing_since is not None for s in self._signals.values() if s is not state)
+            if others_failing:  # the same outage, seen by another signal
+                logger.debug("otel-rl: cannot deliver %s to %s (%s) either", state.signal, endpoint, outcome.detail)
+                return
+            self._outage_reported += 1
+            # The first outage is a warning; later ones (a flapping collector) are info.
+            level = logging.WARNING if self._outage_reported == 1 else logging.INFO
+            logger.log(
+                level,
+                "otel-rl: cannot deliver %s to the collector at %s (%s); telemetry waits in the spool %s "
+                "(up to %s, OTEL_RL_SPOOL_MAX_BYTES) and is retried; the training run is not affected",
+                state.signal,
+                endpoint,
+                outcome.detail,
+                self.directory,
+                format_bytes(self.max_bytes),
+            )
+
+    def _recovered(self, state: SignalState) -> None:
+        if state.failing_since is not None:
+            seconds = time.monotonic() - state.failing_since
+            state.failing_since = None
+            if not any(s.failing_since is not None for s in self._signals.values()):
+                logger.info(
+                    "otel-rl: the collector takes telemetry again (%s after %.1f s); delivering the spooled backlog (%s)",
+                    state.signal,
+                    seconds,
+                    format_bytes(self._total),
+                )
+
+    def _report_rejected(self, state: SignalState, outcome: Outcome) -> None:
+        if state.signal not in self._rejected_reported:
+            self._rejected_reported.add(state.signal)
+            endpoint = redact_endpoint(state.transport.endpoint if state.transport else "")
+            logger.warning(
+                "otel-rl: the collector at %s refused a batch of %s (%s); it is dropped and counted in "
+                "rl.telemetry.dropped (reported once per signal)",
+                endpoint,
+                state.signal,
+                outcome.detail,
+            )
+
+    # -- waiting for delivery (flush, push) ---------------------------------------------------
+    def failing(self, signal: str) -> bool:
+        return self._signals[signal].failing_since is not None
+
+    def wait_delivered(self, signal: str, timeout_s: float) -> bool:
+        """Wait until ``signal`` has nothing pending. Returns at once (False) while the collector
+        is unreachable: a flush must not hold the training loop for the length of an outage."""
+        state = self._signals[signal]
+        end = time.monotonic() + max(timeout_s, 0.0)
+        while not state.idle.is_set():
+            if state.failing_since is not None or state.thread is None or not state.thread.is_alive():
+                return False
+            remaining = end - time.monotonic()
+            if remaining <= 0:
+                return False
+            state.idle.wait(min(remaining, 0.05))
+        return True
+
+    def drain(self, timeout_s: float, *, give_up_after_s: float | None = None) -> bool:
+        """Wait until every attached signal has delivered everything, for at most ``timeout_s``;
+        with ``give_up_after_s``, stop early once every pending signal has failed that long."""
+        end = time.monotonic() + timeout_s
+        while True:
+            busy = [st for st in self._signals.values() if st.transport is not None and not st.idle.is_set()]
+            if not busy:
+                return not any(st.records for st in self._signals.values())
+            now = time.monotonic()
+            if now >= end:
+                return False
+            if give_up_after_s is not None and all(
+                st.failing_since is not None and now - st.failing_since >= give_up_after_s for st in busy
+            ):
+                return False
+            busy[0].idle.wait(min(end - now, 0.05))
