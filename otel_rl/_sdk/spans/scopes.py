@@ -50,6 +50,22 @@ def sorted_attrs(pairs: Mapping[str, Any]) -> Attrs:
     return tuple(sorted(pairs.items()))
 
 
+# A stage's rl.stage.duration attributes (phase "total") by (stage, cluster): the same few every step.
+_TOTAL_ATTRS: dict[tuple[str, str | None], Attrs] = {}
+_TOTAL_ATTRS_LIMIT = 1024  # past it (stage names made per call), each is built anew
+
+
+def _total_attrs(key: tuple[str, str | None]) -> Attrs:
+    name, cluster = key
+    pairs = {A.RL_STAGE: name, A.RL_STAGE_PHASE: _PHASE_TOTAL}
+    if cluster is not None:
+        pairs[A.RL_CLUSTER] = cluster
+    attrs = sorted_attrs(pairs)
+    if len(_TOTAL_ATTRS) < _TOTAL_ATTRS_LIMIT:
+        _TOTAL_ATTRS[key] = attrs
+    return attrs
+
+
 class Phase:
     """One of a stage's onload / execute / offload phases, as a child span."""
 
@@ -145,13 +161,21 @@ class Stage:
         if self._memory:
             self._snapshot(_WHEN_END, _STATE_OFFLOAD)
         _end_span(self._span, self._token, exc)
-        base = {A.RL_STAGE: self.name}
-        if self.cluster is not None:
-            base[A.RL_CLUSTER] = self.cluster
-        durations = [(sorted_attrs({**base, A.RL_STAGE_PHASE: _PHASE_TOTAL}), elapsed)]
-        durations.extend((sorted_attrs({**base, A.RL_STAGE_PHASE: p}), s) for p, s, _ in self._phases)
+        key = (self.name, self.cluster)
+        total = _TOTAL_ATTRS.get(key)
+        if total is None:
+            total = _total_attrs(key)
+        durations = [(total, elapsed)]
+        if self._phases or self._memory:
+            base = {A.RL_STAGE: self.name}
+            if self.cluster is not None:
+                base[A.RL_CLUSTER] = self.cluster
+            durations.extend((sorted_attrs({**base, A.RL_STAGE_PHASE: p}), s) for p, s, _ in self._phases)
+            gauges = self._memory_gauges(base) if self._memory else ()
+        else:
+            gauges = ()
         interval = (self.name, self._t0, self._t0 + elapsed, tuple(self._phases))  # for the step's goodput buckets
-        self._tel._submit((STAGE, self._step, durations, self._memory_gauges(base) if self._memory else (), interval))
+        self._tel._submit((STAGE, self._step, durations, gauges, interval))
 
     def _snapshot(self, when: str, state: str) -> None:
         tel = self._tel
