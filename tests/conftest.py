@@ -11,9 +11,6 @@ import pytest
 
 import otel_rl
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-SHARED = REPO_ROOT.parent / "shared"
-
 
 @pytest.fixture
 def make_telemetry(tmp_path: Path) -> Iterator:

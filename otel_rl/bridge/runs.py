@@ -137,7 +137,7 @@ class RunTrackers:
             records = [r for s in resource_logs.scope_logs for r in s.log_records]
             self._count("log_records", len(records))
             if rank is None:
-                self._bad(len(records), f"rl.rank {resource.get(A.RL_RANK)!r} is not a rank", resource)
+                self._bad(len(records), f"{A.RL_RANK} {resource.get(A.RL_RANK)!r} is not a rank", resource)
                 continue
             if not self._accepts(rank):
                 self._count("records_other_ranks", len(records))
@@ -165,7 +165,7 @@ class RunTrackers:
                 try:  # one bad record is skipped and counted; the rest of the request is still delivered
                     attributes = decode_attributes(record.attributes)
                     if not _step_of(attributes):
-                        self._bad(1, f"rl.step {attributes.get(A.RL_STEP)!r} is not a step", resource)
+                        self._bad(1, f"{A.RL_STEP} {attributes.get(A.RL_STEP)!r} is not a step", resource)
                         continue
                     if deliver(fanout, name, attributes, decode_any_value(record.body)):
                         run.dirty = True

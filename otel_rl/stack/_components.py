@@ -6,7 +6,7 @@ Data flow (every address is 127.0.0.1)::
                  |                                      an on-disk sending queue, retries
                  v OTLP/gRPC
              otelcol-gateway 4417                       collector-config/otelcol/gateway.yaml
-               traces --> Jaeger 4327 (OTLP/gRPC; query API and UI port 16686)
+               traces --> Jaeger 4327 (OTLP/gRPC; query API 16686)
                traces --> span_metrics --> metrics
                metrics -> prometheus_remote_write --> VictoriaMetrics 8428 (/api/v1/write)
                metrics -> prometheus exporter 8889 <-- scraped by Prometheus 9090

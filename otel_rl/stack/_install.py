@@ -30,7 +30,6 @@ from otel_rl.stack._go_build import COLLECTOR_MANIFEST, JAEGER_RELEASE, JAEGER_V
 from otel_rl.stack.process import log_tail
 
 DEBIAN_KEYRING = Path("/usr/share/keyrings/debian-archive-keyring.gpg")
-DEFAULT_MIRROR = "http://deb.debian.org/debian"
 # Suites the scratch sources list names: VictoriaMetrics needs trixie's (bookworm's 1.79 has no
 # OTLP ingestion); Prometheus comes from bookworm (2.42) as on the rest of these machines.
 SCRATCH_SUITES = ("trixie", "bookworm")
