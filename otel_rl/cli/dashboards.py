@@ -88,7 +88,9 @@ def _run_identity(run_dir: Path, service: str | None, run_id: str | None) -> tup
     """``(service, run id)`` from the folder's run.json; what the command line gave wins."""
     import json
 
-    info_file = run_dir / "run.json"
+    from otel_rl._sdk.lifecycle.run_lock import RUN_INFO_FILE
+
+    info_file = run_dir / RUN_INFO_FILE
     if not info_file.is_file():
         raise ValueError(f"{run_dir} is not a run folder written by otel-rl (no run.json)")
     info = json.loads(info_file.read_text(encoding="utf-8"))

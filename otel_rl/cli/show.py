@@ -100,8 +100,11 @@ def _show_steps(run_dir: Path, limit: int | None, run_id: str | None) -> int:
 
 def _why_no_steps(folder: Path) -> str:
     """What ``folder`` is, when it holds no steps: a folder of run folders, a spool only, or neither."""
+    from otel_rl._sdk.lifecycle.run_lock import RUN_INFO_FILE
+    from otel_rl.exporters.files import LOGS_FILE
+
     runs = (
-        sorted(p for p in folder.iterdir() if p.is_dir() and any((p / name).exists() for name in ("run.json", "logs.jsonl")))
+        sorted(p for p in folder.iterdir() if p.is_dir() and any((p / name).exists() for name in (RUN_INFO_FILE, LOGS_FILE)))
         if folder.is_dir()
         else []
     )

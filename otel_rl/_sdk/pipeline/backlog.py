@@ -62,7 +62,8 @@ class QueueDrops:
                 "queue_full",
                 "otel-rl: the telemetry worker fell max_queue items behind the training "
                 "loop; log() / record() calls past that are dropped (never blocking training) and counted in "
-                "rl.telemetry.dropped{rl.telemetry.drop_reason=queue_full}. Log less often, or raise "
+                f"{M.RL_TELEMETRY_DROPPED}{{{A.RL_TELEMETRY_DROP_REASON}={A.RlTelemetryDropReasonValues.QUEUE_FULL.value}}}. "
+                "Log less often, or raise "
                 "max_queue / OTEL_RL_MAX_QUEUE (reported once)",
             )
 

@@ -19,6 +19,10 @@ from otel_rl._sdk.pipeline.backlog import ADD
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import metrics as M
 
+# The series messages name, spelt from the generated conventions.
+_REJECTED_OUT_OF_RANGE = f"{M.RL_TELEMETRY_REJECTED}{{{A.RL_TELEMETRY_REASON}={A.RlTelemetryReasonValues.OUT_OF_RANGE.value}}}"
+_DROPPED_AFTER_SHUTDOWN = f"{M.RL_TELEMETRY_DROPPED}{{{A.RL_TELEMETRY_DROP_REASON}={A.RlTelemetryDropReasonValues.AFTER_SHUTDOWN.value}}}"
+
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 REFUSED: Any = object()  # what :meth:`Refusals.step` returns for a step that is refused
 _OUT_OF_RANGE = ((A.RL_TELEMETRY_REASON, A.RlTelemetryReasonValues.OUT_OF_RANGE.value),)
@@ -79,8 +83,8 @@ class Refusals:
             "out_of_range",
             f"otel-rl: {call} got step={step}{f' for {named}' if named else ''}: outside the signed 64-bit range "
             f"OTLP and trackers carry ({INT64_MIN} to {INT64_MAX}), where it would arrive as another step. Calls at "
-            "such a step are dropped, not written at a wrong step (their values counted in rl.telemetry.rejected"
-            "{rl.telemetry.reason=out_of_range}), and step spans carry no rl.step (reported once)",
+            f"such a step are dropped, not written at a wrong step (their values counted in {_REJECTED_OUT_OF_RANGE}), "
+            f"and step spans carry no {A.RL_STEP} (reported once)",
         )
         count = _length(values) if count is None else count
         if count:
@@ -97,8 +101,8 @@ class Refusals:
                     f"<attribute {name}>",
                     "out_of_range",
                     f"otel-rl: {call} got attribute {name!r} = {value}: outside the signed 64-bit range OTLP carries "
-                    f"({INT64_MIN} to {INT64_MAX}); the call is dropped (counted in rl.telemetry.rejected"
-                    "{rl.telemetry.reason=out_of_range}; reported once per attribute). Pass it as a string to keep it exact",
+                    f"({INT64_MIN} to {INT64_MAX}); the call is dropped (counted in {_REJECTED_OUT_OF_RANGE}; "
+                    "reported once per attribute). Pass it as a string to keep it exact",
                 )
                 self.count_out_of_range(1)
                 return False
@@ -114,6 +118,6 @@ class Refusals:
             "<closed>",
             "after_shutdown",
             f"otel-rl: {call} was called after shutdown() of this telemetry ({where}): its data and that of every "
-            "later call are dropped (counted in Telemetry.dropped_calls and rl.telemetry.dropped"
-            "{rl.telemetry.drop_reason=after_shutdown}; reported once). Call otel_rl.init() to record more",
+            f"later call are dropped (counted in Telemetry.dropped_calls and {_DROPPED_AFTER_SHUTDOWN}; reported "
+            "once). Call otel_rl.init() to record more",
         )
