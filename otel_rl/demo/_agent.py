@@ -42,20 +42,11 @@ from otel_rl.demo._agent_task import (
     make_questions,
     score_answer,
 )
+from otel_rl.runs.trajectories import REASON_ORDER
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import metrics as M
 
 __all__ = ["AgentConfig", "AgentDemoResult", "run_agent_demo"]
-
-_REASONS = A.RlTrajectoryReasonValues
-_KEPT_REASONS = (
-    _REASONS.FAILED.value,
-    _REASONS.SLOWEST.value,
-    _REASONS.HIGHEST_REWARD.value,
-    _REASONS.LOWEST_REWARD.value,
-    _REASONS.HEAD_SAMPLED.value,
-)
-_NOT_KEPT_REASONS = (_REASONS.SAMPLED_OUT.value, _REASONS.OVER_LIMIT.value)
 
 
 @dataclass
@@ -358,8 +349,8 @@ def _trajectory_counts(telemetry: Any) -> tuple[dict[str, int], dict[str, int]]:
         value = telemetry.latest(M.RL_TRAJECTORY_COUNT, {A.RL_TRAJECTORY_KEPT: kept, A.RL_TRAJECTORY_REASON: reason})
         return int(value or 0)
 
-    kept = {reason: n for reason in _KEPT_REASONS if (n := count(True, reason))}
-    not_kept = {reason: n for reason in _NOT_KEPT_REASONS if (n := count(False, reason))}
+    kept = {reason: n for reason in REASON_ORDER if (n := count(True, reason))}
+    not_kept = {reason: n for reason in REASON_ORDER if (n := count(False, reason))}
     return kept, not_kept
 
 

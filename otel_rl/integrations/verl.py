@@ -46,7 +46,6 @@ import functools
 import importlib.util
 import inspect
 import logging
-import os
 import weakref
 from collections.abc import Collection, Mapping
 from typing import Any
@@ -54,15 +53,12 @@ from typing import Any
 import otel_rl
 from otel_rl.integrations._import_hooks import when_imported
 from otel_rl.integrations.base import Instrumentor, Patches
-from otel_rl.integrations.verl_agent_loop import VerlAgentLoopInstrumentor
+from otel_rl.integrations.verl_agent_loop import BACKEND, VerlAgentLoopInstrumentor, init_options
 from otel_rl.integrations.verl_timers import step_stages
-from otel_rl.semconv import attributes as A
 
 logger = logging.getLogger("otel_rl")
 
-BACKEND = "otel"
 AGENT_LOOP_MODULE = "verl.experimental.agent_loop"  # its import (hydra, Ray, transformers) waits for verl's own
-FRAMEWORK = A.RlFrameworkValues.VERL.value
 _INSTALLED = "_otel_rl_installed"  # marks a Tracking class already wrapped
 # Telemetry objects an OtelBackend shut down: a later Tracking must start a fresh one.
 _finished: weakref.WeakSet[otel_rl.Telemetry] = weakref.WeakSet()
@@ -93,13 +89,7 @@ class OtelBackend:
             telemetry = current
         self._owned = telemetry is None
         if telemetry is None:
-            options: dict[str, Any] = {"framework": FRAMEWORK}
-            # Explicit init() arguments beat the environment: pass verl's names only as defaults.
-            if experiment_name and not os.environ.get("OTEL_RL_EXPERIMENT"):
-                options["experiment"] = str(experiment_name)
-            if project_name and not os.environ.get("OTEL_SERVICE_NAME"):
-                options["service_name"] = str(project_name)
-            telemetry = otel_rl.init(**options)
+            telemetry = otel_rl.init(**init_options(project_name, experiment_name))
         self.telemetry = telemetry
         if isinstance(config, Mapping) and config:
             self._guard("log_hparams", telemetry.log_hparams, config)

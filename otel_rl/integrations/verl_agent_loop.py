@@ -45,14 +45,18 @@ from collections.abc import Callable, Collection, Mapping
 from contextvars import ContextVar
 from typing import Any
 
+from opentelemetry.sdk.environment_variables import OTEL_SERVICE_NAME
+
 import otel_rl
+from otel_rl import environment_variables as ENV
 from otel_rl.integrations.base import Instrumentor, Patches
+from otel_rl.reporting import LOGGER_NAME, ReportOnce
 from otel_rl.semconv import attributes as A
 
-logger = logging.getLogger("otel_rl")
+logger = logging.getLogger(LOGGER_NAME)
 
 FRAMEWORK = A.RlFrameworkValues.VERL.value
-BACKEND = "otel"  # the trainer.logger name (integrations/verl.py) that asks for telemetry in workers
+BACKEND = "otel"  # the trainer.logger name that asks for telemetry (integrations/verl.py: the trainer's; here: a worker's)
 TRUNCATED, TOOL_CALLS, STOPPED = "length", "tool_calls", "stop"
 # verl's own replies for a tool call that failed (ToolAgentLoop._call_tool, verl 0.9.1): the
 # prefix before the tool's name, and the error type the call gets.
@@ -75,13 +79,12 @@ class _Rollout:
 
 _ROLLOUT: ContextVar[_Rollout | None] = ContextVar("otel_rl_verl_rollout", default=None)
 _TURN: ContextVar[Any] = ContextVar("otel_rl_verl_turn", default=None)  # the open turn (nested generate calls pass)
-_reported: set[str] = set()
+_reported = ReportOnce(logger)
 
 
 def _report(what: str) -> None:
     """Say once per kind of failure that recording it failed; the rollout goes on."""
-    if what not in _reported:
-        _reported.add(what)
+    if _reported.first(what):
         logger.warning(
             "otel-rl: recording verl's agent loop failed in %s; the rollout goes on unrecorded there (reported once)", what, exc_info=True
         )
@@ -123,14 +126,19 @@ class TelemetrySource:
         trainer = _section(getattr(worker, "config", None), "trainer")
         if not _names_backend(_section(trainer, "logger")):
             return None
-        options: dict[str, Any] = {"framework": FRAMEWORK}
-        # The environment wins over verl's names (as for the trainer's backend, integrations/verl.py).
-        experiment, project = _section(trainer, "experiment_name"), _section(trainer, "project_name")
-        if experiment and not os.environ.get("OTEL_RL_EXPERIMENT"):
-            options["experiment"] = str(experiment)
-        if project and not os.environ.get("OTEL_SERVICE_NAME"):
-            options["service_name"] = str(project)
+        options = init_options(_section(trainer, "project_name"), _section(trainer, "experiment_name"))
         return _guard("starting telemetry in the agent-loop worker", lambda: otel_rl.init(**options))
+
+
+def init_options(project_name: Any, experiment_name: Any) -> dict[str, Any]:
+    """``otel_rl.init()`` options for a verl process (the trainer's backend, integrations/verl.py,
+    and an agent-loop worker): verl's names only as defaults, the environment wins over them."""
+    options: dict[str, Any] = {"framework": FRAMEWORK}
+    if experiment_name and not os.environ.get(ENV.OTEL_RL_EXPERIMENT):
+        options["experiment"] = str(experiment_name)
+    if project_name and not os.environ.get(OTEL_SERVICE_NAME):
+        options["service_name"] = str(project_name)
+    return options
 
 
 def _section(config: Any, key: str) -> Any:
@@ -419,4 +427,4 @@ class VerlAgentLoopInstrumentor(Instrumentor):
             logger.warning("otel-rl: this verl lacks %s; its agent-loop trajectories are recorded without those parts", ", ".join(missing))
 
 
-__all__ = ["TOOL_FAILURES", "TelemetrySource", "VerlAgentLoopInstrumentor", "tool_failure"]
+__all__ = ["TOOL_FAILURES", "TelemetrySource", "VerlAgentLoopInstrumentor", "init_options", "tool_failure"]

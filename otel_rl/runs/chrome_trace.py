@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from otel_rl.runs.records import SpanRecord
+from otel_rl.runs.trajectories import TRAJECTORY_SPAN_NAMES
 from otel_rl.runs.waterfall import STEP_SPAN_NAME, _ranges, _step_of, find_step_trace
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import names as N
@@ -58,7 +59,6 @@ __all__ = [
 
 STEP_THREAD = "step"  # the thread of spans that carry no rl.cluster (the step root)
 _TRAJECTORY_TRACK = "\0trajectory "  # + the trace id: a thread key no rl.cluster value can take
-_AGENT_SPANS = frozenset({N.RL_TRAJECTORY_SPAN, N.RL_TURN_SPAN, N.RL_TOOL_SPAN})
 _EPOCH_US_FLOOR = 1e15  # microseconds since 1970 pass this in 2001: an older export's absolute ts
 _FLOW_ID_STRIDE = 1 << 40  # keeps each merged profile's flow ids apart (and below 2**53 for JS readers)
 _PROFILE_METADATA = {"process_name", "process_labels", "process_sort_index", "thread_name", "thread_sort_index"}
@@ -303,7 +303,7 @@ class _Layout:
 def _category(span: SpanRecord) -> str:
     if span.name == STEP_SPAN_NAME and span.parent_span_id is None:
         return "rl.step"
-    if span.name in _AGENT_SPANS:
+    if span.name in TRAJECTORY_SPAN_NAMES:
         return span.name
     if A.RL_STAGE_PHASE in span.attributes:
         return "rl.stage.phase"

@@ -15,6 +15,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from opentelemetry.sdk.resources import SERVICE_INSTANCE_ID
+
 from otel_rl.runs.folder import read_metrics
 from otel_rl.runs.records import SpanRecord
 from otel_rl.runs.run_selection import RunSelection
@@ -31,7 +33,6 @@ _R = A.RlTrajectoryReasonValues
 REASON_ORDER = tuple(
     r.value for r in (_R.FAILED, _R.SLOWEST, _R.HIGHEST_REWARD, _R.LOWEST_REWARD, _R.HEAD_SAMPLED, _R.SAMPLED_OUT, _R.OVER_LIMIT)
 )
-_INSTANCE = "service.instance.id"  # the SDK's per-process id: a restarted rank counts from 0 again
 
 
 @dataclass
@@ -160,7 +161,8 @@ def read_trajectory_counts(run_dir: str | os.PathLike[str], run: RunSelection | 
             continue
         kept = point.attributes.get(A.RL_TRAJECTORY_KEPT)
         reason = point.attributes.get(A.RL_TRAJECTORY_REASON)
-        key = (point.resource.get(_INSTANCE), point.resource.get(A.RL_RANK), kept is True, str(reason))
+        # by the SDK's per-process id too: a restarted rank counts from 0 again
+        key = (point.resource.get(SERVICE_INSTANCE_ID), point.resource.get(A.RL_RANK), kept is True, str(reason))
         if point.temporality == 1:  # delta
             deltas[key] = deltas.get(key, 0.0) + float(point.value)
         elif key not in last or point.time_ns >= last[key][0]:

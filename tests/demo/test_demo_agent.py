@@ -25,6 +25,7 @@ STEPS, QUESTIONS, GROUP = 6, 8, 8  # 64 trajectories a step; the CLI's group siz
 R = A.RlTrajectoryReasonValues
 TAIL = {R.FAILED.value, R.SLOWEST.value, R.HIGHEST_REWARD.value, R.LOWEST_REWARD.value}
 KEPT = TAIL | {R.HEAD_SAMPLED.value}
+GENERATE_SPAN = N.RL_STAGE_SPAN_TEMPLATE.replace("<stage>", A.RlStageValues.GENERATE.value)
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +83,7 @@ def test_each_kept_trajectory_is_a_trace_of_turns_and_tool_calls_linked_to_its_g
     spans = read_spans(run)
     generate = {}
     for step in range(1, STEPS + 1):
-        (stage,) = [s for s in find_step_trace(spans, step) if s.name == "rl.generate"]
+        (stage,) = [s for s in find_step_trace(spans, step) if s.name == GENERATE_SPAN]
         generate[step] = (stage.trace_id, stage.span_id)
     errors: Counter[str] = Counter()
     for root, *children in _trajectories(run).values():
@@ -112,7 +113,7 @@ def test_each_kept_trajectory_is_a_trace_of_turns_and_tool_calls_linked_to_its_g
         assert all(root.start_ns <= c.start_ns <= c.end_ns <= root.end_ns for c in children)
         parts = attributes[f"{A.RL_TRAJECTORY_REWARDS}.answer"] + attributes[f"{A.RL_TRAJECTORY_REWARDS}.tool_cost"]
         assert attributes[A.RL_TRAJECTORY_REWARD] == pytest.approx(parts)
-        assert "rl.turn.prompt" not in str([t.attributes for t in turns])  # samples off: no text exported
+        assert A.RL_TURN_PROMPT not in str([t.attributes for t in turns])  # samples off: no text exported
     assert errors["TimeoutError"] > 0  # the calculator's hanging calls hit the timeout
 
 

@@ -270,7 +270,7 @@ def test_each_rollout_is_a_trajectory_of_its_turns_tool_calls_and_reward(instrum
         assert answer.attributes[A.RL_TURN_RESPONSE] == SCRIPT[dict(ROWS)[index]][1]  # samples are on
         expected_reward = {7: 1.0, 9: 0.0, 11: 1.0}[index]
         assert attrs[A.RL_TRAJECTORY_REWARD] == expected_reward
-        assert attrs["rl.trajectory.rewards.acc"] == expected_reward  # verl's reward_extra_info
+        assert attrs[f"{A.RL_TRAJECTORY_REWARDS}.acc"] == expected_reward  # verl's reward_extra_info
         assert attrs[A.RL_TRAJECTORY_TRUNCATED] is False
         name, error = {7: ("add", None), 9: ("lookup", "tool_error"), 11: ("search", "unknown_tool")}[index]
         assert tool.attributes[A.GEN_AI_TOOL_NAME] == name
@@ -281,7 +281,7 @@ def test_each_rollout_is_a_trajectory_of_its_turns_tool_calls_and_reward(instrum
     assert found["7-0"][1][1].attributes[A.GEN_AI_TOOL_CALL_RESULT] == "42"
     assert Counter(turns_seen) == Counter(generations)  # each generation's token counts, as the server saw them
     traces = list(Path(tel.run_dir).glob("traces*.jsonl"))
-    assert traces and any('"rl.trajectory"' in path.read_text() for path in traces)
+    assert traces and any(f'"{N.RL_TRAJECTORY_SPAN}"' in path.read_text() for path in traces)
 
 
 def test_a_response_cut_at_the_length_budget_is_a_truncated_turn(instrumented, make_telemetry, model_dir, tmp_path):
