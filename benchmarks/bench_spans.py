@@ -13,7 +13,7 @@ for otel-rl's worker is the benchmark's, not otel-rl's: its own thread CPU is le
 1. A stage span: rounds of 200 ``tel.stage(...)`` blocks inside one step (the step's span is
    1/200 of the figure), the median over rounds of a round's CPU per span:
    - otel-rl: the span recorded on the caller's thread, built by the worker (``light_spans``) and
-     written to the run folder with its ``rl.stage.duration`` point;
+     written to the run folder, its ``rl.stage.duration`` point recorded (not exported: see below);
    - otel-rl, SDK spans: the same telemetry with the SDK's tracer for its scopes (as before
      ``light_spans``; what ``init(tracer_provider=...)`` still does);
    - OTel SDK: ``start_as_current_span`` with the same attributes, the SDK's batch span processor
@@ -24,7 +24,8 @@ for otel-rl's worker is the benchmark's, not otel-rl's: its own thread CPU is le
    what its threads use while other ways run (their idle wake-ups, which every round pays):
    - off: the work alone; otel-rl; otel-rl, SDK spans (as above);
    - OTel SDK: the same spans as above and one synchronous gauge ``set()`` per key.
-   Metric exports (every 10 s by default; ``bench_total.py`` counts them) are left out of every way.
+Metric exports (every 10 s by default; ``bench_total.py`` counts them) are left out of every way,
+in both tables.
 
 Targets (whole process): a stage span <= 20 us; a whole step's telemetry <= 250 us.
 """
@@ -53,6 +54,8 @@ from bench_total import calibrate, median_interval, thread_cpu  # noqa: E402
 
 import otel_rl  # noqa: E402
 from otel_rl._version import __version__  # noqa: E402
+from otel_rl.semconv import attributes as A  # noqa: E402
+from otel_rl.semconv import names as N  # noqa: E402
 
 TARGET_STAGE_US = 20.0
 TARGET_STEP_US = 250.0
@@ -159,20 +162,20 @@ class Sdk(Way):
     def spans(self, n: int) -> None:
         self.round += 1
         start = self.tracer.start_as_current_span
-        with start("rl.step", attributes={"rl.step": self.round, "rl.rank": 0, "rl.run.id": "bench"}):
+        with start(N.RL_STEP_SPAN, attributes={A.RL_STEP: self.round, A.RL_RANK: 0, A.RL_RUN_ID: "bench"}):
             for _ in range(n):
                 with start(
-                    "rl.generate", attributes={"rl.stage": "generate", "rl.rank": 0, "rl.step": self.round, "rl.cluster": "actor_infer"}
+                    "rl.generate", attributes={A.RL_STAGE: "generate", A.RL_RANK: 0, A.RL_STEP: self.round, A.RL_CLUSTER: "actor_infer"}
                 ):
                     pass
 
     def step(self, s: int, work: Callable[[], None]) -> None:
         start = self.tracer.start_as_current_span
-        with start("rl.step", attributes={"rl.step": s, "rl.rank": 0, "rl.run.id": "bench"}):
-            with start(f"rl.{STAGES[0]}", attributes={"rl.stage": STAGES[0], "rl.rank": 0, "rl.step": s}):
+        with start(N.RL_STEP_SPAN, attributes={A.RL_STEP: s, A.RL_RANK: 0, A.RL_RUN_ID: "bench"}):
+            with start(f"rl.{STAGES[0]}", attributes={A.RL_STAGE: STAGES[0], A.RL_RANK: 0, A.RL_STEP: s}):
                 work()
             for name in STAGES[1:]:
-                with start(f"rl.{name}", attributes={"rl.stage": name, "rl.rank": 0, "rl.step": s}):
+                with start(f"rl.{name}", attributes={A.RL_STAGE: name, A.RL_RANK: 0, A.RL_STEP: s}):
                     pass
             for gauge, value in self.gauges:
                 gauge.set(value)

@@ -8,7 +8,10 @@ A trajectory here is what an agent loop records per rollout: two turns (tokens, 
 reason) and one tool call, and a reward: four spans. Every way runs in the same process, in
 interleaved rounds; a round's figure is the CPU of every thread (``time.process_time``) from its
 first call until everything it owes is written (``Telemetry.flush()``: the worker has decided the
-step, recorded the metrics, built the kept spans and written them). Reported: the median round.
+step, recorded the metrics, built the kept spans and written them). That flush also exports the
+telemetry's metrics once per round (a run does it every 10 s): counted in the ways that flush a
+telemetry (otel-rl's, and the SDK's to the run folder, which flush the telemetry whose writer they
+share). Reported: the median round.
 
 1. A kept trajectory span (rounds of 200 trajectories in a step, every one kept: ratio 1), per span:
    - otel-rl, run folder: recorded on the caller's threads, built on the worker, written as OTLP/JSON;
@@ -48,8 +51,10 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_OFF  # noqa: E402
 import otel_rl  # noqa: E402
 from otel_rl.semconv import attributes as A  # noqa: E402
 from otel_rl.semconv import metrics as M  # noqa: E402
+from otel_rl.semconv import names as N  # noqa: E402
 
 R = A.RlTrajectoryReasonValues
+OP = A.GenAiOperationNameValues
 
 TARGET_KEPT_SPAN_US = 10.0
 TARGET_SAMPLED_OUT_MS = 50.0
@@ -72,7 +77,7 @@ def otel_rl_trajectory(tel: otel_rl.Telemetry, i: int) -> None:
 def sdk_trajectory(tracer: Any, i: int) -> None:
     """The same four spans as SDK spans, with the attributes otel-rl's carry."""
     root = {
-        A.GEN_AI_OPERATION_NAME: "invoke_agent",
+        A.GEN_AI_OPERATION_NAME: OP.INVOKE_AGENT.value,
         A.RL_SAMPLE_ID: str(i),
         A.RL_STEP: 1,
         A.RL_SAMPLE_GROUP_ID: str(i // 8),
@@ -80,15 +85,17 @@ def sdk_trajectory(tracer: Any, i: int) -> None:
         f"{A.RL_TRAJECTORY_REWARDS}.format": 1.0,
         f"{A.RL_TRAJECTORY_REWARDS}.answer": 0.5,
     }
-    with tracer.start_as_current_span("rl.trajectory", attributes=root) as span:
+    with tracer.start_as_current_span(N.RL_TRAJECTORY_SPAN, attributes=root) as span:
         with tracer.start_as_current_span(
-            "rl.turn", attributes={A.GEN_AI_OPERATION_NAME: "chat", A.GEN_AI_USAGE_INPUT_TOKENS: 512}
+            N.RL_TURN_SPAN, attributes={A.GEN_AI_OPERATION_NAME: OP.CHAT.value, A.GEN_AI_USAGE_INPUT_TOKENS: 512}
         ) as turn:
             turn.set_attributes({A.GEN_AI_USAGE_OUTPUT_TOKENS: 87, A.GEN_AI_RESPONSE_FINISH_REASONS: ("tool_calls",)})
-        with tracer.start_as_current_span("rl.tool", attributes={A.GEN_AI_OPERATION_NAME: "execute_tool", A.GEN_AI_TOOL_NAME: "search"}):
+        with tracer.start_as_current_span(
+            N.RL_TOOL_SPAN, attributes={A.GEN_AI_OPERATION_NAME: OP.EXECUTE_TOOL.value, A.GEN_AI_TOOL_NAME: "search"}
+        ):
             pass
         with tracer.start_as_current_span(
-            "rl.turn", attributes={A.GEN_AI_OPERATION_NAME: "chat", A.GEN_AI_USAGE_INPUT_TOKENS: 640}
+            N.RL_TURN_SPAN, attributes={A.GEN_AI_OPERATION_NAME: OP.CHAT.value, A.GEN_AI_USAGE_INPUT_TOKENS: 640}
         ) as turn:
             turn.set_attributes({A.GEN_AI_USAGE_OUTPUT_TOKENS: 12, A.GEN_AI_RESPONSE_FINISH_REASONS: ("stop",)})
         span.set_attributes({A.RL_TRAJECTORY_TURN_COUNT: 2, A.RL_TRAJECTORY_TOOL_CALL_COUNT: 1})

@@ -42,7 +42,7 @@ from otel_rl._sdk.sources.probes import CudaMemoryProbe, NvmlProbe, ProcessProbe
 from otel_rl._sdk.sources.profiling import Profiler
 from otel_rl._sdk.spans.light_spans import light_tracer
 from otel_rl._sdk.spans.propagation import extract_context, inject_context
-from otel_rl._sdk.spans.scopes import NEW_TRACE_CONTEXT, JoinScope, Stage, StepScope, sorted_attrs
+from otel_rl._sdk.spans.scopes import NEW_TRACE_CONTEXT, JoinScope, Stage, StepScope, sorted_attrs, stage_span_name
 from otel_rl._sdk.spans.trajectories import Trajectories, Trajectory
 from otel_rl._version import __version__
 from otel_rl.detect.detectors import build_alert_engine
@@ -58,6 +58,7 @@ _SIGNAL_LOGS, _SIGNAL_METRICS = A.RlTelemetrySignalValues.LOGS.value, A.RlTeleme
 _SIGNAL_TRACES = A.RlTelemetrySignalValues.TRACES.value
 # shutdown(): the share of its timeout the worker may spend on what is queued; the providers get the rest
 _WORKER_SHARE = 0.7
+_SPAN_NAMES_LIMIT = 1024  # stage span names cached
 _GRACE_SHARE = 0.15  # a worker inside one item when its share ends: time to finish and write it
 _EVENT_NAMES = frozenset(value for key, value in vars(N).items() if key.endswith("_EVENT"))
 
@@ -241,7 +242,9 @@ class Telemetry(SampleLogging):
     def _span_name(self, stage: str) -> str:
         name = self._span_names.get(stage)
         if name is None:
-            name = self._span_names[stage] = f"rl.{stage}"
+            name = stage_span_name(stage)
+            if len(self._span_names) < _SPAN_NAMES_LIMIT:  # stage names made per call are not all kept
+                self._span_names[stage] = name
         return name
 
     def _submit(self, item: tuple) -> None:

@@ -363,8 +363,7 @@ def _span_text(span: ReadableSpan) -> str | None:
         text += f',"status":{{"message":{message},"code":{code}}}' if code else f',"status":{{"message":{message}}}'
     else:
         text += f',"status":{{"code":{code}}}' if code else ',"status":{}'
-    flags = _HAS_IS_REMOTE | _IS_REMOTE if parent is not None and parent.is_remote else _HAS_IS_REMOTE
-    return text + f',"flags":{flags}}}'
+    return text + f',"flags":{_span_flags(parent)}}}'
 
 
 def _span(span: ReadableSpan) -> dict[str, Any]:

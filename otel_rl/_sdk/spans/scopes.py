@@ -45,6 +45,11 @@ def _end_span(span: Any, token: Any, exc: BaseException | None) -> None:
     span.end()
 
 
+def stage_span_name(stage: str) -> str:
+    """The span name of a stage (``rl.<stage>`` of the conventions): ``rl.generate``."""
+    return N.RL_STAGE_SPAN_TEMPLATE.replace("<stage>", stage)
+
+
 def sorted_attrs(pairs: Mapping[str, Any]) -> Attrs:
     """Attributes as the worker keys series by: (name, value) pairs in name order."""
     return tuple(sorted(pairs.items()))
@@ -79,7 +84,7 @@ class Phase:
         stage = self._stage
         attributes = dict(stage._attributes)
         attributes[A.RL_STAGE_PHASE] = self._name
-        self._span = stage._tel._tracer.start_span(f"rl.{self._name}", attributes=attributes)
+        self._span = stage._tel._tracer.start_span(stage._tel._span_name(self._name), attributes=attributes)
         self._token = context_api.attach(trace_api.set_span_in_context(self._span))
         if self._name == _PHASE_EXECUTE and stage._memory:
             stage._snapshot(_WHEN_START, _STATE_ONLOAD)
@@ -145,12 +150,13 @@ class Stage:
         if self.cluster is not None:
             attributes[A.RL_CLUSTER] = self.cluster
         self._attributes = attributes
-        self._span = tel._tracer.start_span(tel._span_name(self.name), attributes=attributes)
+        span_name = tel._span_name(self.name)
+        self._span = tel._tracer.start_span(span_name, attributes=attributes)
         self._token = context_api.attach(trace_api.set_span_in_context(self._span))
         if self._memory:
             self._snapshot(_WHEN_START, _STATE_OFFLOAD)
         if tel._profiler is not None:  # profile_steps unset: this one check is the whole cost
-            self._range = tel._profiler.stage_enter(tel._span_name(self.name)) if tel._profiler.active else None
+            self._range = tel._profiler.stage_enter(span_name) if tel._profiler.active else None
         self._t0 = time.perf_counter()
         return self
 

@@ -21,12 +21,13 @@ import time
 from collections import deque
 from collections.abc import Mapping
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 from opentelemetry import trace as trace_api
 
 from otel_rl._sdk.pipeline.backlog import CALL
 from otel_rl._sdk.pipeline.refusals import INT64_MAX, INT64_MIN
+from otel_rl._sdk.spans.scopes import stage_span_name
 from otel_rl._sdk.spans.trajectory_sampling import STEP_ENDED, TrajectorySampler
 from otel_rl.semconv import attributes as A
 
@@ -35,7 +36,8 @@ __all__ = ["ToolCall", "Trajectories", "Trajectory", "Turn"]
 _perf_ns = time.perf_counter_ns
 _SIGNAL_TRACES = A.RlTelemetrySignalValues.TRACES.value
 MAX_CHILDREN = 1000  # turns and tool calls one trajectory keeps as spans; the rest are counted
-_GENERATE_SPAN = "rl.generate"
+_GENERATE_SPAN = stage_span_name(A.RlStageValues.GENERATE.value)
+_C = TypeVar("_C", bound="_Child")
 
 
 def _error(exc: BaseException, text: bool) -> tuple[str, str | None]:
@@ -49,11 +51,40 @@ def _error(exc: BaseException, text: bool) -> tuple[str, str | None]:
     return type(exc).__qualname__, message
 
 
-class Turn:
+class _Child:
+    """A turn or a tool call: a context manager (``with`` / ``async with``) that times its block
+    and keeps the exception that left it."""
+
+    is_turn = False
+    __slots__ = ("_traj", "start", "end", "error")
+
+    _traj: Trajectory
+    start: int
+    end: int
+    error: tuple[str, str | None] | None
+
+    def __enter__(self: _C) -> _C:
+        self._traj._add(self)
+        self.start = _perf_ns()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.end = _perf_ns()
+        if exc is not None:
+            self.error = _error(exc, self._traj._text)
+
+    async def __aenter__(self: _C) -> _C:
+        return self.__enter__()
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.__exit__(exc_type, exc, tb)
+
+
+class Turn(_Child):
     """One generation of a trajectory (span ``rl.turn``); ``done()`` gives what it produced."""
 
     is_turn = True
-    __slots__ = ("_traj", "tokens_in", "engine", "prompt", "tokens_out", "finish_reason", "response", "start", "end", "error")
+    __slots__ = ("tokens_in", "engine", "prompt", "tokens_out", "finish_reason", "response")
 
     def __init__(self, traj: Trajectory, tokens_in: Any, engine: Any, prompt: Any) -> None:
         self._traj = traj
@@ -65,7 +96,7 @@ class Turn:
         self.response: Any = None
         self.start = 0
         self.end = 0
-        self.error: tuple[str, str | None] | None = None
+        self.error = None
 
     def done(self, tokens_out: int | None = None, finish_reason: str | None = None, response: str | None = None) -> None:
         """What the generation produced: its tokens, why it stopped (``"length"``: truncated) and,
@@ -77,30 +108,13 @@ class Turn:
         if response is not None and self._traj._text:
             self.response = response
 
-    def __enter__(self) -> Turn:
-        self._traj._add(self)
-        self.start = _perf_ns()
-        return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        self.end = _perf_ns()
-        if exc is not None:
-            self.error = _error(exc, self._traj._text)
-
-    async def __aenter__(self) -> Turn:
-        return self.__enter__()
-
-    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        self.__exit__(exc_type, exc, tb)
-
-
-class ToolCall:
+class ToolCall(_Child):
     """One tool call of a trajectory (span ``rl.tool``). An exception leaving the block marks it
     failed (status ERROR, ``error.type``) and goes on to the caller; ``done(error=...)`` marks a
     failure the tool returned instead of raising."""
 
-    is_turn = False
-    __slots__ = ("_traj", "name", "call_id", "arguments", "result", "start", "end", "error")
+    __slots__ = ("name", "call_id", "arguments", "result")
 
     def __init__(self, traj: Trajectory, name: Any, call_id: Any, arguments: Any) -> None:
         self._traj = traj
@@ -110,7 +124,7 @@ class ToolCall:
         self.result: Any = None
         self.start = 0
         self.end = 0
-        self.error: tuple[str, str | None] | None = None
+        self.error = None
 
     def done(self, result: Any = None, error: str | None = None) -> None:
         """The call's result (exported only when samples are on) and, for a failure the tool
@@ -119,22 +133,6 @@ class ToolCall:
             self.result = result
         if error is not None:
             self.error = (str(error), None)
-
-    def __enter__(self) -> ToolCall:
-        self._traj._add(self)
-        self.start = _perf_ns()
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        self.end = _perf_ns()
-        if exc is not None:
-            self.error = _error(exc, self._traj._text)
-
-    async def __aenter__(self) -> ToolCall:
-        return self.__enter__()
-
-    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        self.__exit__(exc_type, exc, tb)
 
 
 class Trajectory:
@@ -171,7 +169,7 @@ class Trajectory:
         self.sample_id = sample_id
         self.group = group
         self.step = step
-        self.children: list[Turn | ToolCall] = []
+        self.children: list[_Child] = []  # its Turns and ToolCalls
         self.dropped_turns = 0  # past MAX_CHILDREN (or over the limit): counted, not kept
         self.dropped_tools = 0
         self.reward_value: Any = None
@@ -204,7 +202,7 @@ class Trajectory:
             except Exception:  # noqa: BLE001 - not a mapping: the worker names it
                 self.components = components
 
-    def _add(self, child: Turn | ToolCall) -> None:
+    def _add(self, child: _Child) -> None:
         children = self.children
         if len(children) < MAX_CHILDREN and not self.over_limit:
             children.append(child)

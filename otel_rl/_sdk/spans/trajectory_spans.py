@@ -224,27 +224,21 @@ class SpanBuilder:
                         attributes[A.SERVER_ADDRESS] = clip(address)
                     if port is not None:
                         attributes[A.SERVER_PORT] = port
-                if error is not None:
-                    attributes[A.ERROR_TYPE] = clip(error[0])
-                if self.text:
-                    if child.prompt is not None:
-                        attributes[A.RL_TURN_PROMPT] = self._text(child.prompt)
-                    if child.response is not None:
-                        attributes[A.RL_TURN_RESPONSE] = self._text(child.response)
+                texts = ((A.RL_TURN_PROMPT, child.prompt), (A.RL_TURN_RESPONSE, child.response))
                 name, kind = N.RL_TURN_SPAN, SpanKind.CLIENT
             else:
                 tools += 1
                 attributes = {A.GEN_AI_OPERATION_NAME: _EXECUTE_TOOL, A.GEN_AI_TOOL_NAME: clip(_name_text(child.name))}
                 if child.call_id is not None:
                     attributes[A.GEN_AI_TOOL_CALL_ID] = clip(_name_text(child.call_id))
-                if error is not None:
-                    attributes[A.ERROR_TYPE] = clip(error[0])
-                if self.text:
-                    if child.arguments is not None:
-                        attributes[A.GEN_AI_TOOL_CALL_ARGUMENTS] = self._text(child.arguments)
-                    if child.result is not None:
-                        attributes[A.GEN_AI_TOOL_CALL_RESULT] = self._text(child.result)
+                texts = ((A.GEN_AI_TOOL_CALL_ARGUMENTS, child.arguments), (A.GEN_AI_TOOL_CALL_RESULT, child.result))
                 name, kind = N.RL_TOOL_SPAN, SpanKind.INTERNAL
+            if error is not None:
+                attributes[A.ERROR_TYPE] = clip(error[0])
+            if self.text:
+                for key, text in texts:
+                    if text is not None:
+                        attributes[key] = self._text(text)
             spans.append(
                 ReadableSpan(
                     name,
