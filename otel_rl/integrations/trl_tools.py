@@ -42,6 +42,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from otel_rl._sdk.spans.trajectory_spans import TRUNCATED_FINISH_REASON
 from otel_rl.integrations._hf_samples import _weights, as_text
 from otel_rl.reporting import LOGGER_NAME, ReportOnce
 
@@ -52,7 +53,8 @@ logger = logging.getLogger(LOGGER_NAME)
 # The trainer methods wrapped while a run trains (GRPOTrainer's tool loop; written against TRL 1.16).
 _METHODS = ("_generate_and_score_completions", "_generate_single_turn", "_tool_call_loop")
 TOOL_ERROR = "tool_error"  # error.type of a tool call that returned {"error": ...}
-_STOP, _LENGTH, _TOOL_CALLS = "stop", "length", "tool_calls"
+_STOP, _TOOL_CALLS = "stop", "tool_calls"
+_LENGTH = TRUNCATED_FINISH_REASON
 _MARK = "_otel_rl_tool_rollouts"
 _ABSENT = object()
 

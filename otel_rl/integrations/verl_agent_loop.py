@@ -49,6 +49,7 @@ from opentelemetry.sdk.environment_variables import OTEL_SERVICE_NAME
 
 import otel_rl
 from otel_rl import environment_variables as ENV
+from otel_rl._sdk.spans.trajectory_spans import TRUNCATED_FINISH_REASON
 from otel_rl.integrations.base import Instrumentor, Patches
 from otel_rl.reporting import LOGGER_NAME, ReportOnce
 from otel_rl.semconv import attributes as A
@@ -57,7 +58,7 @@ logger = logging.getLogger(LOGGER_NAME)
 
 FRAMEWORK = A.RlFrameworkValues.VERL.value
 BACKEND = "otel"  # the trainer.logger name that asks for telemetry (integrations/verl.py: the trainer's; here: a worker's)
-TRUNCATED, TOOL_CALLS, STOPPED = "length", "tool_calls", "stop"
+TRUNCATED, TOOL_CALLS, STOPPED = TRUNCATED_FINISH_REASON, "tool_calls", "stop"
 # verl's own replies for a tool call that failed (ToolAgentLoop._call_tool, verl 0.9.1): the
 # prefix before the tool's name, and the error type the call gets.
 TOOL_FAILURES = (

@@ -35,7 +35,7 @@ __all__ = ["MAX_COMPONENTS", "SpanBuilder", "settle", "text_of"]
 _OPS = A.GenAiOperationNameValues
 _INVOKE_AGENT, _CHAT, _EXECUTE_TOOL = _OPS.INVOKE_AGENT.value, _OPS.CHAT.value, _OPS.EXECUTE_TOOL.value
 _REASONS = A.RlTelemetryReasonValues
-_TRUNCATED = "length"  # the finish reason of a generation cut at the length limit (OpenAI, vLLM, SGLang)
+TRUNCATED_FINISH_REASON = "length"  # the finish reason of a generation cut at the length limit (OpenAI, vLLM, SGLang)
 _REWARDS_PREFIX = A.RL_TRAJECTORY_REWARDS + "."
 MAX_COMPONENTS = 32  # reward components per trajectory kept as attributes
 _COMPONENT_NAME_LIMIT = 64
@@ -116,7 +116,7 @@ def settle(traj: Any, reject: Reject, report: Reject) -> None:
             child.tokens_out = _checked_count(child.tokens_out, "turn.done(tokens_out)", reject)
             if child.finish_reason is not None:
                 child.finish_reason = str(child.finish_reason)
-                truncated = truncated or child.finish_reason == _TRUNCATED
+                truncated = truncated or child.finish_reason == TRUNCATED_FINISH_REASON
     traj.truncated = truncated
     traj.failed = failed or truncated
 
