@@ -2,7 +2,7 @@
 
 The parts come from :mod:`otel_rl.analyze._changes` for the series a report is about (reward and
 score, KL, gradient norm, entropy, response length and truncation, the reward's spread). Parts
-that start within a window of each other (a few logs, or 3% of the run) are one incident; spikes
+that start within a window of each other (two logs, or 2% of the run if longer) are one incident; spikes
 join the incident around them, and spikes of the same series set at separate times are one
 incident of repeated spikes. Each incident is named from the registry meaning of what moved and
 how ("policy collapse": lengths and entropy fall together), ranked by severity, the importance
@@ -183,7 +183,8 @@ def _mark_reporting_artifacts(parts: list[Change], series: Mapping[SeriesKey, Se
     """A gradient norm logged as exactly 0 while the loss is not 0 at some of those steps (three, or all)
     is no vanishing gradient (a nonzero loss has one): how the trainer reported it, or a skipped update.
     Such a condition is information, said so."""
-    loss = [s for s in series.values() if s.metric == M.RL_LOSS and s.attributes.get(A.RL_LOSS_TYPE) in (None, "total", "policy")]
+    overall = (None, A.RlLossTypeValues.TOTAL.value, A.RlLossTypeValues.POLICY.value)
+    loss = [s for s in series.values() if s.metric == M.RL_LOSS and s.attributes.get(A.RL_LOSS_TYPE) in overall]
     grads = {s.label: s for s in series.values() if s.metric == M.RL_GRAD_NORM}
     for p in parts:
         if p.kind != "sustained" or p.series not in grads or p.after != 0.0 or not loss:

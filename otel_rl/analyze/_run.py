@@ -251,7 +251,7 @@ def _settings(parsed: ParsedLog, series: dict[SeriesKey, Series], findings: list
         clipped = [s for s in series.values() if s.metric == M.RL_RESPONSE_CLIPPED_RATIO]
         for f in findings:
             if (f.kind == "pinned-at-limit" and f.metric == M.RL_RESPONSE_LENGTH and f.limit and f.direction == "up"
-                    and f.attributes.get(A.RL_STATISTIC, "max") == "max"):
+                    and f.attributes.get(A.RL_STATISTIC, A.RlStatisticValues.MAX.value) == A.RlStatisticValues.MAX.value):
                 cut = [v for s in clipped for st, v in s.by_step.items() if f.first_step <= st <= f.last_step]
                 if cut and float(np.median(cut)) >= 0.5:
                     settings[INFERRED_MAX_LENGTH] = int(f.limit)
@@ -536,6 +536,6 @@ def analyze_parsed(parsed: ParsedLog, *, cfg: DetectorConfig = DetectorConfig(),
                       chains=chains, alerts=alerts, settings={}, recommendations=[], step_interval=interval)
     run.settings = _settings(parsed, series, findings)
     run.incidents = find_incidents(series, findings, interval=interval, settings=parsed.settings, sources=parsed.setting_sources)
-    run.verdict = verdict(series, findings, chains, parsed.doubts, run.incidents)
+    run.verdict = verdict(series, parsed.doubts, run.incidents)
     run.recommendations = recommend(run)
     return run

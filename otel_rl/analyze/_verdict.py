@@ -18,7 +18,7 @@ import numpy as np
 
 from otel_rl.analyze._incidents import Incident
 from otel_rl.analyze._series import Series, SeriesKey
-from otel_rl.detect.detectors import Chain, Finding, format_number
+from otel_rl.detect.detectors import format_number
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import metrics as M
 
@@ -125,44 +125,10 @@ def _validation_text(series: dict[SeriesKey, Series]) -> str | None:
     )
 
 
-def _event_text(f: Finding) -> str:
-    span = f"step {f.first_step}" if f.first_step == f.last_step else f"steps {f.first_step}-{f.last_step}"
-    return f"{span}: {f.series} {f.kind} {f.direction} ({format_number(f.peak_value)} vs {format_number(f.baseline)}) [{f.severity}]"
-
-
-def timeline(findings: Sequence[Finding], chains: Sequence[Chain], limit: int = 14) -> list[str]:
-    """Events of warning or critical severity and the chains they form, in step order."""
-    out: list[tuple[int, int, str]] = []
-    in_chain: set[int] = set()
-    for c in chains:
-        # a chain is told through its members that matter; info-level companions stay in the Events table
-        members = [f for f in c.findings if f.severity in ("critical", "warning")]
-        if len(members) < 2:
-            continue
-        first = members[0].first_step
-        parts = " -> ".join(
-            f"{f.series} {f.kind} {f.direction} @{f.first_step}" + (f" (+{f.first_step - first})" if f.first_step != first else "")
-            for f in members
-        )
-        out.append((first, 0, f"step {first}: " + ("divergence: " if c.divergence else "together: ") + parts))
-        in_chain.update(id(f) for f in members)
-    for f in findings:
-        if f.kind == "periodic" or f.severity not in ("critical", "warning") or id(f) in in_chain:
-            continue
-        out.append((f.first_step, 1, _event_text(f)))
-    out.sort()
-    lines = [text for _, _, text in out[:limit]]
-    if len(out) > limit:
-        lines.append(f"... and {len(out) - limit} more (see Events)")
-    return lines
-
-
 def verdict(
     series: dict[SeriesKey, Series],
-    findings: Sequence[Finding],
-    chains: Sequence[Chain],
     doubts: Sequence[str],
-    incidents: Sequence[Incident] = (),
+    incidents: Sequence[Incident],
 ) -> Verdict:
     learned, learned_text, s, change, two_se = did_it_learn(series)
     validation = _validation_text(series)
@@ -191,7 +157,7 @@ def verdict(
         learned_text=learned_text,
         stable=stable,
         stable_text=stable_text,
-        timeline=[i.text for i in sorted(serious, key=lambda i: i.first_step)] if incidents else timeline(findings, chains),
+        timeline=[i.text for i in sorted(serious, key=lambda i: i.first_step)],
         doubts=list(doubts),
         reward_series=s.label if s is not None else None,
         change=change,

@@ -28,6 +28,7 @@ from typing import IO, Any, cast
 
 from opentelemetry.sdk.resources import SERVICE_INSTANCE_ID
 
+from otel_rl._sdk.lifecycle.run_lock import RUN_INFO_FILE
 from otel_rl._sdk.settings.config import resolve_config
 from otel_rl._sdk.settings.redaction import redact_url
 from otel_rl.integrations.verl_timers import step_stages
@@ -47,7 +48,7 @@ DEFAULT_STEP_SECONDS = 60.0
 # Records logged between flushes. The SDK's batch log processor holds 2048 records and drops the
 # rest, so the replay waits for the exporters well before that.
 CHUNK = 500
-_SIGNAL_FILES = (TRACES_FILE, METRICS_FILE, LOGS_FILE, "run.json")
+_SIGNAL_FILES = (TRACES_FILE, METRICS_FILE, LOGS_FILE, RUN_INFO_FILE)
 
 
 @dataclass
@@ -447,9 +448,8 @@ def _summary(result: ReplayResult, out: IO[str]) -> None:
         f"otel-rl replay: {result.path} ({result.format}, keys mapped as {result.framework or 'any framework'}): "
         f"{result.records:,} steps{span}, {result.points:,} values, {bad} malformed line{'s' if bad != 1 else ''} skipped\n"
     )
-    for line in parse_summary(parsed):
-        if not line.startswith("WARNING: "):  # the doubts were printed first, before anything was sent
-            out.write(f"  {line}\n")
+    for line in parse_summary(parsed)[len(parsed.doubts) :]:  # its doubts were printed first, before anything was sent
+        out.write(f"  {line}\n")
     if parsed.problems:
         out.write(f"  {format_problems(parsed.problems, limit=5)}\n")
         for problem in parsed.problems[:5]:
