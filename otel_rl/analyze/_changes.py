@@ -240,7 +240,18 @@ def series_changes(s: Series, interval: int) -> list[Change]:
         before, after = (10.0**la, 10.0**lb) if log else (la, lb)
         return change_size(before, after, log=log, spread=spread) >= 1.0
 
-    while len(segments) > 1 and segments[0][1] - segments[0][0] < least and not apart(segments[0], segments[1]):
+    def recurs(a: tuple[int, int], b: tuple[int, int]) -> bool:
+        """Whether the short level ``a`` comes back in 10% or more of ``b``'s raw points (isolated hits
+        of a sparse reward read as spikes there): ``a`` was not a level the run left, but the same hits."""
+        la, lb = float(np.median(y[a[0] : a[1]])), float(np.median(clean[b[0] : b[1]]))
+        near = np.abs(y[b[0] : b[1]] - la) <= 0.5 * abs(la - lb)
+        return bool(abs(la - lb) > 0 and near.mean() >= 0.1)
+
+    while (
+        len(segments) > 1
+        and segments[0][1] - segments[0][0] < least
+        and (not apart(segments[0], segments[1]) or recurs(segments[0], (segments[0][1], n)))
+    ):
         segments = [(0, segments[1][1]), *segments[2:]]
     while len(segments) > 1 and segments[-1][1] - segments[-1][0] < least and not apart(segments[-2], segments[-1]):
         segments = [*segments[:-2], (segments[-2][0], n)]

@@ -202,3 +202,11 @@ def test_corpus_precision_and_recall(capsys: pytest.CaptureFixture[str]) -> None
             print(f"| `{name}` | {e} | {f} | {n} | {t} |")
         print(f"recall {found}/{expected}, headline precision {true}/{flagged}")
     assert found == expected
+
+
+def test_a_reward_sparse_from_its_first_step_is_a_held_condition_not_a_collapse() -> None:
+    # 84 of 100 steps at 0 and isolated hits of 0.0625 / 0.125 from step 1 on (README): the first
+    # two hits are the same hits, not a level the run fell from at step 2.
+    run = run_of(SPARSE)
+    assert run.verdict.stable_text.startswith("Critical condition"), run.verdict.stable_text
+    assert "collapse" not in run.verdict.stable_text
