@@ -147,6 +147,10 @@ def verdict(
         # A condition held for most of the run is a problem, not instability: say which it is.
         held = all(p.kind == "sustained" for p in top.parts)
         lead = ("Critical condition" if held else "Unstable") if stable == "unstable" else "No critical incident"
+        # A change that ends in a condition held to the end: the steps name the change, not the condition.
+        held_share = max((p.share or 0.0 for p in top.parts if p.kind == "sustained" and not p.recovered), default=0.0)
+        if not held and held_share >= 0.5:
+            where += f", then held to the end ({held_share:.0%} of the logged steps)"
         stable_text = f"{lead}: {top.name} at {where}" + (
             f", and {others} more incident(s) ({critical - (top.severity == 'critical')} more critical)" if others else ""
         )

@@ -210,3 +210,12 @@ def test_a_reward_sparse_from_its_first_step_is_a_held_condition_not_a_collapse(
     run = run_of(SPARSE)
     assert run.verdict.stable_text.startswith("Critical condition"), run.verdict.stable_text
     assert "collapse" not in run.verdict.stable_text
+
+
+def test_a_change_that_ends_in_a_held_condition_says_so_in_the_verdict() -> None:
+    # The README: the collapse log's score sits at -1 from the collapse (steps 4-21) to the end, and
+    # the length-pinned log stays at the cap from s110 to s500: the steps of the change alone undersell it.
+    for name in (COLLAPSE, KAGGLE_PINNED):
+        text = run_of(name).verdict.stable_text
+        assert "then held to the end" in text, (name, text)
+    assert "then held" not in run_of(KL_SPIKE).verdict.stable_text  # a spike that came back
