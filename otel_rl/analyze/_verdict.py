@@ -125,11 +125,7 @@ def _validation_text(series: dict[SeriesKey, Series]) -> str | None:
     )
 
 
-def verdict(
-    series: dict[SeriesKey, Series],
-    doubts: Sequence[str],
-    incidents: Sequence[Incident],
-) -> Verdict:
+def verdict(series: dict[SeriesKey, Series], doubts: Sequence[str], incidents: Sequence[Incident]) -> Verdict:
     learned, learned_text, s, change, two_se = did_it_learn(series)
     validation = _validation_text(series)
     if validation:
