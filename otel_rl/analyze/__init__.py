@@ -126,8 +126,8 @@ report.html and report.json (plus PNG pictures) into --out:
 
 Inputs: everything otel-rl replay reads (ms-swift logging.jsonl, trainer_state.json, HF console
 output, a Kaggle notebook's JSON log, verl JSONL / console, EasyR1 experiment_log.jsonl, ROLL stdout)
-and otel-rl run folders. Each FILE is one run. Needs ruptures and matplotlib (pip install
-'otel-rl[analyze]'); --no-plots skips the pictures. How it scores on real logs it had never seen:
+and otel-rl run folders. Each FILE is one run. Its pictures need matplotlib (pip install
+'otel-rl[analyze]'); --no-plots skips them. How it scores on real logs it had never seen:
 python -m otel_rl.analyze.corpus FOLDER (benchmarks/analyze_corpus.yaml).
 """
 

@@ -1,7 +1,7 @@
 """Where one series changed, over the whole series at once: the parts an incident is made of.
 
-- **Level changes and slow climbs**: changepoints of the whole series by PELT (``ruptures``'
-  KernelCPD with a linear kernel: the L2 cost, in C; the penalty scaled to the series' own noise),
+- **Level changes and slow climbs**: changepoints of the whole series by PELT (the L2 cost, exact;
+  the penalty scaled to the series' own noise),
   after one-step spikes are set aside;
   adjacent changes in one direction are one change from where it starts to where it settles
   ("shift" when it takes a few logs, "drift" when it takes longer). Unlike a window test judged
@@ -188,24 +188,46 @@ def _flag(y: np.ndarray, log: bool, skip: np.ndarray) -> tuple[np.ndarray, np.nd
     return flagged, medians, excursion
 
 
+def pelt_l2(y: np.ndarray, penalty: float, min_size: int = 2) -> list[int]:
+    """The segment ends of the exact minimum of (sum of squared deviations from each segment's mean +
+    ``penalty`` per segment), segments of ``min_size`` points or more: PELT (Killick et al. 2012).
+
+    Written here, not taken from ruptures (whose KernelCPD with a linear kernel gives the same ends,
+    a test checks it): importing ruptures imports scipy.stats, 1.5 s of every ``analyze``."""
+    n = int(y.size)
+    if n < 2 * min_size:
+        return [n]
+    total = np.concatenate(([0.0], np.cumsum(y)))
+    squares = np.concatenate(([0.0], np.cumsum(y * y)))
+    best = np.full(n + 1, np.inf)  # best[t]: the minimum for y[:t]; best[0] pays no penalty
+    best[0] = -penalty
+    last = np.zeros(n + 1, dtype=np.int64)
+    starts = np.zeros(1, dtype=np.int64)  # where the last segment may start; pruned as PELT allows
+    for t in range(min_size, n + 1):
+        if t >= 2 * min_size:
+            starts = np.append(starts, t - min_size)
+        sums = total[t] - total[starts]
+        cost = best[starts] + (squares[t] - squares[starts]) - sums * sums / (t - starts)
+        i = int(cost.argmin())
+        best[t] = cost[i] + penalty
+        last[t] = starts[i]
+        starts = starts[cost <= best[t]]  # a start this far behind can never be best again
+    ends: list[int] = []
+    t = n
+    while t > 0:
+        ends.append(t)
+        t = int(last[t])
+    return ends[::-1]
+
+
 def _segments(y: np.ndarray, sigma: float) -> list[tuple[int, int]]:
     """[start, end) index ranges of PELT's segmentation of ``y`` (noise ``sigma``)."""
-    try:
-        import ruptures as rpt
-    except ImportError:
-        raise ImportError(
-            "otel-rl analyze finds where each series changed with ruptures (PELT): pip install 'otel-rl[analyze]' (or pip install ruptures)"
-        ) from None
-
     n = y.size
     with np.errstate(over="ignore", invalid="ignore"):
         scaled = (y - float(np.median(y))) / sigma
     if not bool(np.isfinite(scaled).all()):
         return [(0, n)]  # values at the edge of floating point (+-1e308): no level to compare
-    # KernelCPD with a linear kernel is PELT with the L2 cost, in ruptures' C code (Pelt is pure Python:
-    # 20 s for a 2,000-point series against a few milliseconds).
-    algo = rpt.KernelCPD(kernel="linear", min_size=2).fit(scaled.reshape(-1, 1))
-    ends = [int(e) for e in algo.predict(pen=PENALTY * math.log(n)) or [n]]
+    ends = pelt_l2(scaled, PENALTY * math.log(n))
     # The first logged point alone is a level when it is far (MIN_Z noise deviations) from the next
     # points, which agree with each other: a collapse right after it starts at the second point.
     if n >= 4 and ends and ends[0] == 2:

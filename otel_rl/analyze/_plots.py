@@ -35,6 +35,16 @@ def _pyplot() -> Any:
     return plt
 
 
+def _log_axis(ax: Any) -> None:
+    """A log-scale y axis labelled in plain numbers (1e-05, 0.1, 100), no minor ticks: matplotlib's
+    default typesets each label as math and draws ~8 minor ticks a decade, most of a picture's cost."""
+    from matplotlib.ticker import FuncFormatter, NullLocator
+
+    ax.set_yscale("log")
+    ax.yaxis.set_minor_locator(NullLocator())
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _pos: f"{value:g}"))
+
+
 def slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "_", text).strip("_").lower() or "series"
 
@@ -49,7 +59,7 @@ def plot_series(series: Series, findings: list[Finding], path: Path, *, title: s
         ax.plot(steps[finite], x[finite], color="#333333", linewidth=1.0)
         positive = x[finite][x[finite] > 0]
         if positive.size == finite.sum() and positive.size > 2 and positive.max() / positive.min() > 1e3:
-            ax.set_yscale("log")  # an explosion of several orders of magnitude would flatten the rest
+            _log_axis(ax)  # an explosion of several orders of magnitude would flatten the rest
         seen: set[str] = set()
         for f in findings:
             colour = _KIND_COLOURS.get(f.kind, "#000000")
@@ -73,7 +83,8 @@ def plot_series(series: Series, findings: list[Finding], path: Path, *, title: s
             ax.axvspan(lo - 0.5, hi + 0.5, color=colour, alpha=0.25, label=label)
             if np.isfinite(f.peak_value):
                 ax.plot([f.peak_step], [f.peak_value], marker="o", markersize=4, color=colour)
-        ax.set_title(title or series.label, fontsize=9, loc="left")
+        # A fixed title height: matplotlib's automatic one measures every tick label (~0.2 s a picture).
+        ax.set_title(title or series.label, fontsize=9, loc="left", y=1.0)
         ax.set_xlabel("step", fontsize=8)
         ax.tick_params(labelsize=7)
         if seen:
@@ -118,7 +129,7 @@ def plot_incident(series: dict[str, Series], incident: Any, path: Path, *, limit
             ax.plot(steps[finite], x[finite], color="#333333", linewidth=1.0)
             positive = x[finite][x[finite] > 0]
             if positive.size == finite.sum() and positive.size > 2 and positive.max() / positive.min() > 1e2:
-                ax.set_yscale("log")
+                _log_axis(ax)
             mine = [p for p in incident.parts if p.series == label]
             for part in mine:
                 if part.kind == "spike":
@@ -135,7 +146,7 @@ def plot_incident(series: dict[str, Series], incident: Any, path: Path, *, limit
                 value, what = limits[label]
                 ax.axhline(value, color="#c62828", linestyle=":", linewidth=1.2)
                 ax.annotate(what, (0.995, value), xycoords=("axes fraction", "data"), ha="right", va="bottom", fontsize=7, color="#c62828")
-            ax.set_title(f"{label}  ({series[label].metric})", fontsize=8, loc="left")
+            ax.set_title(f"{label}  ({series[label].metric})", fontsize=8, loc="left", y=1.0)
             ax.tick_params(labelsize=7)
         axes[-1, 0].set_xlabel("step", fontsize=8)
         fig.suptitle(incident.name, fontsize=9, x=0.01, ha="left", color=colour)
