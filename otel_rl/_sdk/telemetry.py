@@ -173,6 +173,7 @@ class Telemetry(SampleLogging):
         light = [self._light_spans] if self._light_spans is not None else []
         self._pipeline.file_exports = [*light, *self._providers.file_exports]
         self._pipeline.events_exported = self._providers.events_exported
+        self._providers.on_bad_text = self._pipeline.bad_text  # a text UTF-8 cannot encode in a span: said once, counted
         for queued in self._pipeline.file_exports:
             queued.wake = self._pipeline.wake_soon
         # The run folder's events are queued for the worker; its direct lines follow them in order.

@@ -91,7 +91,8 @@ class _JsonLinesFile:
             if parent:
                 os.makedirs(parent, exist_ok=True)
             # newline="\n": no "\r\n" translation on any platform; one record per "\n".
-            self._file = open(self.path, "a", encoding="utf-8", newline="\n")  # noqa: SIM115
+            # errors=: a text UTF-8 cannot encode that got past the worker costs its own characters, not the batch
+            self._file = open(self.path, "a", encoding="utf-8", errors="backslashreplace", newline="\n")  # noqa: SIM115
             if _ends_torn(self.path):
                 # A crashed writer left a torn last line: end it, so our first line stays whole
                 # (the reader then reports the torn line alone instead of losing our batch too).

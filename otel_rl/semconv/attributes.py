@@ -450,7 +450,7 @@ Type: enum. Values: spool_full, backend_rejected, series_limit, queue_full, shut
 RL_TELEMETRY_REASON: Final = "rl.telemetry.reason"
 """Why otel-rl rejected a value.
 
-Type: enum. Values: nan, inf, none, non_numeric, multi_element, bad_key, unmapped_overflow, exporter_error, out_of_range, negative. Examples: nan, unmapped_overflow."""
+Type: enum. Values: nan, inf, none, non_numeric, multi_element, bad_key, unmapped_overflow, exporter_error, out_of_range, negative, not_utf8. Examples: nan, unmapped_overflow."""
 
 RL_TELEMETRY_SIGNAL: Final = "rl.telemetry.signal"
 """The OpenTelemetry signal an item belongs to.
@@ -1052,6 +1052,9 @@ class RlTelemetryReasonValues(str, Enum):
 
     NEGATIVE = 'negative'
     """A count that cannot be negative (an agent turn's tokens) was; it was left out."""
+
+    NOT_UTF8 = 'not_utf8'
+    """A text (a key, an attribute's name or value, an event's text, a sample id) held characters UTF-8 cannot encode (lone surrogates, as surrogateescape decoding makes); it was written with them escaped (\\udcff) and everything else kept."""
 
 
 class RlTelemetrySignalValues(str, Enum):

@@ -21,7 +21,7 @@ from opentelemetry.sdk.environment_variables import OTEL_BLRP_MAX_EXPORT_BATCH_S
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult, MetricsData, PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import SpanLimits, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace import Event, ReadableSpan, SpanLimits, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
@@ -41,6 +41,7 @@ from otel_rl._sdk.otlp.sdk_compat import (
 )
 from otel_rl._sdk.otlp.settings import check_otlp_environment, resolve_otlp_settings, sdk_exporter
 from otel_rl._sdk.pipeline.aggregation import BulkHistograms, LatestValues, MergingMetricExporter, SeriesGuard, StampedPoints
+from otel_rl._sdk.pipeline.utf8 import OnBadText, clean_mapping, clean_text, encodes, plain_ascii
 from otel_rl._sdk.settings.config import TelemetryConfig
 from otel_rl._sdk.settings.redaction import redact_library_logs, redact_url
 from otel_rl._sdk.spool.exporters import SpoolingLogExporter, SpoolingMetricExporter, SpoolingSpanExporter
@@ -80,12 +81,16 @@ class Providers:
     events_exported: bool = True
     # The limits of the tracer provider otel-rl built (spans built past the SDK apply them); None for one handed in.
     span_limits: SpanLimits | None = None
+    # Told of each text UTF-8 cannot encode in a span (the telemetry worker's ``bad_text``): said once, counted.
+    on_bad_text: OnBadText | None = None
 
     def end_spans(self, spans: Sequence[Any]) -> None:
         """Hand finished spans built without the SDK's span objects (``ReadableSpan``s, e.g. the
         kept trajectories of a step) to otel-rl's span processors, as the SDK does when a span ends:
         every destination (run folder, OTLP, spool) gets them in the same encoding. A tracer
         provider handed in by the caller keeps its own other processors out of this."""
+        if self.on_bad_text is not None:
+            spans = [utf8_span(span, self.on_bad_text) for span in spans]
         for processor in self.span_processors:
             on_end_all = getattr(processor, "on_end_all", None)
             if on_end_all is not None:  # the run folder's: one export for the batch
@@ -482,3 +487,32 @@ def _spooled(spool: Spool, exporters: tuple[Any, MetricExporter, Any]) -> tuple[
         SpoolingMetricExporter(spool, metric_exporter),
         SpoolingLogExporter(spool, log_exporter),
     ), spool
+
+
+def utf8_span(span: ReadableSpan, on_bad: OnBadText) -> ReadableSpan:
+    """``span`` itself, or a copy with each text UTF-8 cannot encode escaped (a sample id from a file
+    name): the encoders of every destination would otherwise fail the whole batch it is in."""
+    if not span.events and span.name.isascii() and plain_ascii(span.attributes):
+        return span  # nearly every span: one pass over its attributes
+    where = f"the {span.name} span's attribute"
+    attributes = clean_mapping(span.attributes or {}, where, on_bad)
+    events = [(event, clean_mapping(event.attributes or {}, where, on_bad)) for event in span.events]
+    if attributes is None and encodes(span.name) and all(fixed is None and encodes(e.name) for e, fixed in events):
+        return span
+    return ReadableSpan(
+        name=clean_text(span.name, "a span's name", on_bad),
+        context=span.context,
+        parent=span.parent,
+        resource=span.resource,
+        attributes=attributes if attributes is not None else span.attributes,
+        events=[
+            Event(clean_text(e.name, "an event's name", on_bad), fixed if fixed is not None else e.attributes, e.timestamp)
+            for e, fixed in events
+        ],
+        links=span.links,
+        kind=span.kind,
+        status=span.status,
+        start_time=span.start_time,
+        end_time=span.end_time,
+        instrumentation_scope=span.instrumentation_scope,
+    )

@@ -2,5 +2,5 @@
 it (``worker``), the items and what a drop costs (``backlog``), a key set's plan and packed steps
 (``step_plan``), values as events carry them (``values``), latest values and histograms
 (``aggregation``), rollout samples (``samples``), goodput (``goodput``), refused input said once
-(``refusals``) and the exit summary (``summary``). May import ``settings`` and ``keys``.
+(``refusals``), text UTF-8 cannot encode made safe (``utf8``) and the exit summary (``summary``). May import ``settings`` and ``keys``.
 """

@@ -30,6 +30,7 @@ from otel_rl._sdk.pipeline.backlog import ADD, CALL, LOG, LOG_PACKED, RECORD, ST
 from otel_rl._sdk.pipeline.goodput import StageInterval, StepGoodput
 from otel_rl._sdk.pipeline.step_plan import PLAN_TRIES, STEP_PLANS, UNPLANNED, KeyPlans, KeySets, Plan, StepPlan, surely_finite
 from otel_rl._sdk.pipeline.summary import HEADLINE_LABELS
+from otel_rl._sdk.pipeline.utf8 import bad_text_message, clean_mapping, clean_pairs, clean_text, encodes
 
 # Rejected and to_number are imported from here too (the analyzers coerce values as the worker does).
 from otel_rl._sdk.pipeline.values import MAX_NESTING, Rejected, event_value, key_text, resolved_number, step_numbers, to_array, to_number
@@ -46,6 +47,7 @@ logger = logging.getLogger("otel_rl")
 __all__ = ["ADD", "CALL", "LOG", "LOG_PACKED", "RECORD", "STAGE", "STEP_END", "Pipeline", "Rejected", "now_ns", "to_number"]
 _REASONS = A.RlTelemetryReasonValues
 _UNMAPPED_OVERFLOW = ((A.RL_TELEMETRY_REASON, _REASONS.UNMAPPED_OVERFLOW.value),)
+_NOT_UTF8 = ((A.RL_TELEMETRY_REASON, _REASONS.NOT_UTF8.value),)
 REPORTED_KEYS = 1000  # distinct (key, problem) pairs named one by one; past them, one summary line a minute
 _DEADLINE_CHECK = 255  # a long log() checks the shutdown deadline once per this many keys (plus one)
 
@@ -261,6 +263,11 @@ class Pipeline:
             f"otel-rl: value of {key!r} is {reason}{what}; it stays in the step's event but is not exported as a metric (reported once per key)",
         )
 
+    def bad_text(self, where: str, text: str) -> None:
+        """A text UTF-8 cannot encode (``text``: already escaped), written escaped: said once, counted."""
+        self._latest.add(M.RL_TELEMETRY_REJECTED, _NOT_UTF8, 1)
+        self.report_once(text, _REASONS.NOT_UTF8.value, bad_text_message(where, text))
+
     # -- processing ---------------------------------------------------------------------------
     def _process(self, item: tuple) -> None:
         kind = item[0]
@@ -441,6 +448,8 @@ class Pipeline:
                 body[text] = event_value(raw)
                 self.reject(text, _REASONS.BAD_KEY.value, f"a {type(key).__name__} key")
                 continue
+            if not key.isascii() and not encodes(key):  # a file name read with surrogateescape: its value still counts
+                key = clean_text(key, "the key", self.bad_text)
             if isinstance(raw, Mapping):  # nested dicts flatten into framework-style "a/b" keys
                 try:
                     if key.count("/") > MAX_NESTING:
@@ -503,8 +512,12 @@ class Pipeline:
         if not self.events_exported:
             return
         self._sdk_events = True
-        if self.text_policy is not None and not plain:
-            body = self.text_policy(body)
+        if not plain:
+            body = clean_mapping(body, f"the {name} event's", self.bad_text) or body
+            if self.text_policy is not None:
+                body = self.text_policy(body)
+        if attributes:
+            attributes = clean_mapping(attributes, f"the {name} event's attribute", self.bad_text) or attributes
         time_ns = time_ns or now_ns()
         ctx = trace.set_span_in_context(trace.NonRecordingSpan(span_context)) if span_context is not None else Context()
         self._event_logger.emit(
@@ -522,6 +535,7 @@ class Pipeline:
         if mdef is None:
             self.reject(metric, _REASONS.BAD_KEY.value, "not a registry metric name")
             return
+        attrs = clean_pairs(attrs, f"{metric}'s attribute", self.bad_text)
         if mdef.instrument != "histogram":
             try:
                 value = to_number(raw)
@@ -559,10 +573,11 @@ class Pipeline:
             self.goodput.add_stage(interval)
         measured = self._span_measured.setdefault(step, set())
         for attrs, seconds in durations:
+            attrs = clean_pairs(attrs, "a stage's attribute", self.bad_text)
             self._histograms.record(M.RL_STAGE_DURATION, seconds, attrs)
             measured.add((M.RL_STAGE_DURATION, attrs))
         for metric, attrs, value in gauges:
-            self._latest.set(metric, attrs, value)
+            self._latest.set(metric, clean_pairs(attrs, f"{metric}'s attribute", self.bad_text), value)
 
     def _process_step_end(self, step: int, seconds: float, start: float | None = None) -> None:
         self._histograms.record(M.RL_STEP_DURATION, seconds, ())
