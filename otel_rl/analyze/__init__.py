@@ -125,8 +125,8 @@ report.html and report.json (plus PNG pictures) into --out:
   the values prove: loss = c x KL), and advice given only from what the report alarms on.
 
 Inputs: everything otel-rl replay reads (ms-swift logging.jsonl, trainer_state.json, HF console
-output, a Kaggle notebook's JSON log, verl JSONL / console, EasyR1 experiment_log.jsonl, ROLL stdout)
-and otel-rl run folders. Each FILE is one run. Its pictures need matplotlib (pip install
+output, a Kaggle notebook's JSON log, a Jupyter notebook's Trainer table, verl JSONL / console,
+EasyR1 experiment_log.jsonl, ROLL stdout) and otel-rl run folders. Each FILE is one run. Its pictures need matplotlib (pip install
 'otel-rl[analyze]'); --no-plots skips them. How it scores on real logs it had never seen:
 python -m otel_rl.analyze.corpus FOLDER (benchmarks/analyze_corpus.yaml).
 """

@@ -36,6 +36,7 @@ import yaml
 
 from otel_rl.analyze._incident import RUN_END
 from otel_rl.analyze._incidents import NONFINITE, Incident
+from otel_rl.replay import FormatError
 from otel_rl.semconv import metrics as M
 
 DEFAULT_TABLE = Path(__file__).resolve().parents[2] / "benchmarks" / "analyze_corpus.yaml"
@@ -252,8 +253,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         path = find_log(entry, args.folders)
         if path is None:
             continue
-        (run,) = analyze([path], plots=False)
-        result = score(run, entry)
+        try:
+            (run,) = analyze([path], plots=False)
+            result = score(run, entry)
+        except FormatError as exc:  # a log analyze cannot read at all fails, named, like any other
+            result = Score(entry.file, False, [f"not read: {exc}"], "not read")
         rows.append(result)
         record = {**result.as_dict(), "code": version, "date": today}
         if args.write:

@@ -72,6 +72,8 @@ _FINISH_MARKERS = (
 )
 # A progress bar at its total ("700/700"), not tqdm's rounded "100%" at 697/700.
 _BAR_DONE_RE = re.compile(r"\|\s*(\d+)/(\d+)\s*\[")
+# transformers' notebook display: "[250/250 15:26, Epoch 0/1]" (the text beside its HTML bar).
+_NOTEBOOK_BAR_RE = re.compile(r"^\[\s*(\d+)/(\d+)\s")
 
 
 @dataclass
@@ -124,7 +126,7 @@ def _better(name: str, than: str) -> bool:
 
 
 def _bar_done(line: str) -> bool:
-    m = _BAR_DONE_RE.search(line) if "/" in line and "[" in line else None
+    m = (_BAR_DONE_RE.search(line) or _NOTEBOOK_BAR_RE.match(line)) if "/" in line and "[" in line else None
     return m is not None and m.group(1) == m.group(2) and int(m.group(2)) > 1
 
 

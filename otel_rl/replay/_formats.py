@@ -17,6 +17,9 @@ Formats (``FORMATS``), each read exactly as its framework writes it:
   verl) or ``pprint.pformat`` text such as ``np.float64(0.123)``.
 - ``roll-stdout``: ROLL's stdout tracker (``metrics_tag: {"step": N, "metrics": {...}}`` after the
   logger's prefix, which may hold a timestamp).
+- ``hf-notebook``: a Jupyter notebook (``.ipynb``) of a Trainer run: the Step table transformers'
+  notebook display draws, its progress text for the planned total, and its code cells' outputs for
+  how the run ended (``_notebook``). A notebook without that table is read as its console.
 - ``otel-rl``: an otel-rl run folder (or its ``logs.jsonl``): the ``rl.log`` events.
 
 Every reader skips a malformed line, records it as a :class:`Problem` (file, 1-based line,
@@ -51,6 +54,7 @@ from otel_rl.replay._log import (
     short,
     timestamp_clock,
 )
+from otel_rl.replay._notebook import is_notebook, notebook_console, read_notebook_table
 from otel_rl.replay._settings import apply_settings, hf_settings
 from otel_rl.replay._verl import is_easyr1_row, is_step_line, read_easyr1_jsonl, read_verl_console, read_verl_jsonl
 from otel_rl.runs.folder import LOGS_FILE, Problem, read_log_records
@@ -67,6 +71,7 @@ FRAMEWORK_OF: dict[str, str | None] = {
     "hf-console": "trl",
     "verl-jsonl": "verl",
     "easyr1-jsonl": "verl",  # a verl fork: verl's metric keys, nested
+    "hf-notebook": "trl",  # a Jupyter notebook's Trainer table (transformers' notebook display)
     "verl-console": "verl",
     "roll-stdout": "roll",
     "otel-rl": None,  # the run's own rl.framework resource attribute says
@@ -296,6 +301,7 @@ _READERS: dict[str, Callable[[Path, str, ParsedLog], None]] = {
     "easyr1-jsonl": read_easyr1_jsonl,
     "verl-console": read_verl_console,
     "roll-stdout": _read_roll_stdout,
+    "hf-notebook": read_notebook_table,
 }
 # What one line is worth as evidence of a format. A verl `step:N - key:value` line, a ROLL
 # metrics_tag line or a framework's JSON row is unmistakable; a `{'key': value}` line may be a
@@ -420,11 +426,20 @@ def parse_file(path: str | os.PathLike[str], format: str = "auto", *, segment: i
     _require_regular(p)  # before any read: a FIFO would block for ever, /dev/zero never end
     # A notebook's log wraps the console in JSON: the format is that of its stdout, so it is read first.
     notebook = None
-    if p.is_file() and _head(p, _HEAD_BYTES).lstrip().startswith(_NOTEBOOK_STREAM):
+    table = False  # a Jupyter notebook's Trainer table: its own format
+    head = _head(p, _HEAD_BYTES) if p.is_file() else ""
+    if head.lstrip().startswith(_NOTEBOOK_STREAM):
         raw, long_lines = read_bounded(p)
         notebook = _notebook_stdout(raw.decode("utf-8", "replace"))
+    elif head and is_notebook(p, head):
+        raw, long_lines = read_bounded(p)
+        found = notebook_console(raw.decode("utf-8", "replace"))
+        if found is not None:
+            notebook, table = found[:2], found[2]
     if format != "auto":
         fmt = format
+    elif table:
+        fmt = "hf-notebook"
     else:
         fmt = detect_format(p, head=notebook[0][:_DETECT_BYTES]) if notebook is not None else detect_format(p)
     if fmt not in FRAMEWORK_OF:

@@ -243,5 +243,74 @@ def test_only_lines_of_exactly_4096_characters_are_cut_by_wandb(tmp_path):
     assert "val-core/a/reward/mean@4" not in by_step[2] and parsed.truncated_steps == [2]
 
 
+def _notebook(rows: int, planned: int, *, finished: bool, example_table: bool = True) -> str:
+    """A saved notebook in the shape Colab writes: a markdown cell with an example table (another
+    run's numbers), the trainer's banner as a stream, transformers' notebook display (a progress bar
+    with its [N/M ...] text and the Step table, as display_data HTML) and, when the run finished,
+    the TrainOutput result."""
+    head = "<tr><th>Step</th><th>Training Loss</th><th>reward</th><th>kl</th><th>rewards / correctness_reward_func</th></tr>"
+    body = "".join(
+        f"<tr><td>{s}</td><td>{0.001 * s:.6f}</td><td>{s / rows:.6f}</td><td>{0.01 * s:.6f}</td><td>{'No log' if s == 2 else f'{s / rows:.6f}'}</td></tr>"
+        for s in range(1, rows + 1)
+    )
+    html = (
+        f"<div><progress value='{rows}' max='{planned}'></progress>\n [{rows:>3}/{planned} 54:58 < 2:25:31, 0.02 it/s, Epoch 0.06/1]</div>"
+        f'<table border="1" class="dataframe"><thead>{head}</thead><tbody>{body}</tbody></table><p>'
+    )
+    outputs: list[dict] = [
+        {"output_type": "stream", "name": "stdout", "text": ["==((====))==  Unsloth\n", f"   Total steps = {planned}\n"]},
+        {
+            "output_type": "display_data",
+            "data": {"text/html": [html], "text/plain": ["<IPython.core.display.HTML object>"]},
+            "metadata": {},
+        },
+    ]
+    if finished:
+        outputs.append(
+            {
+                "output_type": "execute_result",
+                "execution_count": 9,
+                "metadata": {},
+                "data": {"text/plain": [f"TrainOutput(global_step={rows}, training_loss=0.004, metrics={{'train_runtime': 942.6}})"]},
+            }
+        )
+    cells = [{"cell_type": "code", "source": ["trainer.train()"], "outputs": outputs, "metadata": {}, "execution_count": 9}]
+    if example_table:
+        example = "| Step | Training Loss | reward |\n|---|---|---|\n| 1 | 0.000000 | 0.125000 |\n"
+        cells.insert(0, {"cell_type": "markdown", "source": [example], "metadata": {}})
+    return json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 0}, indent=1)
+
+
+def test_a_jupyter_notebooks_trainer_table_is_read_with_its_steps_and_planned_total(tmp_path):
+    parsed = parse_file(write(tmp_path, "grpo.ipynb", _notebook(68, 250, finished=False)))
+    assert parsed.format == "hf-notebook" and parsed.framework == "trl"
+    assert [r.step for r in parsed.records] == list(range(1, 69)) and not parsed.doubts
+    first, second = parsed.records[0].values, parsed.records[1].values
+    assert first == {"loss": 0.001, "reward": 0.014706, "kl": 0.01, "rewards/correctness_reward_func": 0.014706}
+    assert "rewards/correctness_reward_func" not in second  # "No log": not logged at that step
+    assert parsed.settings["max_steps"] == 250 and "progress display" in parsed.setting_sources["max_steps"]
+    assert parsed.ending.status == "stopped" and parsed.ending.step == 68
+    finished = parse_file(write(tmp_path, "done.ipynb", _notebook(250, 250, finished=True)))
+    assert finished.ending.status == "finished" and len(finished.records) == 250
+
+
+def test_a_notebook_without_a_trainer_table_is_read_as_its_console(tmp_path):
+    lines = "".join(f"{{'loss': 0.1, 'reward': {s / 10}, 'epoch': {s / 100}}}\n" for s in range(1, 21))
+    cell = {"cell_type": "code", "source": [], "metadata": {}, "outputs": [{"output_type": "stream", "name": "stdout", "text": [lines]}]}
+    path = write(tmp_path, "run.ipynb", json.dumps({"cells": [cell], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    parsed = parse_file(path)
+    assert parsed.format == "hf-console" and len(parsed.records) == 20
+
+
 def test_every_format_is_covered_here():
-    assert set(FORMATS) == {"swift", "trl-state", "hf-console", "verl-jsonl", "easyr1-jsonl", "verl-console", "roll-stdout", "otel-rl"}
+    assert set(FORMATS) == {
+        "swift",
+        "trl-state",
+        "hf-console",
+        "verl-jsonl",
+        "easyr1-jsonl",
+        "hf-notebook",
+        "verl-console",
+        "roll-stdout",
+        "otel-rl",
+    }
