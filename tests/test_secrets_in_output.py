@@ -219,3 +219,40 @@ def test_redact_text_removes_user_and_password_before_a_host_without_a_scheme() 
     line = "errors resolving user:PASSWORDSECRET@127.0.0.1:9: lookup failed for user:PASSWORDSECRET@127.0.0.1:9"
     assert redact_text(line) == "errors resolving 127.0.0.1:9: lookup failed for 127.0.0.1:9"
     assert redact_text("write to a@b.com") == "write to a@b.com"  # no password: left as it is
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        'Authorization="Bearer HEADERSECRET"',  # a quote
+        "Authorization=Bearer\\HEADERSECRET",  # a backslash
+        "Authorization=Bearer HEADERSECRET;x",  # a semicolon
+        "Authorization=Bearer HEADERSECRÉT",  # non-ASCII
+        "x-team=ml,Bearer HEADERSECRET",  # an entry with no name
+    ],
+)
+@pytest.mark.parametrize("variable", ["OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS"])
+def test_a_header_the_variable_cannot_carry_is_refused_at_init_naming_its_key_only(monkeypatch, caplog, tmp_path, value, variable) -> None:
+    """The SDK's own parser logs such an entry whole ("Header format invalid! ... Bearer S3cret", six
+    times) and sends no Authorization at all; otel-rl refuses it at init(), naming the header."""
+    monkeypatch.setenv(variable, value)
+    caplog.set_level(logging.DEBUG)
+    with pytest.raises(ValueError) as raised:
+        otel_rl.init(run_dir=str(tmp_path / "run"), exporters="otlp", endpoint=f"http://127.0.0.1:{closed_port()}", console=False)
+    message = str(raised.value)
+    assert variable in message and "HEADERSECRET" not in message and "HEADERSECR" not in message
+    assert ("'Authorization'" in message) or ("entry 2 of 2 is not name=value" in message), message
+    assert not [r.getMessage() for r in caplog.records if "SECR" in r.getMessage()]
+
+
+def test_a_url_encoded_header_reaches_the_collector(monkeypatch, tmp_path) -> None:
+    from otlp_sink import OtlpSink
+
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "Authorization=Bearer%20%22HEADERSECRET%22, x-team = ml")
+    with OtlpSink(require_header=("authorization", 'Bearer "HEADERSECRET"')) as sink:
+        tel = otel_rl.init(run_dir=str(tmp_path / "run"), exporters="otlp", endpoint=sink.endpoint, console=False, spool_max_bytes=0)
+        tel.log({"actor/entropy": 0.5}, step=1)
+        tel.shutdown()
+        received = sink.received
+    assert received.headers and all(h.get("authorization") == 'Bearer "HEADERSECRET"' and h.get("x-team") == "ml" for h in received.headers)
+    assert received.logs, "nothing arrived"

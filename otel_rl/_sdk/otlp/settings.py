@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from otel_rl._sdk.otlp.sdk_compat import installed_exporter_version, otlp_log_exporter_class
 from otel_rl._sdk.settings.redaction import redact_url
@@ -108,11 +108,39 @@ def resolve_otlp_settings(protocol: str, endpoint: str | None, signal: str, envi
 
 
 def _parse_headers(text: str | None) -> dict[str, str]:
-    if not text:
-        return {}
-    from opentelemetry.util.re import parse_env_headers
+    """``name=value,...`` as the SDK reads it (names lower-cased, URL-encoded values decoded), without
+    the SDK's parser: it logs an entry it cannot read whole, credential included. A bad entry is left
+    out here; ``check_otlp_environment`` refuses it at ``init()``, naming its header only."""
+    headers: dict[str, str] = {}
+    for entry in (text or "").split(","):
+        if entry.strip() and header_problem(entry) is None:
+            name, value = entry.split("=", 1)
+            headers[unquote(name).strip().lower()] = unquote(value.strip())
+    return headers
 
-    return dict(parse_env_headers(text, liberal=True))
+
+_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an HTTP token (RFC 9110)
+# A header value as OTEL_EXPORTER_OTLP_HEADERS may carry it (W3C Baggage's value octets, and spaces,
+# as the SDK's liberal reading allows): no quote, comma, semicolon, backslash, control or non-ASCII
+# character. Those are written URL-encoded (%22, %3B, %5C, UTF-8 bytes as %XX).
+_HEADER_VALUE = re.compile(r"^[\x20\x21\x23-\x2b\x2d-\x3a\x3c-\x5b\x5d-\x7e]*$")
+
+
+def header_problem(entry: str) -> str | None:
+    """What is wrong with one ``name=value`` entry of OTEL_EXPORTER_OTLP_*HEADERS, naming at most its
+    header's name (never the value: it usually is a credential); None when it is sound."""
+    if "=" not in entry:
+        return "is not name=value"
+    name, value = entry.split("=", 1)
+    name = name.strip()
+    if not _HEADER_NAME.match(name):
+        return "has a name that is not an HTTP header name"
+    if not _HEADER_VALUE.match(value.strip()):
+        return (
+            f"(header {name!r}) has a value with a character this variable cannot carry as it is (a quote, ';', a "
+            "backslash, a control or non-ASCII character): URL-encode it (a quote is %22, a space may stay or be %20)"
+        )
+    return None
 
 
 def _timeout(text: str | None) -> float:
@@ -319,7 +347,6 @@ def _read_pem(path: str | None) -> bytes | None:
 # -- checking the environment ---------------------------------------------------------------------
 
 _SIGNAL_WORDS = ("TRACES", "METRICS", "LOGS")
-_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an HTTP token (RFC 9110)
 
 
 def check_otlp_environment(protocol: str, endpoint: str | None, environ: Any = None) -> None:
@@ -360,13 +387,13 @@ def check_otlp_environment(protocol: str, endpoint: str | None, environ: Any = N
         if not value:
             continue
         entries = [e for e in value.split(",") if e.strip()]
-        bad = [i for i, e in enumerate(entries, 1) if "=" not in e or not _HEADER_NAME.match(e.split("=", 1)[0].strip())]
-        if bad:
-            problems.append(
-                f"{name}: entr{'y' if len(bad) == 1 else 'ies'} {', '.join(map(str, bad))} of {len(entries)} "
-                f"{'is' if len(bad) == 1 else 'are'} not name=value (the value is not shown: it may hold a "
-                f"credential); write name1=value1,name2=value2 with each value URL-encoded"
-            )
+        for number, entry in enumerate(entries, 1):
+            problem = header_problem(entry)
+            if problem is not None:
+                problems.append(
+                    f"{name}: entry {number} of {len(entries)} {problem} (the value is not shown: it may hold a "
+                    "credential); write name1=value1,name2=value2 with each value URL-encoded"
+                )
     for suffix, what in (
         ("CERTIFICATE", "the PEM file of the CA that signed the collector's certificate"),
         ("CLIENT_CERTIFICATE", "this client's PEM certificate (mTLS)"),
