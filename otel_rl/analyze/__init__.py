@@ -26,6 +26,7 @@ from otel_rl.analyze._run import RunAnalysis, analyze_parsed, key_series
 from otel_rl.detect.detectors import DetectorConfig, default_rules_yaml, load_rules
 from otel_rl.replay import FORMATS, FormatError, parse_file, parse_summary
 from otel_rl.replay.progress import Progress
+from otel_rl.runs.out_path import out_dir_problem, write_error
 
 __all__ = ["RunAnalysis", "add_cli", "analyze"]
 
@@ -182,6 +183,9 @@ def run_cli(args: argparse.Namespace) -> int:
     if args.window < 5 or args.z <= 0:
         print("otel-rl analyze: --window must be >= 5 and --z positive", file=sys.stderr)
         return 2
+    if (problem := out_dir_problem(args.out, args.files)) is not None:
+        print(f"otel-rl analyze: {problem}", file=sys.stderr)
+        return 2
     cfg = DetectorConfig(z=args.z, window=args.window)
     try:
         runs = analyze(
@@ -197,6 +201,10 @@ def run_cli(args: argparse.Namespace) -> int:
     except (FileNotFoundError, FormatError, ValueError, ImportError) as exc:
         print(f"otel-rl analyze: {exc}", file=sys.stderr)
         return 1
+    except OSError as exc:  # a log unreadable, or the reports unwritable (a full disk, a folder that went away)
+        read = exc.filename is not None and not str(exc.filename).startswith(str(args.out))
+        print(f"otel-rl analyze: {f'cannot read {exc.filename}: {exc.strerror}' if read else write_error(args.out, exc)}", file=sys.stderr)
+        return 2
     for run in runs:
         counts = {s: sum(1 for i in run.incidents if i.severity == s) for s in ("critical", "warning")}
         print(

@@ -23,6 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from otel_rl.runs.folder import format_problems
+    from otel_rl.runs.out_path import out_file_problem, write_error
     from otel_rl.runs.step_export import PARQUET_HINT, write_csv, write_parquet
     from otel_rl.runs.steps import read_step_rows
 
@@ -32,6 +33,9 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if args.format == "parquet" and not args.out:
         print("otel-rl export: --format parquet writes a file: give --out FILE", file=sys.stderr)
+        return 2
+    if args.out and (problem := out_file_problem(args.out, [run_dir])) is not None:
+        print(f"otel-rl export: {problem}", file=sys.stderr)
         return 2
     try:
         rows = read_step_rows(run_dir, args.run_id)
@@ -50,18 +54,21 @@ def run(args: argparse.Namespace) -> int:
     if not rows:
         print(f"otel-rl export: no steps in {run_dir} (no rl.log events with a step in logs.jsonl)", file=sys.stderr)
         return 1
-    if args.format == "parquet":
-        try:
-            count = write_parquet(rows, args.out)
-        except ImportError:
-            print(f"otel-rl export: --format parquet needs pyarrow: {PARQUET_HINT}", file=sys.stderr)
-            return 2
-    elif args.out:
-        with open(args.out, "w", newline="", encoding="utf-8") as out:
-            count = write_csv(rows, out)
-    else:
+    if not args.out:
         write_csv(rows, sys.stdout)
         return 0
+    try:
+        if args.format == "parquet":
+            count = write_parquet(rows, args.out)
+        else:
+            with open(args.out, "w", newline="", encoding="utf-8") as out:
+                count = write_csv(rows, out)
+    except ImportError:
+        print(f"otel-rl export: --format parquet needs pyarrow: {PARQUET_HINT}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"otel-rl export: {write_error(args.out, exc)}", file=sys.stderr)
+        return 2
     print(f"wrote {count} rows to {args.out}", file=sys.stderr)
     return 0
 

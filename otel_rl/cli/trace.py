@@ -90,6 +90,7 @@ def _fail(message: str, status: int) -> int:
 
 def run(args: argparse.Namespace) -> int:
     from otel_rl.runs.folder import SpanRecord, find_step_trace, format_problems, read_spans, render_waterfall
+    from otel_rl.runs.out_path import out_file_problem, write_error
 
     chrome = args.format == "chrome"
     if args.steps is not None and not chrome:
@@ -125,6 +126,8 @@ def run(args: argparse.Namespace) -> int:
     # read Jaeger. Neither: the latest run folder, else the local stack's Jaeger.
     if run_dir is None and not args.jaeger:
         run_dir = latest_run_dir()
+    if args.out and (problem := out_file_problem(args.out, [run_dir] if run_dir is not None else [])) is not None:
+        return _fail(problem, 2)
     if args.slowest is not None and run_dir is None:
         return _fail(
             "--slowest reads agent trajectories from a run folder (each is a trace of its own, which this command does not "
@@ -199,7 +202,10 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         from otel_rl.runs.jaeger_json import write_jaeger_json
 
-        write_jaeger_json(trace, args.out)
+        try:
+            write_jaeger_json(trace, args.out)
+        except OSError as exc:
+            return _fail(write_error(args.out, exc), 2)
         print(f"wrote {args.out}: Jaeger's own JSON of the trace; its UI loads it from Search > JSON File")
     return 0
 
@@ -262,6 +268,7 @@ def _write_chrome(args: argparse.Namespace, spans: Any, steps: list[int], source
     """``--format chrome``: the steps' spans, their agent trajectories (the --slowest K of each step,
     else every kept one) and any --profile as Chrome Trace Event JSON in --out."""
     from otel_rl.runs.chrome_trace import ProfileError, load_torch_profile, step_traces, to_chrome_trace, write_chrome_trace
+    from otel_rl.runs.out_path import write_error
     from otel_rl.runs.trajectories import slowest, step_trajectories
     from otel_rl.runs.waterfall import find_step_trace, format_duration
 
@@ -288,7 +295,7 @@ def _write_chrome(args: argparse.Namespace, spans: Any, steps: list[int], source
     try:
         write_chrome_trace(data, args.out)
     except OSError as exc:
-        return _fail(f"cannot write {args.out}: {exc}", 1)
+        return _fail(write_error(args.out, exc), 2)
     start, end = summary.window_ns
     what = f"step {shown[0]}" if len(shown) == 1 else f"{len(shown)} steps"
     print(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 TRACES_FILE = "traces.jsonl"
 METRICS_FILE = "metrics.jsonl"
 LOGS_FILE = "logs.jsonl"
@@ -14,3 +16,11 @@ def rank_file_name(file_name: str, rank: int | None) -> str:
         return file_name
     stem, dot, ext = file_name.rpartition(".")
     return f"{stem}.rank{rank}{dot}{ext}"
+
+
+_RUN_FILE = re.compile(r"^(?:(?:traces|metrics|logs)(?:\.rank\d+)?\.jsonl|run\.json|\.lock\.rank\d+)$")
+
+
+def is_run_file(name: str) -> bool:
+    """Whether a file of this name in a run folder is the run's own (what its writers write, its readers read)."""
+    return _RUN_FILE.match(name) is not None
