@@ -12,13 +12,17 @@ started without a shared run id each have their own), and they name the others.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from otel_rl.semconv import attributes as A
 
-__all__ = ["RunSelection", "choose_run", "run_id_of"]
+__all__ = ["GENERATED_RUN_ID", "RunSelection", "choose_run", "run_id_of"]
+
+# The run id init() makes when none is given (config.resolve_config): the date, the time, 6 hex digits.
+GENERATED_RUN_ID = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{6}$")
 
 
 def run_id_of(resource: Mapping[str, Any] | None) -> str | None:
@@ -40,6 +44,8 @@ class RunSelection:
     others: tuple[str, ...] = ()
     option: str = "--run-id"
     _label: str = field(default="", repr=False)
+    concurrent: bool = False  # other runs wrote ranks of this folder at the same time as the one read
+    per_rank_ids: tuple[str, ...] = ()  # the generated ids of ranks read as one job
 
     @property
     def run_id(self) -> str | None:
@@ -57,9 +63,20 @@ class RunSelection:
     @property
     def note(self) -> str:
         """One line naming the other runs and how to read them; empty for a folder of one run."""
+        if self.per_rank_ids and not self.others:
+            return (
+                f"the ranks of this folder carry different generated run ids ({', '.join(self.per_rank_ids[:5])}): read as one "
+                f"job's ranks; if they are separate runs, {self.option} ID reads one (set OTEL_RL_RUN_ID to one value on every "
+                "rank of a job to keep this clear)"
+            )
         if not self.others:
             return ""
         others = ", ".join(self.others[:5]) + (f" and {len(self.others) - 5} more" if len(self.others) > 5 else "")
+        if self.concurrent:
+            return (
+                f"this folder holds runs written at the same time on different ranks; reading {self._label}; the other(s): "
+                f"{others} ({self.option} ID reads one; give each run its own run_dir to keep them apart)"
+            )
         return (
             f"this folder holds runs written one after another; reading {self._label}; the other(s): {others} "
             f"({self.option} ID reads one; give each run its own run_dir to keep them apart)"
@@ -81,8 +98,16 @@ def choose_run(resources: Iterable[Mapping[str, Any] | None], wanted: str | None
             there = ", ".join(written) if written else "none (its records name no run)"
             raise LookupError(f"no run {wanted!r} in this folder; runs there: {there}")
         return RunSelection(frozenset({wanted}), tuple(r for r in written if r != wanted), option, wanted)
-    latest = {rank: list(ids)[-1] for rank, ids in by_rank.items()}
+    latest = {rank: list(ids)[-1] for rank, ids in sorted(by_rank.items())}
     read = frozenset(latest.values())
+    if len(read) > 1 and not all(GENERATED_RUN_ID.match(r) for r in read):
+        # Ranks whose latest runs were given different names are different runs (run X on rank 0 and
+        # run Y on rank 1 writing one folder at once): never rows of both as one run's ranks.
+        first = next(iter(latest.values()))
+        others = tuple(r for r in written if r != first)
+        return RunSelection(frozenset({first}), others, option, f"{first} (its ranks only)", concurrent=True)
     others = tuple(r for r in written if r not in read)
-    label = next(iter(read)) if len(read) == 1 else "the latest run of each rank (" + ", ".join(sorted(read)) + ")"
-    return RunSelection(read, others, option, label)
+    if len(read) > 1:  # one job whose ranks each made their own id (no OTEL_RL_RUN_ID shared), or runs at once
+        label = "the latest run of each rank (" + ", ".join(sorted(read)) + ")"
+        return RunSelection(read, others, option, label, per_rank_ids=tuple(sorted(read)))
+    return RunSelection(read, others, option, next(iter(read)) if read else "")

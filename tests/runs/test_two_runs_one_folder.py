@@ -86,3 +86,47 @@ def test_the_same_run_resumed_in_its_folder_is_one_run(tmp_path: Path, caplog: p
     assert not [r for r in caplog.records if "already holds run" in r.getMessage()]
     rows = read_step_rows(run_dir)
     assert rows.run.others == () and len(rows) == 2
+
+
+def _ranks_at_once(run_dir: Path, run_ids: tuple[str | None, str | None]) -> None:
+    """Two processes' telemetry writing one folder at the same time, rank 0 and rank 1, step by step."""
+    tels = [
+        otel_rl.Telemetry(
+            otel_rl.resolve_config(
+                dict(run_dir=str(run_dir), run_id=run_id, rank=rank, world_size=2, console=False, exporters="file", service_name="ranks")
+            )
+        )
+        for rank, run_id in enumerate(run_ids)
+    ]
+    try:
+        for step in range(3):
+            for rank, tel in enumerate(tels):
+                tel.log({"critic/score/mean": 10.0 * (rank + 1) + step}, step=step)
+    finally:
+        for tel in tels:
+            tel.shutdown()
+
+
+def test_two_named_runs_writing_one_folder_at_once_are_never_read_as_one(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    _ranks_at_once(run_dir, ("run-X", "run-Y"))
+    rows = read_step_rows(run_dir)
+    assert rows.run.run_id == "run-X" and rows.run.others == ("run-Y",)
+    assert [(r.step, r.rank, r.values["critic/score/mean"]) for r in rows] == [(0, 0, 10.0), (1, 0, 11.0), (2, 0, 12.0)]
+    assert "at the same time" in rows.run.note and "run-Y" in rows.run.note
+    other = read_step_rows(run_dir, "run-Y")
+    assert [(r.step, r.values["critic/score/mean"]) for r in other] == [(0, 20.0), (1, 21.0), (2, 22.0)]
+    for command in ("export", "show"):
+        rc, out, err = run_cli(command, str(run_dir))
+        assert rc == 0 and "run-Y" in err and "at the same time" in err, (command, err)
+        assert "rank" not in out.splitlines()[0 if command == "export" else 1], (command, out)  # one rank's rows: no rank column
+    exported = list(csv.DictReader(io.StringIO(run_cli("export", str(run_dir))[1])))
+    assert [float(r["critic/score/mean"]) for r in exported] == [10.0, 11.0, 12.0]
+
+
+def test_one_jobs_ranks_with_generated_ids_are_read_together_and_said_so(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    _ranks_at_once(run_dir, (None, None))
+    rows = read_step_rows(run_dir)
+    assert sorted({r.rank for r in rows}) == [0, 1] and len(rows) == 6
+    assert "different generated run ids" in rows.run.note and "OTEL_RL_RUN_ID" in rows.run.note
