@@ -431,3 +431,24 @@ def test_public_dict_holds_every_field():
     d = config.public_dict()
     assert d["service_name"] == "s"
     assert set(d) == {f for f in TelemetryConfig.__dataclass_fields__}
+
+
+@pytest.mark.parametrize("raw", ["1e30", "inf", "1e12"])
+def test_a_metric_interval_past_a_day_is_refused_not_a_dead_metrics_thread(monkeypatch, caplog, raw) -> None:
+    # 1e30 ms overflowed the reader thread's wait (a traceback, and no metric exported for the run)
+    monkeypatch.setenv("OTEL_METRIC_EXPORT_INTERVAL", raw)
+    assert resolve_config({}).metric_export_interval_s == 10.0
+    assert any("OTEL_METRIC_EXPORT_INTERVAL" in m and "a day" in m for m in _warnings(caplog))
+    with pytest.raises(ValueError, match="a day"):
+        resolve_config({"metric_export_interval_s": 1e30})
+    assert resolve_config({"metric_export_interval_s": 86_400}).metric_export_interval_s == 86_400
+
+
+@pytest.mark.parametrize("run_id", ["../../../x", "a/b", "..", ".", "a\\b"])
+def test_a_run_id_is_a_name_never_a_path_out_of_the_runs_folder(monkeypatch, caplog, run_id) -> None:
+    monkeypatch.setenv("OTEL_RL_RUN_ID", run_id)
+    config = resolve_config({})
+    assert config.run_id != run_id and Path(str(config.run_dir)).parent == Path("otel-rl-runs")
+    assert any("OTEL_RL_RUN_ID" in m and "not a path" in m for m in _warnings(caplog))
+    with pytest.raises(ValueError, match="not a path"):
+        resolve_config({"run_id": run_id})

@@ -96,7 +96,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"otel-rl demo: --slow-rank {args.slow_rank} is not one of the {args.ranks} rank(s) 0..{args.ranks - 1}", file=sys.stderr)
         return 2
     # The telemetry's one-line summary per step is the demo's progress display.
-    options = {"service_name": f"otel-rl-demo-{args.algo}", "framework": "roll", "console": not args.quiet}
+    from otel_rl.demo import demo_service
+
+    options = {**demo_service(f"otel-rl-demo-{args.algo}"), "framework": "roll", "console": not args.quiet}
     if args.out:
         options["run_dir"] = args.out
     if args.log_samples < 0:
@@ -162,8 +164,9 @@ def _run_agent(args: argparse.Namespace) -> int:
         print("otel-rl demo: --questions must be >= 1 and --log-samples >= 0", file=sys.stderr)
         return 2
     import otel_rl
+    from otel_rl.demo import demo_service
 
-    options: dict[str, Any] = {"service_name": "otel-rl-demo-agent", "framework": "roll", "console": not args.quiet}
+    options: dict[str, Any] = {**demo_service("otel-rl-demo-agent"), "framework": "roll", "console": not args.quiet}
     if args.out:
         options["run_dir"] = args.out
     if args.log_samples:

@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from otel_rl.demo._agent import AgentConfig, AgentDemoResult, run_agent_demo
-from otel_rl.demo._config import ALGOS, DemoConfig
+from otel_rl.demo._config import ALGOS, DemoConfig, demo_service
 from otel_rl.demo._run import DemoTrainer
 
-__all__ = ["AgentConfig", "AgentDemoResult", "DemoConfig", "DemoResult", "run_agent_demo", "run_demo"]
+__all__ = ["AgentConfig", "AgentDemoResult", "DemoConfig", "DemoResult", "demo_service", "run_agent_demo", "run_demo"]
 
 
 @dataclass
@@ -109,7 +109,7 @@ def run_demo(
     if own_telemetry:
         import otel_rl
 
-        options = {"service_name": f"otel-rl-demo-{algo}", "run_dir": out, "framework": "roll", **(telemetry_options or {})}
+        options = {**demo_service(f"otel-rl-demo-{algo}"), "run_dir": out, "framework": "roll", **(telemetry_options or {})}
         telemetry = otel_rl.init(**options)
     out_path = Path(out) if out is not None else _default_out(telemetry, algo)
     try:
@@ -131,7 +131,7 @@ def _run_ranks(
     from otel_rl._sdk.settings.config import resolve_config
     from otel_rl.demo._ranks import run_ranks
 
-    options = {"service_name": f"otel-rl-demo-{cfg.algo}", "framework": "roll", **(telemetry_options or {})}
+    options = {**demo_service(f"otel-rl-demo-{cfg.algo}"), "framework": "roll", **(telemetry_options or {})}
     if out is not None:
         options.setdefault("run_dir", str(out))
     resolved = resolve_config(options)  # one run id and run folder for every rank

@@ -42,6 +42,7 @@ from otel_rl.demo._agent_task import (
     make_questions,
     score_answer,
 )
+from otel_rl.demo._config import demo_service
 from otel_rl.runs.trajectories import REASON_ORDER
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import metrics as M
@@ -377,7 +378,7 @@ def run_agent_demo(
     if own:
         import otel_rl
 
-        options: dict[str, Any] = {"service_name": "otel-rl-demo-agent", "framework": "roll", **(telemetry_options or {})}
+        options: dict[str, Any] = {**demo_service("otel-rl-demo-agent"), "framework": "roll", **(telemetry_options or {})}
         if out is not None:
             options["run_dir"] = str(out)
         telemetry = otel_rl.init(**options)

@@ -3,6 +3,7 @@ the injected instability, async rollout, a slow rank) and the algorithms it can 
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 __all__ = ["ALGOS", "DemoConfig"]
@@ -77,3 +78,9 @@ class DemoConfig:
             raise ValueError("first_step must be >= 0")
         if self.max_staleness < 0:
             raise ValueError("max_staleness must be >= 0")
+
+
+def demo_service(name: str) -> dict[str, str]:
+    """The demo's service name as an init() option, unless OTEL_SERVICE_NAME names one: an option
+    given to init() wins over the environment, and the user's variable must win over the demo's name."""
+    return {} if os.environ.get("OTEL_SERVICE_NAME", "").strip() else {"service_name": name}

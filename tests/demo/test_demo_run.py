@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 
 import pytest
@@ -84,3 +85,12 @@ def test_demo_help_lists_its_options(capsys):
     out = capsys.readouterr().out
     for option in ("--steps", "--algo", "--out", "--seed", "--inject-spike-at", "--quiet"):
         assert option in out
+
+
+def test_the_demo_takes_its_service_name_from_otel_service_name(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "my-rl-service")
+    assert cli.main(["demo", "--steps", "2", "--out", str(tmp_path / "named"), "--quiet"]) == 0
+    assert json.loads((tmp_path / "named" / "run.json").read_text())["service_name"] == "my-rl-service"
+    monkeypatch.delenv("OTEL_SERVICE_NAME")
+    assert cli.main(["demo", "--steps", "2", "--out", str(tmp_path / "default"), "--quiet"]) == 0
+    assert json.loads((tmp_path / "default" / "run.json").read_text())["service_name"] == "otel-rl-demo-grpo"

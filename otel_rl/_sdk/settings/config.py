@@ -84,8 +84,23 @@ def _parse_positive_float(raw: Any) -> float:
     return value
 
 
+# The longest metric export interval: a day. Past it the reader thread's wait overflows the
+# platform's time_t (1e30 ms: a traceback, and no metric exported for the rest of the run).
+MAX_INTERVAL_S = 86_400.0
+
+
+def _parse_interval_s(raw: Any) -> float:
+    value = _parse_positive_float(raw)
+    if value > MAX_INTERVAL_S:
+        raise ValueError(f"expected at most {MAX_INTERVAL_S:g} seconds (a day)")
+    return value
+
+
 def _parse_interval_ms(raw: Any) -> float:
-    return _parse_positive_float(raw) / 1000.0
+    value = _parse_positive_float(raw)
+    if value > MAX_INTERVAL_S * 1000.0:
+        raise ValueError(f"expected at most {MAX_INTERVAL_S * 1000.0:.0f} milliseconds (a day)")
+    return value / 1000.0
 
 
 def _parse_non_negative_int(raw: Any) -> int:
@@ -148,6 +163,14 @@ def _parse_str(raw: Any) -> str:
     return raw
 
 
+def _parse_run_id(raw: Any) -> str:
+    """A run id is also the name of its folder under otel-rl-runs/: one path component, never a path."""
+    value = _parse_str(raw)
+    if value in (".", "..") or any(c in value for c in "/\\\0"):
+        raise ValueError("expected a name, not a path (no '/', '\\', '.' or '..': the run id names its folder under otel-rl-runs/)")
+    return value
+
+
 _BYTE_UNITS = {
     "": 1,
     "b": 1,
@@ -187,7 +210,7 @@ class TelemetryConfig:
     """Everything ``otel_rl.init`` accepts. Each field's metadata names its environment variable."""
 
     service_name: str = field(default="otel-rl", metadata={"env": "OTEL_SERVICE_NAME", "parse": _parse_str})
-    run_id: str | None = field(default=None, metadata={"env": ENV.OTEL_RL_RUN_ID, "parse": _parse_str})
+    run_id: str | None = field(default=None, metadata={"env": ENV.OTEL_RL_RUN_ID, "parse": _parse_run_id})
     experiment: str | None = field(default=None, metadata={"env": ENV.OTEL_RL_EXPERIMENT, "parse": _parse_str})
     framework: str | None = field(default=None, metadata={"env": ENV.OTEL_RL_FRAMEWORK, "parse": _parse_str})
     run_dir: str | None = field(default=None, metadata={"env": ENV.OTEL_RL_RUN_DIR, "parse": _parse_str})
@@ -195,13 +218,13 @@ class TelemetryConfig:
     endpoint: str | None = field(default=None, metadata={"env": "OTEL_EXPORTER_OTLP_ENDPOINT", "parse": _parse_str})
     protocol: str = field(default="http/protobuf", metadata={"env": "OTEL_EXPORTER_OTLP_PROTOCOL", "parse": _parse_protocol})
     metric_export_interval_s: float = field(
-        default=10.0, metadata={"env": "OTEL_METRIC_EXPORT_INTERVAL", "parse": _parse_interval_ms, "arg_parse": _parse_positive_float}
+        default=10.0, metadata={"env": "OTEL_METRIC_EXPORT_INTERVAL", "parse": _parse_interval_ms, "arg_parse": _parse_interval_s}
     )
     # The run folder's files (and, over OTLP, the disk spool) get each step's spans and events
     # within this many seconds: what a SIGKILL can lose of them (metric points: up to
     # metric_export_interval_s; the events hold every value of every step).
     file_flush_interval_s: float = field(
-        default=0.02, metadata={"env": ENV.OTEL_RL_FILE_FLUSH_INTERVAL, "parse": _parse_interval_ms, "arg_parse": _parse_positive_float}
+        default=0.02, metadata={"env": ENV.OTEL_RL_FILE_FLUSH_INTERVAL, "parse": _parse_interval_ms, "arg_parse": _parse_interval_s}
     )
     # Inference engines (vLLM, SGLang) whose /metrics a daemon thread reads into the rollout metrics
     # (_sdk/sources/engine_scrape.py).
