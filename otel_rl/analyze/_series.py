@@ -49,7 +49,8 @@ class _Quiet(logging.Filter):
     """Unmapped keys are listed in the report; the resolver's per-key warning would repeat them."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return "no mapping knows the metric key" not in record.getMessage()
+        message = record.getMessage()
+        return "no mapping knows the metric key" not in message and "more metric keys no mapping knows" not in message
 
 
 @contextlib.contextmanager

@@ -95,6 +95,10 @@ class Resolution:
 # The resolver
 
 
+# How many keys no mapping knows are named one by one (see KeyResolver._say_unmapped).
+NAMED_UNMAPPED = 5
+
+
 class KeyResolver:
     """Maps framework keys to registry metrics by the rules of ``semconv/mappings/*.yaml``.
 
@@ -248,20 +252,36 @@ class KeyResolver:
             attrs[_STATISTIC_ATTRIBUTE] = stat
         return attrs
 
+    def _say_unmapped(self, key: str, count: int) -> None:
+        """The first NAMED_UNMAPPED unknown keys are named, one line each; then one line says the rest
+        are not (a run of 200,000 made-up keys printed a line for each of the first 256)."""
+        if count <= NAMED_UNMAPPED:
+            _LOGGER.warning(
+                "otel-rl: no mapping knows the metric key %r; it is exported as %s{%s=%r}. "
+                "To map it, add a rule to semconv/mappings/<framework>.yaml or log it under "
+                "its registry metric name.",
+                key,
+                _UNMAPPED_METRIC,
+                _KEY_ATTRIBUTE,
+                key,
+            )
+        elif count == NAMED_UNMAPPED + 1:
+            _LOGGER.warning(
+                "otel-rl: more metric keys no mapping knows (%r, ...): each is exported as %s{%s=KEY} too, up to "
+                "unmapped_key_limit=%d keys, and not named here; every key is in its step's rl.log event "
+                "(otel-rl export RUN lists them as columns).",
+                key,
+                _UNMAPPED_METRIC,
+                _KEY_ATTRIBUTE,
+                self.unmapped_key_limit,
+            )
+
     def _fallback(self, key: str) -> Resolution:
         with self._lock:
             if key in self._unmapped or len(self._unmapped) < self.unmapped_key_limit:
                 if key not in self._unmapped:
                     self._unmapped.add(key)
-                    _LOGGER.warning(
-                        "otel-rl: no mapping knows the metric key %r; it is exported as %s{%s=%r}. "
-                        "To map it, add a rule to semconv/mappings/<framework>.yaml or log it under "
-                        "its registry metric name.",
-                        key,
-                        _UNMAPPED_METRIC,
-                        _KEY_ATTRIBUTE,
-                        key,
-                    )
+                    self._say_unmapped(key, len(self._unmapped))
                 return Resolution(_UNMAPPED_METRIC, ((_KEY_ATTRIBUTE, key),), None, None, True, key)
             if not self._overflow_warned:
                 self._overflow_warned = True
