@@ -412,3 +412,23 @@ def test_after_shutdown_a_trajectory_is_dropped_and_counted(make_telemetry):
         pass
     assert tel.dropped_calls == 1
     assert "after" not in _kept(tel.run_dir)
+
+
+def test_trajectories_never_ended_are_counted_at_shutdown_not_lost_without_a_word(make_telemetry, caplog) -> None:
+    caplog.set_level(logging.WARNING, logger="otel_rl")
+    tel = make_telemetry(trajectory_limit=1000)
+    run_dir = tel.run_dir
+    with tel.trajectory("done", step=1) as traj:
+        traj.reward(1.0)
+    for i in range(5000):  # started, never ended: past the limit too
+        tel.trajectory(f"open-{i}", step=1).__enter__()
+    tel.log({"actor/entropy": 0.5}, step=1)
+    tel.shutdown()
+    said = [r.getMessage() for r in caplog.records if "never ended" in r.getMessage()]
+    assert len(said) == 1 and "5,000 agent trajectories" in said[0], said
+    dropped = [
+        p.value
+        for p in read_metrics(run_dir)
+        if p.name == M.RL_TELEMETRY_DROPPED and p.attributes.get(A.RL_TELEMETRY_DROP_REASON) == "unfinished"
+    ]
+    assert dropped and dropped[-1] == 5000

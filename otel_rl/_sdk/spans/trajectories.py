@@ -15,6 +15,7 @@ is capped by ``trajectory_limit``; past it a new trajectory records nothing and 
 
 from __future__ import annotations
 
+import functools
 import itertools
 import operator
 import time
@@ -219,7 +220,7 @@ class Trajectory:
             if step is not None and (step.__class__ is not int or not INT64_MIN <= step <= INT64_MAX):
                 step = rec._step(step)
             self.step = step
-        started = next(rec._starts)
+        started = rec.started = next(rec._starts)
         # Held: open (started, not ended) plus finished and not yet decided (queued or in a step group).
         if started - rec._ended + len(rec.queue) + rec.sampler.held > rec.limit or tel._closed:
             self.over_limit = True
@@ -265,6 +266,7 @@ class Trajectories:
         self._starts = itertools.count(1)
         self._ends = itertools.count(1)
         self._ended = 0  # trajectories finished so far (a store of next(): never torn by threads)
+        self.started = 0  # trajectories started so far (likewise)
         self._last_ended_step: int | None = None
         self._newest_step: int | None = None  # the worker runs when a newer step's first trajectory ends
         self._generate: tuple[Any, Any] | None = None  # (step span context, its generate stage's)
@@ -333,6 +335,10 @@ class Trajectories:
             self._tel._submit((CALL, self.sampler.run_flush))
 
     def close(self) -> None:
-        """``Telemetry.shutdown()``: decide everything held (queued past the closed check)."""
+        """``Telemetry.shutdown()``: decide everything held (queued past the closed check), and count
+        the trajectories started and never ended: they would otherwise vanish without a trace."""
         if self.used:
             self._tel._pipeline.queue.append((CALL, self.sampler.run_final))
+            unfinished = self.started - self._ended
+            if unfinished > 0:
+                self._tel._pipeline.queue.append((CALL, functools.partial(self.sampler.count_unfinished, unfinished)))

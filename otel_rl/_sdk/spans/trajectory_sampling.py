@@ -35,6 +35,10 @@ KEPT_REASONS = frozenset({FAILED, SLOWEST, HIGHEST, LOWEST, HEAD_SAMPLED})
 _OPEN_STEPS = 2  # step groups held at once when steps do not end through otel-rl
 TOOL_NAMES = 64  # distinct gen_ai.tool.name series of rl.tool.duration per process
 OTHER_TOOL = "_OTHER"
+_UNFINISHED = (
+    (A.RL_TELEMETRY_DROP_REASON, A.RlTelemetryDropReasonValues.UNFINISHED.value),
+    (A.RL_TELEMETRY_SIGNAL, A.RlTelemetrySignalValues.TRACES.value),
+)
 _TRAJECTORY_LIMIT = (
     (A.RL_TELEMETRY_DROP_REASON, A.RlTelemetryDropReasonValues.TRAJECTORY_LIMIT.value),
     (A.RL_TELEMETRY_SIGNAL, A.RlTelemetrySignalValues.TRACES.value),
@@ -215,6 +219,18 @@ class TrajectorySampler:
                 "rl.trajectory.turns / rl.trajectory.tool_calls but have no span or duration (counted in "
                 "rl.telemetry.dropped{rl.telemetry.drop_reason=trajectory_limit}; reported once)",
             )
+
+    def count_unfinished(self, count: int) -> None:
+        """At shutdown: ``count`` trajectories were started and never ended (worker thread)."""
+        tel = self._tel
+        tel._latest.add(M.RL_TELEMETRY_DROPPED, _UNFINISHED, count)
+        tel._pipeline.report_once(
+            "<trajectory unfinished>",
+            "unfinished",
+            f"otel-rl: {count:,} agent trajectories were started and never ended by shutdown() (their `with` block never "
+            "exited, or __exit__ was not called); they are not recorded, only counted in "
+            "rl.telemetry.dropped{rl.telemetry.drop_reason=unfinished}",
+        )
 
     def _spans(self, traj: Any, reason: str) -> list[Any]:
         builder = self._builder
