@@ -1,5 +1,5 @@
-"""Issue 18, "nothing lost silently on disk" and "bounded flush": torn files, torn spool segments,
-two writers on one run folder, flush against a peer that never answers."""
+"""Nothing lost silently on disk, and a bounded flush: torn files, torn spool segments, a file that
+cannot grow (its lost records counted), two writers on one run folder, flush against a silent peer."""
 
 from __future__ import annotations
 
@@ -116,3 +116,32 @@ def test_push_says_what_it_discarded_and_delivers_the_rest(tmp_path):
         assert sorted(r[1]["i"] for r in sink.received.logs) == [*range(5), *range(5, 12)]
     assert report.damaged[LOGS] == 1
     assert any("discarded 1 torn record" in line for line in said), said
+
+
+_FULL_DISK_RUN = """
+import resource, signal, sys
+import otel_rl
+# The files cannot grow past 60 kB: every later write fails in the kernel (EFBIG), as on a full disk (ENOSPC).
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (60_000, 60_000))
+tel = otel_rl.init(run_dir=sys.argv[1], console=False, service_name="full-disk", exporters="file")
+for step in range(300):
+    tel.log({f"actor/k{i}": 0.1 * i + step for i in range(20)}, step=step)
+    tel.flush()
+tel.shutdown()
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork") or os.name != "posix", reason="RLIMIT_FSIZE is POSIX")
+def test_steps_a_full_disk_loses_are_counted_and_said_at_shutdown(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    run = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-c", _FULL_DISK_RUN, str(run)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lost = [line for line in proc.stderr.splitlines() if "record(s) of logs were lost" in line]
+    assert len(lost) == 1 and "write_failed" in lost[0], proc.stderr
+    lost_count = int(lost[0].split("otel-rl: ")[1].split()[0].replace(",", ""))
+    written = {r["attributes"].get("rl.step") for r in read_log_records(run) if r.get("event_name") == "rl.log"}
+    assert 0 < len(written) < 300 and len(written) + lost_count == 300  # every step either in the file or counted

@@ -65,6 +65,9 @@ class _JsonLinesFile:
         self._file: TextIO | None = None
         self._shutdown = False
         self._error_logged = False
+        self.lost = 0  # records in lines that could not be written (a full disk, a removed folder)
+        # Told of each lost line's records (signal, count): the run's rl.telemetry.dropped{write_failed}.
+        self.on_lost: Callable[[str, int], None] | None = None
         with self._lock:
             self._open_locked()
 
@@ -103,8 +106,17 @@ class _JsonLinesFile:
             self._report("open", error)
             return False
 
-    def write_line(self, make_line: Callable[[], str | None]) -> bool:
-        """Append ``make_line()`` plus a newline; ``None`` means nothing to write (success)."""
+    def _lose(self, items: int) -> bool:
+        """``items`` records were not written: counted (and told), never silently gone."""
+        if items > 0:
+            self.lost += items
+            if self.on_lost is not None:
+                self.on_lost(self._signal, items)
+        return False
+
+    def write_line(self, make_line: Callable[[], str | None], items: int = 1) -> bool:
+        """Append ``make_line()`` plus a newline; ``None`` means nothing to write (success).
+        ``items``: the records the line holds, counted as lost when it cannot be written."""
         with self._lock:
             if self._shutdown:
                 return False
@@ -112,11 +124,11 @@ class _JsonLinesFile:
                 line = make_line()
             except Exception as error:  # noqa: BLE001 - encoding error, drop this batch
                 self._report("encode data for the", error)
-                return False
+                return self._lose(items)
             if line is None:
                 return True
             if not self._open_locked():
-                return False
+                return self._lose(items)
             assert self._file is not None
             try:
                 self._file.write(line + "\n")
@@ -124,13 +136,13 @@ class _JsonLinesFile:
                 return True
             except Exception as error:  # noqa: BLE001
                 self._report("write to", error)
-                return False
+                return self._lose(items)
 
-    def write_bytes(self, line: bytes) -> bool:
+    def write_bytes(self, line: bytes, items: int = 1) -> bool:
         """Append ``line`` (UTF-8, ending in a newline) as it is, after any text written before."""
         with self._lock:
             if self._shutdown or not self._open_locked():
-                return False
+                return False if self._shutdown else self._lose(items)
             assert self._file is not None
             try:
                 self._file.flush()  # the text layer's buffer first (write_line flushes: normally empty)
@@ -139,7 +151,7 @@ class _JsonLinesFile:
                 return True
             except Exception as error:  # noqa: BLE001
                 self._report("write to", error)
-                return False
+                return self._lose(items)
 
     def flush(self) -> bool:
         with self._lock:
@@ -156,12 +168,32 @@ class _JsonLinesFile:
         with self._lock:
             self._shutdown = True
             file, self._file = self._file, None
+            if self.lost:
+                _logger.warning(
+                    "otel-rl: %s record(s) of %s were lost: %s could not be written when they came (see the first error "
+                    "above); counted in rl.telemetry.dropped{rl.telemetry.drop_reason=write_failed}",
+                    f"{self.lost:,}",
+                    self._signal,
+                    self.path,
+                )
             if file is None:
                 return
             try:
                 file.close()
             except Exception as error:  # noqa: BLE001
                 self._report("close", error)
+
+
+def _points(metrics_data: MetricsData | None) -> int:
+    """The data points of a collection (what a lost metrics line loses)."""
+    if metrics_data is None:
+        return 0
+    return sum(
+        len(getattr(metric.data, "data_points", ()) or ())
+        for rm in metrics_data.resource_metrics
+        for sm in rm.scope_metrics
+        for metric in sm.metrics
+    )
 
 
 class OtlpJsonSpanExporter(SpanExporter):
@@ -174,13 +206,17 @@ class OtlpJsonSpanExporter(SpanExporter):
     def path(self) -> str:
         return self._out.path
 
+    @property
+    def lines(self) -> _JsonLinesFile:
+        return self._out
+
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         def make_line() -> str | None:
             if not spans:
                 return None
             return spans_to_otlp_json(spans)
 
-        ok = self._out.write_line(make_line)
+        ok = self._out.write_line(make_line, len(spans))
         return SpanExportResult.SUCCESS if ok else SpanExportResult.FAILURE
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
@@ -206,13 +242,17 @@ class OtlpJsonMetricExporter(MetricExporter):
     def path(self) -> str:
         return self._out.path
 
+    @property
+    def lines(self) -> _JsonLinesFile:
+        return self._out
+
     def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any) -> MetricExportResult:
         def make_line() -> str | None:
             if metrics_data is None or not metrics_data.resource_metrics:
                 return None
             return metrics_to_otlp_json(metrics_data)
 
-        ok = self._out.write_line(make_line)
+        ok = self._out.write_line(make_line, _points(metrics_data))
         return MetricExportResult.SUCCESS if ok else MetricExportResult.FAILURE
 
     def force_flush(self, timeout_millis: float = 10_000) -> bool:
@@ -243,7 +283,7 @@ class OtlpJsonLogExporter(LogRecordExporter):
                 return None
             return logs_to_otlp_json(batch)
 
-        ok = self._out.write_line(make_line)
+        ok = self._out.write_line(make_line, len(batch))
         return LogRecordExportResult.SUCCESS if ok else LogRecordExportResult.FAILURE
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:

@@ -152,7 +152,9 @@ class StepEventWriter(PendingRecords):
         pending = self.take()
         if not pending:
             return pending is not None
-        written = self._out.write_bytes(b"".join((self._head, *pending, self._tail, b"\n")))
+        # a record's pieces: its head (the one that opens with the time stamp), body pieces, tail, a comma
+        records = sum(1 for piece in pending if piece[:16] == b'{"timeUnixNano":')
+        written = self._out.write_bytes(b"".join((self._head, *pending, self._tail, b"\n")), records)
         if not written:  # the maps of this line's new key sets are not in the file: write them again
             self._key_set_attributes.clear()
         return written

@@ -1125,7 +1125,7 @@ ENUM_MEMBERS: dict[str, tuple[str, ...]] = {
     "rl.stage": ('rollout', 'generate', 'compute_rewards', 'tool_calls', 'compute_log_probs', 'compute_ref_log_probs', 'compute_values', 'ref_log_probs_values_reward', 'old_log_probs_values', 'advantage', 'train_step', 'model_update', 'do_checkpoint', 'validation'),
     "rl.stage.phase": ('total', 'onload', 'execute', 'offload'),
     "rl.statistic": ('mean', 'max', 'min', 'std', 'sum', 'p50', 'p90', 'p95', 'p99', 'minmax_diff', 'balanced_min', 'balanced_max', 'best', 'best_std', 'worst', 'worst_std', 'maj', 'maj_std', 'slowest'),
-    "rl.telemetry.drop_reason": ('spool_full', 'backend_rejected', 'series_limit', 'queue_full', 'shutdown_timeout', 'after_shutdown', 'trajectory_limit', 'unfinished'),
+    "rl.telemetry.drop_reason": ('spool_full', 'backend_rejected', 'series_limit', 'queue_full', 'shutdown_timeout', 'after_shutdown', 'trajectory_limit', 'write_failed', 'unfinished'),
     "rl.telemetry.reason": ('nan', 'inf', 'none', 'non_numeric', 'multi_element', 'bad_key', 'unmapped_overflow', 'exporter_error', 'out_of_range', 'negative', 'not_utf8'),
     "rl.telemetry.signal": ('traces', 'metrics', 'logs'),
     "rl.trajectory.reason": ('failed', 'slowest', 'highest_reward', 'lowest_reward', 'head_sampled', 'sampled_out', 'over_limit'),

@@ -445,7 +445,7 @@ progress as a metric is `rl.progress.step`."""
 RL_TELEMETRY_DROP_REASON: Final = "rl.telemetry.drop_reason"
 """Why otel-rl dropped telemetry it had accepted.
 
-Type: enum. Values: spool_full, backend_rejected, series_limit, queue_full, shutdown_timeout, after_shutdown, trajectory_limit, unfinished. Examples: spool_full."""
+Type: enum. Values: spool_full, backend_rejected, series_limit, queue_full, shutdown_timeout, after_shutdown, trajectory_limit, write_failed, unfinished. Examples: spool_full."""
 
 RL_TELEMETRY_REASON: Final = "rl.telemetry.reason"
 """Why otel-rl rejected a value.
@@ -1018,6 +1018,9 @@ class RlTelemetryDropReasonValues(str, Enum):
 
     TRAJECTORY_LIMIT = 'trajectory_limit'
     """Past trajectory_limit agent trajectories open or awaiting their step's sampling decision in this process (or past the spans one trajectory may hold), a new one was not recorded."""
+
+    WRITE_FAILED = 'write_failed'
+    """A line of the run folder's files could not be written (a full disk, a removed folder, no permission); its records were lost."""
 
     UNFINISHED = 'unfinished'
     """An agent trajectory was started and never ended (its with-block never exited) by shutdown(); it was not recorded."""

@@ -212,7 +212,7 @@ def test_a_line_that_failed_to_write_has_its_maps_written_again(tmp_path, monkey
     writer = writer_for(exporter)
     template = KeyTemplate(["a"])
     writer.add(template, [1.0], 1, 1, None)
-    monkeypatch.setattr(exporter.lines, "write_bytes", lambda line: False)  # a full disk, say
+    monkeypatch.setattr(exporter.lines, "write_bytes", lambda line, items=1: False)  # a full disk, say
     assert not writer.write()
     monkeypatch.undo()
     writer.add(template, [2.0], 2, 2, None)

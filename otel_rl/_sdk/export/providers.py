@@ -61,6 +61,7 @@ logger = logging.getLogger("otel_rl")
 
 # BatchLogRecordProcessor's default for OTEL_BLRP_MAX_EXPORT_BATCH_SIZE.
 _SDK_LOG_BATCH_SIZE = 512
+_WRITE_FAILED = A.RlTelemetryDropReasonValues.WRITE_FAILED.value
 
 
 @dataclass
@@ -300,6 +301,13 @@ def spool_folder(config: TelemetryConfig) -> Path:
     return root / f"rank{config.rank or 0}"
 
 
+def _counter_of_lost(latest: LatestValues) -> Any:
+    def lost(signal: str, items: int) -> None:
+        latest.add(M.RL_TELEMETRY_DROPPED, ((A.RL_TELEMETRY_DROP_REASON, _WRITE_FAILED), (A.RL_TELEMETRY_SIGNAL, signal)), items)
+
+    return lost
+
+
 def open_spool(config: TelemetryConfig, latest: LatestValues | None) -> Spool | None:
     """The spool for this process, or None (turned off, or its folder cannot be written: reported)."""
     if config.spool_max_bytes <= 0:
@@ -394,14 +402,18 @@ def build_providers(
         run_dir.mkdir(parents=True, exist_ok=True)
         files = [run_dir / rank_file_name(name, config.rank) for name in (TRACES_FILE, METRICS_FILE, LOGS_FILE)]
         log_file = OtlpJsonLogExporter(files[2])
+        span_file, metric_file = OtlpJsonSpanExporter(files[0]), OtlpJsonMetricExporter(files[1])
+        if latest is not None:  # what a failed write loses (a full disk) is counted, not silently gone
+            for exporter in (span_file, metric_file, log_file):
+                exporter.lines.on_lost = _counter_of_lost(latest)
         # Spans and events reach the files at the telemetry worker's next drain (within its gather
         # interval): a killed process loses at most that. No thread of their own (file_exports).
-        queued_spans, queued_logs = QueuedSpanExport(OtlpJsonSpanExporter(files[0])), QueuedLogExport(log_file)
+        queued_spans, queued_logs = QueuedSpanExport(span_file), QueuedLogExport(log_file)
         file_exports = [queued_spans, queued_logs]
         span_processors.append(_QueuedSpanProcessor(_ForkSafeSpanExporter(queued_spans)))
         tracer_provider.add_span_processor(span_processors[-1])
         logger_provider.add_log_record_processor(_QueuedLogProcessor(_ForkSafeLogExporter(queued_logs)))
-        add_metrics(OtlpJsonMetricExporter(files[1]))
+        add_metrics(metric_file)
         destinations.append(f"files in {run_dir}")
         writers.append(StepEventWriter(log_file, resource, scope, N.RL_LOG_EVENT, A.RL_STEP, A.RL_LOG_KEY_SET))
     spool: Spool | None = None
