@@ -80,3 +80,15 @@ def test_same_ends_as_ruptures_on_every_series_of_the_real_logs() -> None:
             assert pelt_l2(y, penalty) == reference_ends(y, penalty), (path.name, x.size)
             compared += 1
     assert compared > 500
+
+
+def test_a_long_series_is_segmented_on_bins_and_keeps_its_changes_within_a_bin() -> None:
+    from otel_rl.analyze._changes import PELT_POINTS, _segments
+
+    rng = np.random.default_rng(5)
+    n = 45_000
+    y = rng.standard_normal(n) + np.where(np.arange(n) >= 30_000, 3.0, 0.0)
+    size = -(-n // PELT_POINTS)
+    segments = _segments(y, 1.0)
+    assert len(segments) == 2 and abs(segments[0][1] - 30_000) <= size and segments[-1][1] == n
+    assert _segments(rng.standard_normal(n), 1.0) == [(0, n)]  # noise alone: one level
