@@ -129,8 +129,9 @@ YAML do, and:
                           arrives slower than that plus 1 s per 64 KiB, is answered 408 and its
                           connection closed
   max_runs                runs the bridge takes on, each with its own tracker folders (default 256);
-                          records of further new run ids are dropped and counted
-                          (records_over_max_runs in /stats), said once; nothing is deleted
+                          a request of a further new run id is answered 507 with the reason
+                          (requests_over_max_runs in /stats); a run idle for run_idle_timeout_s
+                          gives its place back (runs_given_back); nothing is deleted
   imports                 modules to import first, e.g. [my_pkg.trackers]: third-party trackers
                           registered there with otel_rl.register_tracker can be named in track_with
   max_queue_mb            received requests held for the trackers (default 64); beyond it the

@@ -33,7 +33,7 @@ logger = logging.getLogger("otel_rl")
 RETRY_AFTER_S = 1
 _MIN_BODY_RATE = 64 << 10  # bytes per second a body may take beyond body_timeout_s (a slow link, not a trickle)
 _ANSWER_TIMEOUT_S = 5.0  # writing an answer to a sender that does not read it
-_GRPC_INVALID_ARGUMENT, _GRPC_UNAVAILABLE, _GRPC_UNAUTHENTICATED = 3, 14, 16
+_GRPC_INVALID_ARGUMENT, _GRPC_RESOURCE_EXHAUSTED, _GRPC_UNAVAILABLE, _GRPC_UNAUTHENTICATED = 3, 8, 14, 16
 _MEDIA_TYPES = ("application/x-protobuf", "application/protobuf", "application/json")
 
 
@@ -200,6 +200,12 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_status(
                 503, _GRPC_UNAVAILABLE, "the bridge's trackers are behind; retry later", as_json, {"Retry-After": str(RETRY_AFTER_S)}
             )
+            return
+        why = intake.refusal(path, message) if message is not None else None
+        if why is not None:  # never acknowledge what would be dropped: 507 is not retried as it is
+            intake.release(reserved)
+            intake.count("requests_over_max_runs")
+            self._send_status(507, _GRPC_RESOURCE_EXHAUSTED, why, as_json)
             return
         if message is not None and not intake.submit("logs" if path == "/v1/logs" else "metrics", message, reserved):
             intake.count("busy_responses")

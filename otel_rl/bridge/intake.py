@@ -37,6 +37,8 @@ STAT_NAMES = (
     "records_ignored",
     "records_other_ranks",
     "records_over_max_runs",
+    "requests_over_max_runs",
+    "runs_given_back",
     "metric_exports",
     "metric_steps_written",
     "metric_exports_ignored",
@@ -66,6 +68,8 @@ class Intake:
         self._token = token
         self._stats_lock = threading.Lock()
         self._stats: dict[str, int] = dict.fromkeys(STAT_NAMES, 0)
+        # Why a decoded request would be dropped, to answer it so (the runs' max_runs); None: taken.
+        self.refusal: Callable[[str, Any], str | None] = lambda kind, message: None
 
     # -- counters ---------------------------------------------------------------------------------
 

@@ -285,14 +285,47 @@ class RunTrackers:
     def _accepts(self, rank: int) -> bool:
         return self.config.ranks is None or rank in self.config.ranks
 
+    def _key(self, resource: Mapping[str, Any]) -> tuple:
+        service = str(resource.get(A.SERVICE_NAME) or "unknown_service")
+        run_id = str(resource.get(A.RL_RUN_ID) or "")
+        multi_rank = self.config.ranks is None or len(self.config.ranks) > 1
+        return (service, run_id, as_rank(resource.get(A.RL_RANK, 0)) if multi_rank else 0) if self.config.split_runs else ("*",)
+
+    def _idle(self) -> list[RunState]:
+        """Runs that can give their place back: trackers finished, nothing held, no data for run_idle_timeout_s."""
+        timeout = self.config.run_idle_timeout_s
+        if timeout <= 0:
+            return []
+        before = time.monotonic() - timeout
+        return [r for r in list(self._runs.values()) if r.fanout is None and not r.held and r.last_seen < before]
+
+    def refusal(self, resources: list[Mapping[str, Any]]) -> str | None:
+        """Why a request of these resources would be dropped (a new run past ``max_runs`` with no idle
+        run to give its place back), for the handler to answer instead of acknowledging it; None when
+        it is taken (any thread: a read of the states, the worker decides again when it delivers)."""
+        accepted = [r for r in resources if (rank := _rank_of(r.get(A.RL_RANK, 0))) is not None and self._accepts(rank)]
+        new = {self._key(r) for r in accepted} - set(self._runs)
+        if new and self._runs_accepted + len(new) > self.config.max_runs and len(self._idle()) < len(new):
+            return (
+                f"max_runs ({self.config.max_runs}) runs are taken on and none has been idle for run_idle_timeout_s "
+                f"({self.config.run_idle_timeout_s:g} s): a new run is not taken; retry when one has ended, or raise max_runs"
+            )
+        return None
+
     def _run_for(self, resource: Mapping[str, Any]) -> RunState | None:
-        """The resource's run, taken on at its first data; None for a new run past ``max_runs``."""
+        """The resource's run, taken on at its first data; None for a new run past ``max_runs``
+        (after a run idle for run_idle_timeout_s gave its place back, if one has)."""
+        key = self._key(resource)
         service = str(resource.get(A.SERVICE_NAME) or "unknown_service")
         run_id = str(resource.get(A.RL_RUN_ID) or "")
         rank = as_rank(resource.get(A.RL_RANK, 0))
-        multi_rank = self.config.ranks is None or len(self.config.ranks) > 1
-        key = (service, run_id, rank if multi_rank else 0) if self.config.split_runs else ("*",)
         run = self._runs.get(key)
+        if run is None and self._runs_accepted >= self.config.max_runs:
+            idle = sorted(self._idle(), key=lambda r: r.last_seen)
+            if idle:  # the longest idle run gives its place back (its folder stays; it is taken on again if it returns)
+                del self._runs[idle[0].key]
+                self._runs_accepted -= 1
+                self._count("runs_given_back")
         if run is not None:
             run.last_seen = time.monotonic()
         elif self._runs_accepted >= self.config.max_runs:

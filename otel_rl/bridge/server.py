@@ -37,11 +37,13 @@ from typing import Any, TextIO
 
 from otel_rl import environment_variables as ENV
 from otel_rl.bridge.config import BridgeConfig, parse_listen
+from otel_rl.bridge.decode import decode_attributes
 from otel_rl.bridge.handler import make_http_server
 from otel_rl.bridge.intake import Intake
 from otel_rl.bridge.limits import RequestLimits
 from otel_rl.bridge.runs import RunTrackers
 from otel_rl.bridge.tracker_settings import format_tracker_kwargs, run_tracker_kwargs, secret_strings
+from otel_rl.semconv import attributes as A
 from otel_rl.trackers.base import create_trackers
 
 __all__ = ["TrackerBridge", "listens_beyond_this_machine"]
@@ -82,12 +84,24 @@ class TrackerBridge:
         self._intake = Intake(config, token.encode() if token else None, self._warn)
         self._count = self._intake.count
         self._runs = RunTrackers(config, count=self._count, say=self._say, scrub=self._scrub)
+        self._intake.refusal = self._refusal
         self._closed = False
         self._server: ThreadingHTTPServer | None = None
         self._threads: list[threading.Thread] = []
         # Checked now, opened per run: an unknown tracker, a missing library or a bad setting fails
         # here, before anything listens (no I/O: trackers open their backends in start()).
         create_trackers(config.track_with, run_tracker_kwargs(config, "check"), run_name="check", run_dir=Path(config.base_dir) / "check")
+
+    def _refusal(self, path: str, message: Any) -> str | None:
+        """Why the runs would drop a decoded request (see RunTrackers.refusal); None when they take it."""
+        if path == "/v1/logs":
+            resources = [decode_attributes(r.resource.attributes) for r in message.resource_logs]
+        elif self.config.metrics_fallback:
+            resources = [decode_attributes(r.resource.attributes) for r in message.resource_metrics]
+            resources = [r for r in resources if r.get(A.RL_RUN_ID)]
+        else:
+            return None
+        return self._runs.refusal(resources)
 
     # -- public --------------------------------------------------------------------------------
 

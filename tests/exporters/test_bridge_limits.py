@@ -307,19 +307,44 @@ def test_listening_beyond_loopback_without_a_token_warns_once_naming_the_variabl
 # ---- the cap on runs (tracker folders) -----------------------------------------------------------
 
 
-def test_new_run_ids_past_max_runs_are_dropped_counted_and_said_once_and_nothing_is_deleted(make_bridge, tmp_path: Path) -> None:
+def test_new_run_ids_past_max_runs_are_refused_with_507_never_acknowledged_and_nothing_is_deleted(make_bridge, tmp_path: Path) -> None:
     out = io.StringIO()
     bridge = make_bridge({"track_with": "jsonl", "tracker_kwargs": {"log_dir": str(tmp_path / "jl")}, "max_runs": 3}, out=out)
     url = f"{bridge.url}/v1/logs"
+    statuses = []
     for n in range(8):
-        assert post(url, logs_request(f"run-{n}", range(1, 3)).SerializeToString())[0] == 200
+        statuses.append(post(url, logs_request(f"run-{n}", range(1, 3)).SerializeToString())[0])
+        assert bridge.wait_idle()  # each request delivered before the next (the worker takes its run on)
+    # the first three runs are taken on; the later ones are answered 507 (not retried as they are), never 200
+    assert statuses == [200, 200, 200, 507, 507, 507, 507, 507], statuses
     assert post(url, logs_request("run-0", range(3, 4)).SerializeToString())[0] == 200  # a run taken on goes on
     assert bridge.wait_idle()
     bridge.close()
     assert sorted(p.name for p in (tmp_path / "jl").iterdir()) == ["run-0", "run-1", "run-2"]
     assert [s for s, _ in read_jsonl(tmp_path / "jl" / "run-0" / "metrics.jsonl")] == [1, 2, 3]
     stats = bridge.stats()
-    assert stats["runs"] == 3 and stats["records_over_max_runs"] == 10
-    said = [line for line in out.getvalue().splitlines() if "max_runs (3) reached" in line]
-    assert len(said) == 1 and "records_over_max_runs" in said[0], out.getvalue()
+    assert stats["runs"] == 3 and stats["requests_over_max_runs"] == 5
     assert BridgeConfig(track_with="stdout").max_runs == 256
+
+
+def test_a_run_idle_past_run_idle_timeout_gives_its_place_back(make_bridge, tmp_path: Path) -> None:
+    import time
+
+    bridge = make_bridge(
+        {"track_with": "jsonl", "tracker_kwargs": {"log_dir": str(tmp_path / "jl")}, "max_runs": 2, "run_idle_timeout_s": 1.0}
+    )
+    url = f"{bridge.url}/v1/logs"
+    for n in range(2):  # two runs of one record each (a flood of run ids) take every place
+        assert post(url, logs_request(f"flood-{n}", range(1, 2)).SerializeToString())[0] == 200
+    assert bridge.wait_idle()
+    assert post(url, logs_request("genuine", range(1, 2)).SerializeToString())[0] == 507  # told, not dropped behind a 200
+    deadline = time.monotonic() + 30
+    status = 507
+    while status == 507 and time.monotonic() < deadline:  # the flood's runs finish after 1 s idle and give their places back
+        time.sleep(0.5)
+        status = post(url, logs_request("genuine", range(1, 11)).SerializeToString())[0]
+    assert status == 200
+    assert bridge.wait_idle()
+    bridge.close()
+    assert [s for s, _ in read_jsonl(tmp_path / "jl" / "genuine" / "metrics.jsonl")] == list(range(1, 11))
+    assert bridge.stats()["runs_given_back"] >= 1
