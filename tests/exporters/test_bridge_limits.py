@@ -161,6 +161,14 @@ def test_the_json_counts_are_exactly_what_json_loads_builds(text: str) -> None:
 # ---- a body that stops arriving ----------------------------------------------------------------
 
 
+def wait_slots_free(bridge, deadline_s: float = 5.0) -> None:
+    """The handler frees its slot right after its answer is sent: wait for that event, not a fixed time."""
+    deadline = time.monotonic() + deadline_s
+    while bridge.stats()["requests_in_flight"] and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert bridge.stats()["requests_in_flight"] == 0
+
+
 def test_a_body_that_stops_arriving_is_answered_408_within_body_timeout_s_and_frees_its_slot(make_bridge) -> None:
     assert BridgeConfig(track_with="stdout").body_timeout_s <= 10  # the default: seconds, not a minute
     bridge = make_bridge({"track_with": "stdout", "body_timeout_s": 1, "max_requests_in_flight": 1, "max_requests_per_client": 1})
@@ -174,6 +182,7 @@ def test_a_body_that_stops_arriving_is_answered_408_within_body_timeout_s_and_fr
     took = time.monotonic() - start
     print(f"\na stalled body held its slot {took:.2f} s (body_timeout_s 1)")
     assert took < 4
+    wait_slots_free(bridge)
     # a trickle (a byte every 0.4 s, so never quiet for 1 s) is cut off too: too slow, not just quiet
     trickle = stall_from("127.0.0.1", port, length=1000)
     start = time.monotonic()
@@ -193,6 +202,7 @@ def test_a_body_that_stops_arriving_is_answered_408_within_body_timeout_s_and_fr
         assert answer == 408 and time.monotonic() - start < 5
     finally:
         trickle.close()
+    wait_slots_free(bridge)
     assert post(f"{bridge.url}/v1/logs", logs_request("after-stall", range(1, 2)).SerializeToString())[0] == 200
     assert bridge.stats()["stalled_bodies"] == 2
 
