@@ -23,9 +23,10 @@ would then measure the collector, not otel-rl.
 
 The training loop's telemetry calls are timed each step (step span, two stages, log()). The
 outage must not add more than 1 ms to the median step; the slowest step must stay under 1 ms +
-TOLERANCE_S, where TOLERANCE_S (50 ms) covers GIL hand-overs to the exporter threads (the SDK's
+TOLERANCE_S, where TOLERANCE_S (250 ms) covers GIL hand-overs to the exporter threads (the SDK's
 own exporters cause the same, up to a 5 ms switch interval each) and this 2-core machine being
-shared with other jobs. A blocked export would cost the exporter's timeout (10 s).
+shared with other jobs (the other test worker: one step took 83 ms there once, its median 0.36 ms).
+A blocked export would cost the exporter's timeout (10 s), forty times the tolerance.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ from otel_rl.semconv import names as N  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 
-TOLERANCE_S = 0.050
+TOLERANCE_S = 0.250
 STEP_PERIOD_S = 0.05
 FIGURES = os.environ.get("OTEL_RL_FAULTS_FIGURES")  # a JSON-lines file to append the measured figures to
 
