@@ -47,7 +47,7 @@ def _run(tel: otel_rl.Telemetry, steps: int = 30, trajectories: int = 50) -> Non
                 values[BAD] = 1.0
             tel.log(values)
     tel.event(N.RL_LOG_EVENT, {"note": BAD, "x": 1.0}, step=steps)
-    tel.record(M.RL_SAMPLE_REWARD, [1.0, 0.5], {"rl.sample.source": BAD})
+    tel.record(M.RL_SAMPLE_REWARD, [1.0, 0.5], {"my.dataset": BAD})  # a user's own attribute, not a convention
 
 
 def test_one_bad_text_costs_itself_alone_in_the_run_folder_and_over_otlp(tmp_path, caplog) -> None:

@@ -14,6 +14,8 @@ import pytest
 from otel_rl._sdk.spool.files import frame
 from otel_rl._sdk.spool.store import LOGS, SEGMENT_SUFFIX, Spool
 from otel_rl.runs.folder import LOGS_FILE, read_log_records
+from otel_rl.semconv import attributes as A
+from otel_rl.semconv import names as N
 
 
 def test_resumed_run_folder_with_torn_logs_line_keeps_every_new_record(tmp_path, make_telemetry):
@@ -141,7 +143,7 @@ def test_steps_a_full_disk_loses_are_counted_and_said_at_shutdown(tmp_path: Path
     proc = subprocess.run([sys.executable, "-c", _FULL_DISK_RUN, str(run)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     lost = [line for line in proc.stderr.splitlines() if "record(s) of logs were lost" in line]
-    assert len(lost) == 1 and "write_failed" in lost[0], proc.stderr
+    assert len(lost) == 1 and A.RlTelemetryDropReasonValues.WRITE_FAILED.value in lost[0], proc.stderr
     lost_count = int(lost[0].split("otel-rl: ")[1].split()[0].replace(",", ""))
-    written = {r["attributes"].get("rl.step") for r in read_log_records(run) if r.get("event_name") == "rl.log"}
+    written = {r["attributes"].get(A.RL_STEP) for r in read_log_records(run) if r.get("event_name") == N.RL_LOG_EVENT}
     assert 0 < len(written) < 300 and len(written) + lost_count == 300  # every step either in the file or counted

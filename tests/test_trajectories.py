@@ -429,6 +429,7 @@ def test_trajectories_never_ended_are_counted_at_shutdown_not_lost_without_a_wor
     dropped = [
         p.value
         for p in read_metrics(run_dir)
-        if p.name == M.RL_TELEMETRY_DROPPED and p.attributes.get(A.RL_TELEMETRY_DROP_REASON) == "unfinished"
+        if p.name == M.RL_TELEMETRY_DROPPED
+        and p.attributes.get(A.RL_TELEMETRY_DROP_REASON) == A.RlTelemetryDropReasonValues.UNFINISHED.value
     ]
     assert dropped and dropped[-1] == 5000

@@ -225,7 +225,7 @@ def pelt_l2(y: np.ndarray, penalty: float, min_size: int = 2) -> list[int]:
 def _binned_ends(scaled: np.ndarray, penalty: float) -> list[int]:
     """Segment ends of a series longer than PELT_POINTS, found on the means of equal bins of it (each
     bin's noise the point noise / sqrt(bin size)), at the resolution of one bin: PELT's cost grows
-    with the square of the points on a series without changes (minutes at 45,000 steps)."""
+    with the square of the points on a series without changes (69 s for 7 series of 45,500 steps)."""
     n = scaled.size
     size = -(-n // PELT_POINTS)
     full = n // size * size

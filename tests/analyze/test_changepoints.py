@@ -14,10 +14,10 @@ from shared_files import LOGS, needs_shared_logs
 from otel_rl.analyze._changes import PENALTY, pelt_l2
 from otel_rl.replay import parse_file
 
-ruptures = pytest.importorskip("ruptures", reason="ruptures (in the 'test' extra) is the reference the changepoints are checked against")
-
 
 def reference_ends(y: np.ndarray, penalty: float) -> list[int]:
+    """ruptures' segment ends (ruptures is in the 'test' extra; without it the comparisons skip, naming it)."""
+    ruptures = pytest.importorskip("ruptures", reason="ruptures (the 'test' extra) is the reference the changepoints are checked against")
     return [int(e) for e in ruptures.KernelCPD(kernel="linear", min_size=2).fit(y.reshape(-1, 1)).predict(pen=penalty)]
 
 
