@@ -79,6 +79,8 @@ FRAMEWORK_OF: dict[str, str | None] = {
 FORMATS: tuple[str, ...] = tuple(FRAMEWORK_OF)
 
 _HEAD_BYTES = 256 * 1024
+# A trainer_state.json is read whole (its log_history may sit on one line, as json.dump writes it).
+MAX_JSON_BYTES = 2 * 1024 * 1024 * 1024
 # Detection reads the whole file up to this size (a verl log's first metric line can come after
 # thousands of lines of config and worker start-up), then its head and tail beyond it.
 _DETECT_BYTES = 64 * 1024 * 1024
@@ -450,7 +452,9 @@ def parse_file(path: str | os.PathLike[str], format: str = "auto", *, segment: i
     elif p.is_dir():
         raise FormatError(f"{p} is a folder; format {fmt} reads a file")
     else:
-        if notebook is None:
+        if notebook is None and fmt == "trl-state":
+            raw, long_lines = _read_json_whole(p), []  # JSON is not line-structured: a one-line file is normal
+        elif notebook is None:
             raw, long_lines = read_bounded(p)
         for number, size in long_lines:
             out.problems.append(Problem(p.name, number, f"a line of {size:,} bytes, over the {MAX_LINE_BYTES:,}-byte limit: skipped"))
@@ -477,6 +481,14 @@ def parse_file(path: str | os.PathLike[str], format: str = "auto", *, segment: i
     if fmt != "otel-rl":
         check_fields_kept(fields_text, out)
     return out
+
+
+def _read_json_whole(path: Path) -> bytes:
+    """A JSON document whole, up to :data:`MAX_JSON_BYTES` (past it, the error says so)."""
+    size = path.stat().st_size
+    if size > MAX_JSON_BYTES:
+        raise FormatError(f"{path} is {size:,} bytes, over the {MAX_JSON_BYTES:,}-byte limit for a JSON document")
+    return path.read_bytes()
 
 
 def _choose_segment(out: ParsedLog, segment: int | None) -> None:

@@ -183,6 +183,25 @@ def test_truncated_trainer_state_keeps_the_entries_before_the_break(tmp_path):
     assert parsed.problems  # said, with a line number
 
 
+def test_one_line_trainer_state_past_the_line_limit_is_read_whole(tmp_path):
+    # json.dump without indent writes the whole state on one line; a long run makes it > 16 MiB
+    from otel_rl.runs.textfile import MAX_LINE_BYTES
+
+    pad = "x" * 400
+    entries, size = [], 0
+    while size <= MAX_LINE_BYTES:
+        step = len(entries) + 1
+        entries.append({"loss": 0.1, "reward": step / 1e5, "kl": 0.01, "note": pad, "step": step})
+        size += len(json.dumps(entries[-1])) + 2
+    path = tmp_path / "trainer_state.json"
+    path.write_text(json.dumps({"global_step": len(entries), "log_history": entries}), encoding="utf-8")
+    assert path.stat().st_size > MAX_LINE_BYTES and path.read_bytes().count(b"\n") == 0
+    parsed = parse_file(path)
+    assert parsed.format == "trl-state"
+    assert len(parsed.records) == len(entries) and parsed.records[-1].step == len(entries)
+    assert not [p for p in parsed.problems if "limit" in p.reason]
+
+
 def test_unknown_content_names_the_file_and_the_fix(tmp_path):
     path = write(tmp_path, "notes.txt", "hello\nworld\n")
     with pytest.raises(FormatError, match=r"notes.txt.*--format"):
