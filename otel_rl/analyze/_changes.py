@@ -49,6 +49,10 @@ TEXTURE = 1.5
 # Sustained: a condition over at least this share of the logged steps (or this many logs in a row).
 SUSTAINED_SHARE = 0.2
 SUSTAINED_RUN = 8
+# A condition is left for good when at most this share of the series' last quarter (at least
+# TAIL_POINTS points) is still in it: responses that hit the length cap early and stop hitting it.
+LEFT_SHARE = 0.1
+TAIL_POINTS = 5
 
 
 # The reward's spread: 0 on a step means no learning signal there.
@@ -494,10 +498,10 @@ def _spike_changes(
     return out
 
 
-def _condition_steps(s: Series, f: Finding) -> tuple[np.ndarray, int]:
+def _condition_steps(s: Series, f: Finding) -> tuple[np.ndarray, int, float]:
     """The steps of the whole series in a finding's condition (past its threshold, or at the value it
-    is pinned at), and the longest run of them in a row: a share is counted over the whole log, not
-    over the one excursion the finding describes."""
+    is pinned at), the longest run of them in a row, and the share of the series' last quarter in it:
+    a share is counted over the whole log, not over the one excursion the finding describes."""
     steps, x = s.arrays()
     ok = np.isfinite(x)
     steps, x = steps[ok], x[ok]
@@ -510,7 +514,8 @@ def _condition_steps(s: Series, f: Finding) -> tuple[np.ndarray, int]:
     for flag in inside:
         run = run + 1 if flag else 0
         longest = max(longest, run)
-    return steps[inside], longest
+    tail = inside[-max(TAIL_POINTS, inside.size // 4) :]
+    return steps[inside], longest, float(tail.mean()) if tail.size else 0.0
 
 
 def sustained_changes(findings: Sequence[Finding], logged: int, series: Series | None = None) -> list[Change]:
@@ -527,8 +532,10 @@ def sustained_changes(findings: Sequence[Finding], logged: int, series: Series |
         f = max(group, key=lambda g: (g.count or 1, g.kind == "pinned-at-limit"))
         points = f.count or 1
         first, last = f.first_step, f.last_step
+        left = False  # the series left the condition for good: its last quarter is (nearly) out of it
         if series is not None:
-            inside, longest = _condition_steps(series, f)
+            inside, longest, tail_share = _condition_steps(series, f)
+            left = tail_share <= LEFT_SHARE
             points = int(inside.size)
             if points and (points / max(logged, 1) >= SUSTAINED_SHARE or longest >= SUSTAINED_RUN):
                 first, last = int(inside[0]), int(inside[-1])
@@ -551,7 +558,7 @@ def sustained_changes(findings: Sequence[Finding], logged: int, series: Series |
                 after=level,
                 bad=f.bad,
                 size=max(change_size(f.baseline, level, log=f.baseline > 0 and level > 0), share),
-                recovered=False,
+                recovered=left,
                 steps=[first, last],
                 center=first,
                 share=min(share, 1.0),

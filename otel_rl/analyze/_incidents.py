@@ -311,7 +311,8 @@ def _severity(p: Change, context: _Context, *, accompanied: bool) -> str:
         # A gradient norm twice its level is a warning; a KL, noisier from one batch to the next, at 3x.
         return "critical" if p.size >= 1.0 else ("warning" if p.size >= (0.5 if family == "kl" else 0.25) else "info")
     if p.kind == "sustained":
-        return "critical" if (p.share or 0.0) >= 0.5 else "warning"
+        held = "critical" if (p.share or 0.0) >= 0.5 else "warning"
+        return _NOTCH[held] if p.recovered else held  # a condition the run left for good weighs less
     if (
         family == "kl"
         and p.direction == "up"

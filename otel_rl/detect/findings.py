@@ -473,6 +473,12 @@ def _pinned(
         # A score that sits exactly at its lowest value for most of the run, to the end: nothing
         # scores above the floor any more (every answer wrong, or only the format reward left).
         out.append(_pinned_finding(s, x, at_low, low, "down", series, metric, attrs, direction, "its lowest value, held to the end"))
+    if metric == M.RL_REWARD and attrs.get(A.RL_STATISTIC) == A.RlStatisticValues.STD.value:
+        zero = x == 0.0
+        if int(zero.sum()) >= max(need, int(math.ceil(0.5 * n))) and float(x.max()) > 0:
+            # GRPO's advantage is the reward minus its group's mean: no spread, nothing to learn from
+            what = "0: every group's completions scored alike, so no advantage to learn from"
+            out.append(_pinned_finding(s, x, zero, 0.0, "down", series, metric, attrs, direction, what))
     if metric in _ZERO_MEANS_STALLED:
         zero = x == 0.0
         if int(zero.sum()) >= need and float(x.max()) > 0:

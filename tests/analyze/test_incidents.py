@@ -129,6 +129,47 @@ def test_a_length_at_a_limit_that_a_truncation_ratio_confirms_says_so() -> None:
     assert "512 tokens is the limit: completions/clipped_ratio is 1 there" in pinned[0].note
 
 
+def test_responses_that_stop_hitting_the_cap_early_are_no_alarm_and_are_back() -> None:
+    # Seen on a PPO run and an SFT-primed GRPO run: the clip ratio starts high and falls for good
+    rng = np.random.default_rng(3)
+    clipped = np.concatenate([np.linspace(0.8, 0.35, 18), np.abs(0.06 + 0.02 * rng.standard_normal(182))])
+    clipped[150] = 0.4  # one late batch past the threshold: still left for good
+    length = np.concatenate([np.linspace(490, 300, 18), noisy(rng, 270.0, 182)])
+    found = incidents_of(
+        series("response_length/mean", M.RL_RESPONSE_LENGTH, length, MEAN),
+        series("response_length/clip_ratio", M.RL_RESPONSE_CLIPPED_RATIO, clipped),
+    )
+    held = [i for i in found if any(p.kind == "sustained" for p in i.parts)]
+    assert held, [i.text for i in found]
+    for i in held:
+        assert i.severity == "info" and i.recovered, i.text
+        assert "not back by the end of the log" not in i.text, i.text
+    # The same start held to the end is still an alarm.
+    stuck = incidents_of(
+        series("response_length/clip_ratio", M.RL_RESPONSE_CLIPPED_RATIO, np.concatenate([clipped[:18], np.full(182, 0.5)]))
+    )
+    assert any(i.severity in ("warning", "critical") and not i.recovered for i in stuck), [i.text for i in stuck]
+
+
+def test_a_reward_without_spread_on_most_steps_is_no_learning_signal() -> None:
+    # An older TRL logs reward_std but not frac_reward_zero_std: 0 on 242 of 250 steps is a dead run
+    rng = np.random.default_rng(4)
+    std = np.zeros(250)
+    std[rng.choice(250, 8, replace=False)] = 0.05
+    reward = np.where(std > 0, 0.01, 0.0)
+    found = incidents_of(
+        series("reward", M.RL_REWARD, reward, MEAN), series("reward_std", M.RL_REWARD, std, {A.RL_STATISTIC: A.RlStatisticValues.STD.value})
+    )
+    dead = [i for i in found if "no learning signal" in i.name]
+    assert dead and dead[0].severity in ("warning", "critical"), [i.text for i in found]
+    # A healthy run's occasional batch without spread is not one.
+    lively = noisy(rng, 0.4, 250, rel=0.3)
+    lively[rng.choice(250, 40, replace=False)] = 0.0
+    assert not [
+        i for i in incidents_of(series("reward_std", M.RL_REWARD, lively, {A.RL_STATISTIC: "std"})) if "no learning signal" in i.name
+    ]
+
+
 N = 300
 
 
