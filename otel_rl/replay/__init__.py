@@ -58,7 +58,7 @@ CLI_DESCRIPTION = """\
 Send every step of a training log through otel-rl telemetry, as if the run were happening now,
 but with each step's original time: the rl.log event of each step carries the exact key -> value
 map and the step's time, and every metric point is stamped with the step's time; keys map to registry metrics through the framework's mapping (swift,
-trl, verl, roll). With OTEL_EXPORTER_OTLP_ENDPOINT or --endpoint the data goes to a collector,
+trl, verl, roll, areal, nemo_rl). With OTEL_EXPORTER_OTLP_ENDPOINT or --endpoint the data goes to a collector,
 otherwise into a run folder (otel-rl-runs/<run id>/, OTLP-JSON lines).
 
 Formats (detected from the content unless --format says):
@@ -69,6 +69,9 @@ Formats (detected from the content unless --format says):
   easyr1-jsonl  EasyR1's experiment_log.jsonl ({"step": N, "reward": {...}, "actor": {...}, ...})
   verl-console  verl's console logger (step:N - key:value - ...; Ray prefixes and colours are fine)
   roll-stdout   ROLL's stdout tracker (metrics_tag: {"step": N, "metrics": {...}})
+  hf-notebook   a Jupyter notebook's Trainer progress table (Step | Training Loss | reward | ...)
+  nemo-rl-console  NeMo-RL's per-step GRPO summary (===== Step N/M =====, • Avg Reward: ...)
+  metric-table  a CSV of metrics by step (a W&B "Export CSV", a tracker's history, AReaL's keys)
   otel-rl       an otel-rl run folder (its rl.log events)
 
 Time: timestamps in the log are used as they are; elapsed times (ms-swift elapsed_time, tqdm's

@@ -54,6 +54,8 @@ from otel_rl.replay._log import (
     short,
     timestamp_clock,
 )
+from otel_rl.replay._metric_table import header_of, read_metric_table
+from otel_rl.replay._nemo_rl import is_nemo_rl_header, read_nemo_rl_console
 from otel_rl.replay._notebook import is_notebook, notebook_console, read_notebook_table
 from otel_rl.replay._settings import apply_settings, hf_settings
 from otel_rl.replay._verl import is_easyr1_row, is_step_line, read_easyr1_jsonl, read_verl_console, read_verl_jsonl
@@ -74,6 +76,8 @@ FRAMEWORK_OF: dict[str, str | None] = {
     "hf-notebook": "trl",  # a Jupyter notebook's Trainer table (transformers' notebook display)
     "verl-console": "verl",
     "roll-stdout": "roll",
+    "nemo-rl-console": "nemo_rl",
+    "metric-table": None,  # a CSV of metrics by step: the reader tells the framework from the keys
     "otel-rl": None,  # the run's own rl.framework resource attribute says
 }
 FORMATS: tuple[str, ...] = tuple(FRAMEWORK_OF)
@@ -304,6 +308,8 @@ _READERS: dict[str, Callable[[Path, str, ParsedLog], None]] = {
     "verl-console": read_verl_console,
     "roll-stdout": _read_roll_stdout,
     "hf-notebook": read_notebook_table,
+    "nemo-rl-console": read_nemo_rl_console,
+    "metric-table": read_metric_table,
 }
 # What one line is worth as evidence of a format. A verl `step:N - key:value` line, a ROLL
 # metrics_tag line or a framework's JSON row is unmistakable; a `{'key': value}` line may be a
@@ -353,12 +359,17 @@ def _head(path: Path, size: int) -> str:
 def format_scores(text: str) -> dict[str, int]:
     """Evidence for each format, summed over every line of ``text``."""
     scores = dict.fromkeys(_READERS, 0)
+    if header_of(text) is not None:
+        scores["metric-table"] += _STRONG
     for raw in text.splitlines():
         line = raw.strip()
         if not line:
             continue
         if _METRICS_TAG in line:
             scores["roll-stdout"] += _STRONG
+            continue
+        if line[0] == "=" and is_nemo_rl_header(line):
+            scores["nemo-rl-console"] += _STRONG
             continue
         if "step:" in line:
             clean = ANSI_RE.sub("", line) if "\x1b" in line else line

@@ -168,7 +168,7 @@ Type: string. Examples: qwen2.5-7b-grpo-math."""
 RL_FRAMEWORK: Final = "rl.framework"
 """RL framework that produced the telemetry (resource attribute).
 
-Type: enum. Values: roll, verl, trl, swift, custom. Examples: roll, verl.
+Type: enum. Values: roll, verl, trl, swift, areal, nemo_rl, custom. Examples: roll, verl.
 
 Open enum: other framework names are allowed."""
 
@@ -706,6 +706,12 @@ class RlFrameworkValues(str, Enum):
 
     SWIFT = 'swift'
     """ModelScope ms-swift."""
+
+    AREAL = 'areal'
+    """inclusionAI AReaL."""
+
+    NEMO_RL = 'nemo_rl'
+    """NVIDIA NeMo-RL."""
 
     CUSTOM = 'custom'
     """A custom training loop."""

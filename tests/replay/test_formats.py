@@ -328,8 +328,92 @@ def test_every_format_is_covered_here():
         "hf-console",
         "verl-jsonl",
         "easyr1-jsonl",
+        "nemo-rl-console",
+        "metric-table",
         "hf-notebook",
         "verl-console",
         "roll-stdout",
         "otel-rl",
     }
+
+
+def test_wandb_csv_export_reads_each_row_as_a_step_and_leaves_the_bands_out(tmp_path):
+    lines = ['"Step","run-7 - train/reward","run-7 - train/reward__MIN","run-7 - train/reward__MAX","run-7 - actor/entropy"']
+    for step in range(1, 31):
+        entropy = "" if step == 5 else f"{0.5 - step / 100:.3f}"  # not logged at step 5: missing, not zero
+        lines.append(f"{step},{0.1 + step / 100:.3f},0.0,1.0,{entropy}")
+    parsed = parse_file(write(tmp_path, "wandb_export.csv", "\n".join(lines) + "\n"))
+    assert parsed.format == "metric-table"
+    assert [r.step for r in parsed.records] == list(range(1, 31))
+    assert parsed.records[0].values == {"train/reward": 0.11, "actor/entropy": 0.49}
+    assert "actor/entropy" not in parsed.records[4].values
+    assert any("band column" in n for n in parsed.notes)
+
+
+def test_areal_metric_table_is_read_with_areal_keys(tmp_path):
+    header = "step,ppo_actor/task_reward/avg,ppo_actor/update/entropy/avg,ppo_actor/update/grad_norm,eval-rollout/reward"
+    rows = [f"{s},{0.3 + s / 200:.4f},{0.3:.4f},{0.7:.4f},{0.35 if s % 10 else 0.5}" for s in range(1, 41)]
+    rows.insert(10, "bad,1,2,3,4")  # a row whose step is no integer: said, skipped
+    parsed = parse_file(write(tmp_path, "metrics.csv", "\n".join([header, *rows]) + "\n"))
+    assert parsed.framework == "areal" and len(parsed.records) == 40
+    assert any("'bad'" in p.reason for p in parsed.problems)
+    from otel_rl.analyze._series import build_series
+
+    series, unmapped = build_series(parsed)
+    names = {(k[0], dict(k[1]).get("rl.statistic")) for k in series}
+    assert {("rl.reward", "mean"), ("rl.policy.entropy", "mean"), ("rl.grad_norm", None), ("rl.validation.score", "mean")} <= names
+    assert not unmapped
+
+
+NEMO_RL_STEP = """========================= Step {step}/{total} =========================
+▶ Preparing batch...
+(VllmGenerationWorker pid=1) INFO 02-26 03:57:11 [abstract.py:324] It took 0.07 seconds to wake up
+Logged data to /data/logs/train_data_step{step}.jsonl
+
+📊 Training Results:
+  • Loss: {loss:.4f}
+  • Generation KL Error: 0.0006
+  • Avg Reward: {reward:.4f}
+  • Mean Generation Length: 616.4766
+
+⏱️  Timing:
+  • Total step time: 44.74s
+  • generation: 32.82s (73.4%)
+
+🔍 Performance Metrics:
+  • Mean Total Tokens per Sample: 619.48
+  • Throughputs (per GPU):
+    - E2E (Samples/sec/gpu): 1.43
+"""
+NEMO_RL_VALIDATION = """
+📊 Validation Results:
+    • Accuracy: {accuracy:.4f}
+    • Average response length: 722.7 tokens
+    • Samples processed: 256
+
+  ⏱️  Validation Timing:
+    • Total validation time: 30.49s
+"""
+
+
+def test_nemo_rl_console_reads_each_step_summary_and_its_validation(tmp_path):
+    # The shape nemo_rl/algorithms/grpo.py prints per step (Ray worker lines interleaved)
+    parts = ["Loaded configuration from: grpo.yaml\n", NEMO_RL_VALIDATION.format(accuracy=0.25)]
+    for step in range(1, 21):
+        parts.append(NEMO_RL_STEP.format(step=step, total=50, loss=0.02, reward=0.25 + step / 100))
+        if step % 10 == 0:
+            parts.append(NEMO_RL_VALIDATION.format(accuracy=0.3 + step / 100))
+    parsed = parse_file(write(tmp_path, "train.out", "".join(parts)))
+    assert parsed.format == "nemo-rl-console" and parsed.framework == "nemo_rl"
+    by_step = {r.step: r.values for r in parsed.records}
+    assert sorted(by_step) == list(range(0, 21))
+    assert by_step[0] == {
+        "validation/accuracy": 0.25,
+        "validation/average_response_length": 722.7,
+        "validation/samples_processed": 256,
+        "validation_timing/total_validation_time": 30.49,
+    }
+    assert by_step[3]["train/avg_reward"] == 0.28 and by_step[3]["timing/total_step_time"] == 44.74
+    assert by_step[10]["validation/accuracy"] == 0.4 and "validation/accuracy" not in by_step[9]
+    assert parsed.settings["max_steps"] == 50
+    assert parsed.ending.status == "stopped"  # the log ends at step 20 of a planned 50
