@@ -152,7 +152,9 @@ def score(run: Any, entry: Entry) -> Score:
         if stable != "unknown" and not run.parsed.doubts:
             failures.append(f"judged ({verdict.stable_text if verdict else stable}); the read cannot be trusted")
         return Score(entry.file, not failures, failures, verdict.stable_text if verdict else "", [_line(i) for i in headline])
-    if stable == "unknown" and entry.expect:
+    if not run.parsed.records:
+        failures.append("not read: no logged step was read")  # a healthy control is no pass when nothing was read
+    elif stable == "unknown" and entry.expect:
         failures.append(f"not judged: {verdict.stable_text if verdict else 'no verdict'}")
     if entry.healthy:
         if serious:

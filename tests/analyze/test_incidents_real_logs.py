@@ -80,6 +80,11 @@ def test_a_score_fails_when_an_expected_event_is_missing_or_a_healthy_run_alarms
     healthy = next(n for n in SHARED if TABLE[n].healthy and TABLE[n].raw.get("framework") == "verl")
     with_events = dataclasses.replace(TABLE[healthy], expect=collapse.expect)
     assert not score(run_of(healthy), with_events).passed
+    # A healthy control of which nothing was read is no pass either (its verdict is only "not judged").
+    unread = analyze([LOGS / healthy], plots=False)[0]
+    unread.parsed.records = []
+    result = score(unread, TABLE[healthy])
+    assert not result.passed and result.failures == ["not read: no logged step was read"]
 
 
 def test_a_reward_sparse_from_its_first_step_is_a_held_condition_not_a_collapse() -> None:
