@@ -80,8 +80,10 @@ def find_incidents(
     interval: int,
     settings: Mapping[str, Any],
     sources: Mapping[str, str] | None = None,
+    outcome_steps: Sequence[tuple[int, int]] = (),
 ) -> list[Incident]:
-    """The run's incidents, most important first."""
+    """The run's incidents, most important first. ``outcome_steps``: spans where the outcome got worse
+    that no series change carries (a validation score falling from its best, see :func:`gave_back`)."""
     families: dict[str, tuple[str, float]] = {}
     parts: list[Change] = []
     by_series: dict[str, list[Finding]] = {}
@@ -117,7 +119,7 @@ def find_incidents(
         typical={s.label: _typical(s) for s in series.values() if s.label in families},
     )
     family_of = {label: fam for label, (fam, _importance) in families.items()}
-    context.marks = outcome_marks(parts, family_of, lambda p: _severity(p, context, accompanied=True))
+    context.marks = sorted([*outcome_marks(parts, family_of, lambda p: _severity(p, context, accompanied=True)), *outcome_steps])
     incidents = [_incident(group, context) for group in _group(parts, context)]
     incidents = _merge_namesakes(incidents, lambda group: _incident(group, context))
     incidents.sort(key=lambda i: (-i.score, i.first_step))
@@ -410,6 +412,10 @@ def _explained(parts: Sequence[Change], families: Mapping[str, tuple[str, float]
     }
 
 
+GAVE_BACK_RELATIVE = 0.1  # a fall from the best validation below this share of it is noise
+GAVE_BACK_SHARE = 0.8  # ... and one that keeps a fifth of the gain or more is a dip, not the gain lost
+
+
 def decline_incidents(verdict: Any, series: Mapping[SeriesKey, Series], incidents: Sequence[Incident]) -> list[Incident]:
     """The outcome itself, when it got worse: a training reward whose last steps are clearly below its
     first (two standard errors), a validation score that fell past its noise. Told as an incident of
@@ -420,10 +426,15 @@ def decline_incidents(verdict: Any, series: Mapping[SeriesKey, Series], incident
         (verdict.reward_series, verdict.training_learned, "reward"),
         (verdict.validation_series, verdict.validation_learned, "validation"),
     ):
-        if label is None or how != "worse" or family in alarmed or (family == "reward" and "signal" in alarmed):
+        if label is None or family in alarmed or (family == "reward" and "signal" in alarmed):
             continue
         s = next((x for x in series.values() if x.label == label), None)
         if s is None:
+            continue
+        if how != "worse":
+            fell = gave_back(s) if family == "validation" else None
+            if fell is not None:
+                out.append(fell)
             continue
         steps, x = s.arrays()
         keep = np.isfinite(x)
@@ -441,6 +452,39 @@ def decline_incidents(verdict: Any, series: Mapping[SeriesKey, Series], incident
         incident.score = _SEVERITY_WEIGHT["warning"] * 2.0
         out.append(incident)
     return out
+
+
+def gave_back(s: Series) -> Incident | None:
+    """A validation score that rose, then fell from its best to its last evaluation by more than its
+    noise and back to about where it started (GAVE_BACK_SHARE of its gain lost): the run lost what it
+    learned (its first value against its last would say "no clear change")."""
+    steps, x = s.arrays()
+    keep = np.isfinite(x)
+    steps, x = steps[keep], x[keep]
+    if x.size < 4:
+        return None
+    best_at = int(np.argmax(x))
+    first, best, last = float(x[0]), float(x[best_at]), float(x[-1])
+    if best_at == x.size - 1:
+        return None
+    noise = float(np.std(np.diff(x))) / math.sqrt(2.0)
+    bar = max(2.0 * noise, GAVE_BACK_RELATIVE * max(abs(best), abs(first)), 1e-3)
+    gain, drop = best - first, best - last
+    if gain <= bar or drop <= bar or drop < GAVE_BACK_SHARE * gain:
+        return None
+    # where it fell: after the last evaluation still near the best (within half the drop)
+    near = np.flatnonzero(x[: x.size - 1] >= best - 0.5 * drop)
+    best_step, last_step = int(steps[int(near[-1])]), int(steps[-1])
+    name = "validation score falls from its best"
+    incident = Incident(
+        name=name, severity="warning", first_step=best_step, last_step=last_step, parts=[], families={s.label: "validation"}
+    )
+    incident.text = (
+        f"{name}: {s.label} {format_number(first)} (step {int(steps[0])}) rose to {format_number(best)} (step {int(steps[best_at])}), "
+        f"then fell to {format_number(last)} at the last evaluation (step {last_step}): {drop / gain:.0%} of its gain lost"
+    )
+    incident.score = _SEVERITY_WEIGHT["warning"] * 2.0
+    return incident
 
 
 def demote_training_floor(incidents: list[Incident], why: str) -> list[Incident]:

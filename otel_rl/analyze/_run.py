@@ -18,12 +18,13 @@ from otel_rl.analyze._incidents import (
     demote_training_floor,
     ending_incident,
     find_incidents,
+    gave_back,
     headline,
     nonfinite_incidents,
     watched_metric,
 )
 from otel_rl.analyze._series import Series, SeriesKey, build_series, resolved_records
-from otel_rl.analyze._verdict import Verdict, verdict
+from otel_rl.analyze._verdict import Verdict, validation_series, verdict
 from otel_rl.detect.detectors import (
     Alert,
     AlertEngine,
@@ -575,7 +576,10 @@ def analyze_parsed(parsed: ParsedLog, *, cfg: DetectorConfig = DetectorConfig(),
         if proved is not None:
             parsed.settings["kl_coef"], parsed.setting_sources["kl_coef"] = proved
     run.settings = _settings(parsed, series, findings)
-    run.incidents = find_incidents(series, findings, interval=interval, settings=parsed.settings, sources=parsed.setting_sources)
+    held_out = validation_series(series)
+    fell = gave_back(held_out) if held_out is not None else None
+    run.incidents = find_incidents(series, findings, interval=interval, settings=parsed.settings, sources=parsed.setting_sources,
+                                   outcome_steps=[(fell.first_step, fell.last_step)] if fell is not None else [])
     ending = ending_incident(parsed.ending, snapshot=parsed.format == "trl-state")
     extra = [*([ending] if ending is not None else []), *nonfinite_incidents(series)]
     if extra:

@@ -296,3 +296,33 @@ def test_moves_below_the_registry_scale_are_information_and_still_told(seed: int
             events += 1
             told += any(i.reaches(step, step) and i.metrics & metrics for i in found)
     assert told >= 0.9 * events, f"{told} of {events} below-scale moves told"
+
+
+def _validation_log(tmp_path, values: dict[int, float], steps: int = 250):
+    rng = np.random.default_rng(5)
+    lines = []
+    for step in range(1, steps + 1):
+        parts = [f"critic/score/mean:{0.5 + 0.02 * rng.standard_normal():.4f}", f"actor/entropy:{0.3 + 0.01 * rng.standard_normal():.4f}"]
+        if step in values:
+            parts.append(f"val-core/math/acc/mean@1:{values[step]:.4f}")
+        lines.append(f"step:{step} - " + " - ".join(parts))
+    path = tmp_path / "train.log"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def test_a_validation_score_that_falls_back_to_its_start_is_in_the_headline(tmp_path) -> None:
+    # Seen on an AReaL run: eval 0.357 -> 0.632 (s100) ... 0.619 (s200) -> 0.378 at its last evaluation;
+    # first against last alone says "no clear change"
+    from otel_rl.analyze import analyze
+
+    fell = {1: 0.357, 50: 0.55, 100: 0.632, 150: 0.618, 200: 0.619, 250: 0.378}
+    (run,) = analyze([_validation_log(tmp_path, fell)], plots=False)
+    top = [i for i in run.headline if i.severity != "info"]
+    assert top and top[0].name == "validation score falls from its best", [i.text for i in run.incidents]
+    assert (top[0].first_step, top[0].last_step) == (200, 250)
+    assert "0.6319" not in top[0].text and "0.632 (step 100)" in top[0].text and "0.378 at the last evaluation (step 250)" in top[0].text
+    # A late dip that keeps much of the gain is noise of a small evaluation, not the gain lost.
+    dip = {1: 0.3047, 50: 0.3438, 100: 0.4258, 150: 0.3906, 200: 0.3359, 250: 0.36}
+    (calm,) = analyze([_validation_log(tmp_path, dip)], plots=False)
+    assert not [i for i in calm.incidents if "validation" in i.name], [i.text for i in calm.incidents]
