@@ -36,8 +36,17 @@ class Series:
         return self.metric, tuple(sorted(self.attributes.items()))
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        steps = np.array(sorted(self.by_step), dtype=np.int64)
-        return steps, np.array([self.by_step[int(s)] for s in steps], dtype=np.float64)
+        """(steps, values) in step order; computed once per content of ``by_step`` (the analysis asks
+        for them many times, and a 455k-step series costs seconds to sort)."""
+        stamp = (id(self.by_step), len(self.by_step))
+        cached = self.__dict__.get("_arrays")
+        if cached is not None and cached[0] == stamp:
+            return cached[1].copy(), cached[2].copy()
+        items = sorted(self.by_step.items())
+        steps = np.fromiter((k for k, _ in items), dtype=np.int64, count=len(items))
+        values = np.fromiter((v for _, v in items), dtype=np.float64, count=len(items))
+        self.__dict__["_arrays"] = (stamp, steps, values)
+        return steps.copy(), values.copy()
 
     @property
     def direction(self) -> str | None:
