@@ -139,13 +139,19 @@ def read_notebook_table(path: Path, text: str, out: ParsedLog) -> None:
     and the planned total from the progress text above it."""
     name = path.name
     columns: list[str] | None = None
+    table = 0  # each table is a run of its own (an SFT warm-up, then the GRPO run): one segment each
+    progress_of: dict[int, tuple[int, int]] = {}  # table -> (planned total, line) from the progress above it
+    progress: tuple[int, int] | None = None
     for number, line in enumerate(text.splitlines(), start=1):
-        progress = _PROGRESS_RE.match(line)
-        if progress:
-            apply_settings(out, {"max_steps": int(progress.group(2))}, f"the notebook's progress display (line {number})")
+        bar = _PROGRESS_RE.match(line)
+        if bar:
+            progress = (int(bar.group(2)), number)
             continue
         if line.startswith(TABLE_HEADER):
             columns = [_COLUMN_KEYS.get(c, c.replace(" / ", "/")) for c in line.split("\t")]
+            table += 1
+            if progress is not None:
+                progress_of[table], progress = progress, None
             continue
         if "\t" not in line:
             if line.strip():
@@ -166,4 +172,9 @@ def read_notebook_table(path: Path, text: str, out: ParsedLog) -> None:
                 values[key] = float(cell)
             except ValueError:
                 values[key] = cell
-        out.records.append(StepRecord(int(cells[0]), values, number))
+        out.records.append(StepRecord(int(cells[0]), values, number, segment=table))
+    # The planned total of the run that is read: the last table's (the one read unless --segment says)
+    last = max((r.segment for r in out.records), default=0)
+    if last in progress_of:
+        planned, line = progress_of[last]
+        apply_settings(out, {"max_steps": planned}, f"the notebook's progress display (line {line})")

@@ -313,6 +313,25 @@ def test_a_jupyter_notebooks_trainer_table_is_read_with_its_steps_and_planned_to
     assert finished.ending.status == "finished" and len(finished.records) == 250
 
 
+def test_a_notebook_with_an_sft_table_then_a_grpo_table_reads_the_last_run(tmp_path):
+    # Seen in a user's Qwen3 notebook: an SFT warm-up's table (118 steps), then GRPO's (32 of 100) and an OOM
+    sft = json.loads(_notebook(115, 118, finished=True, example_table=False))
+    grpo = json.loads(_notebook(30, 100, finished=False, example_table=False))
+    oom = {
+        "output_type": "error",
+        "ename": "OutOfMemoryError",
+        "evalue": "CUDA out of memory. Tried to allocate 1.06 GiB",
+        "traceback": ["OutOfMemoryError: CUDA out of memory. Tried to allocate 1.06 GiB"],
+    }
+    grpo["cells"][0]["outputs"].append(oom)
+    notebook = {**sft, "cells": sft["cells"] + grpo["cells"]}
+    parsed = parse_file(write(tmp_path, "qwen3.ipynb", json.dumps(notebook)))
+    assert [r.step for r in parsed.records] == list(range(1, 31))
+    assert parsed.settings["max_steps"] == 100
+    assert any("holds 2 runs" in n for n in parsed.notes), parsed.notes
+    assert parsed.ending.status == "crashed" and parsed.ending.step == 30
+
+
 def test_a_notebook_without_a_trainer_table_is_read_as_its_console(tmp_path):
     lines = "".join(f"{{'loss': 0.1, 'reward': {s / 10}, 'epoch': {s / 100}}}\n" for s in range(1, 21))
     cell = {"cell_type": "code", "source": [], "metadata": {}, "outputs": [{"output_type": "stream", "name": "stdout", "text": [lines]}]}
