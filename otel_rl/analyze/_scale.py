@@ -32,6 +32,7 @@ DEFAULT_GRAD_CLIP = 1.0  # the Trainer's, verl's and OpenRLHF's default max_grad
 # a run whose KL sits near 1 from its first step (an SFT adapter measured against its base) blips
 # to 12 and back without leaving its reference; KL-spike runs reach 100-400x.
 LONE_SPIKE_DECADES = 1.3
+OUTLIER_SPIKE_DECADES = 2.3
 # A sparse reward: at its floor on at least this share of the steps, with hits above it.
 SPARSE_SHARE = 0.5
 
@@ -75,7 +76,9 @@ def is_large(p: Change, family: str, settings: Mapping[str, Any], typical: float
         if p.kind == "spike":  # one log past the danger level, and far past the run's own level (20x its median)
             usual = typical if typical is not None and typical > 0 else p.before
             far = p.after >= 10**LONE_SPIKE_DECADES * usual if usual > 0 else p.size >= LONE_SPIKE_DECADES
-            return p.after >= (danger_level("kl") or level) and far
+            # ... or past the notable level and hundreds of times the run's own level (0.015 -> 4.8)
+            farther = p.after >= 10**OUTLIER_SPIKE_DECADES * usual if usual > 0 else p.size >= OUTLIER_SPIKE_DECADES
+            return p.after >= (danger_level("kl") or level) and far or p.after >= level and farther
         return p.after >= level
     if p.kind == "spike":
         return p.after >= level and p.size >= 1.0

@@ -326,3 +326,18 @@ def test_a_validation_score_that_falls_back_to_its_start_is_in_the_headline(tmp_
     dip = {1: 0.3047, 50: 0.3438, 100: 0.4258, 150: 0.3906, 200: 0.3359, 250: 0.36}
     (calm,) = analyze([_validation_log(tmp_path, dip)], plots=False)
     assert not [i for i in calm.incidents if "validation" in i.name], [i.text for i in calm.incidents]
+
+
+def test_a_kl_spike_hundreds_of_times_its_level_past_the_notable_level_is_a_warning() -> None:
+    # Seen in a notebook run: kl ~0.015, one step at 4.84, the next highest 0.19; below the danger level 10
+    rng = np.random.default_rng(6)
+    kl = np.abs(noisy(rng, 0.015, 136, rel=0.3))
+    kl[83] = 4.843
+    found = incidents_of(series("kl", M.RL_POLICY_KL, kl, {A.RL_POLICY: "reference"}))
+    spikes = [i for i in found if i.severity != "info"]
+    assert spikes and spikes[0].severity == "warning" and "4.843 at 84" in spikes[0].text, [i.text for i in found]
+    # A blip to ~1 from a level of 0.05 (20x) that comes back stays information, as healthy runs do.
+    kl[83] = 1.0
+    kl *= 0.05 / 0.015
+    kl[83] = 1.0
+    assert not [i.text for i in incidents_of(series("kl", M.RL_POLICY_KL, kl, {A.RL_POLICY: "reference"})) if i.severity != "info"]
