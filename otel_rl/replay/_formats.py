@@ -39,6 +39,7 @@ from otel_rl._sdk.keys.resolver import TRANSFORMS
 from otel_rl.replay._checks import check_fields_kept, check_parse, settle_steps
 from otel_rl.replay._ending import read_ending
 from otel_rl.replay._hf_console import TQDM_RE, find_dict, read_hf_console
+from otel_rl.replay._key_value import is_progress_line, read_key_value_console
 from otel_rl.replay._log import (
     ANSI_RE,
     CLOCK_ELAPSED,
@@ -78,6 +79,7 @@ FRAMEWORK_OF: dict[str, str | None] = {
     "roll-stdout": "roll",
     "nemo-rl-console": "nemo_rl",
     "metric-table": None,  # a CSV of metrics by step: the reader tells the framework from the keys
+    "key-value": "trl",  # a hand-written loop's progress lines: names read by meaning into TRL's
     "otel-rl": None,  # the run's own rl.framework resource attribute says
 }
 FORMATS: tuple[str, ...] = tuple(FRAMEWORK_OF)
@@ -310,6 +312,7 @@ _READERS: dict[str, Callable[[Path, str, ParsedLog], None]] = {
     "hf-notebook": read_notebook_table,
     "nemo-rl-console": read_nemo_rl_console,
     "metric-table": read_metric_table,
+    "key-value": read_key_value_console,
 }
 # What one line is worth as evidence of a format. A verl `step:N - key:value` line, a ROLL
 # metrics_tag line or a framework's JSON row is unmistakable; a `{'key': value}` line may be a
@@ -395,6 +398,8 @@ def format_scores(text: str) -> dict[str, int]:
             scores["hf-console"] += 10 * _WEAK
         elif "%|" in line and TQDM_RE.search(line):
             scores["hf-console"] += _WEAK
+        elif ("tep" in line or "/" in line) and is_progress_line(line):
+            scores["key-value"] += 5 * _WEAK  # below a Trainer dict's 10: a loop's own print is the last guess
     return scores
 
 

@@ -349,6 +349,7 @@ def test_every_format_is_covered_here():
         "easyr1-jsonl",
         "nemo-rl-console",
         "metric-table",
+        "key-value",
         "hf-notebook",
         "verl-console",
         "roll-stdout",
@@ -436,3 +437,30 @@ def test_nemo_rl_console_reads_each_step_summary_and_its_validation(tmp_path):
     assert by_step[10]["validation/accuracy"] == 0.4 and "validation/accuracy" not in by_step[9]
     assert parsed.settings["max_steps"] == 50
     assert parsed.ending.status == "stopped"  # the log ends at step 20 of a planned 50
+
+
+def test_hand_written_progress_lines_are_read_by_the_meaning_of_their_names(tmp_path):
+    # Three loops' own prints: MiniMind's GRPO, a custom PPO, a key=value trainer
+    minimind = "".join(
+        f"Epoch:[1/1]({s}/500), Reward: {0.3 + s / 1000:.4f}, Fmt: 1.00, KL_ref: 0.0004, Actor Loss: 0.0001, Avg Len: 129, LR: 0.00000100\n"
+        for s in range(1, 41)
+    )
+    parsed = parse_file(write(tmp_path, "r1_main.log", "nohup: ignoring input\n" + minimind))
+    assert parsed.format == "key-value" and len(parsed.records) == 40 and parsed.settings["max_steps"] == 500
+    assert parsed.records[0].values == {
+        "reward": 0.301,
+        "fmt": 1.0,
+        "kl": 0.0004,
+        "loss": 0.0001,
+        "completion_length": 129,
+        "learning_rate": 1e-06,
+    }
+    ppo = "".join(f"[timing] sample processed in 276.79s\nStep: {s} | Loss: -0.0011 | KL: {s / 1000}\n" for s in range(1, 31))
+    parsed = parse_file(write(tmp_path, "ppo.log", ppo))
+    assert parsed.format == "key-value" and [r.step for r in parsed.records] == list(range(1, 31))
+    assert parsed.records[4].values == {"loss": -0.0011, "kl": 0.005}
+    equals = "".join(f"step:{s} | reward=0.{s:02d} | kl=0.02 | grad_norm=0.9 | tokens/s=1200\n" for s in range(1, 31))
+    parsed = parse_file(write(tmp_path, "train.log", equals))
+    assert parsed.format == "key-value" and parsed.records[2].values == {"reward": 0.03, "kl": 0.02, "grad_norm": 0.9, "tokens_s": 1200}
+    # A line with a step but one number is prose, not a record.
+    assert parse_file(write(tmp_path, "mixed.log", ppo + "Step 3 of the recipe: add 2 eggs\n")).records[-1].step == 30
