@@ -67,33 +67,30 @@ def run(args: argparse.Namespace) -> int:
 
 def _show_steps(run_dir: Path, limit: int | None, run_id: str | None) -> int:
     from otel_rl.runs.folder import format_problems
-    from otel_rl.runs.steps import SECONDS_COLUMN, format_step_table, headline_table, read_step_rows, read_step_seconds
+    from otel_rl.runs.step_table import read_step_table
+    from otel_rl.runs.steps import SECONDS_COLUMN, format_step_table
 
     try:
-        rows = read_step_rows(run_dir, run_id)
-        seconds = read_step_seconds(run_dir, rows.run)
+        table = read_step_table(run_dir, run_id, limit)  # one streaming pass: memory holds the rows shown
     except LookupError as exc:
         print(f"otel-rl show: {run_dir}: {exc}", file=sys.stderr)
         return 2
     except (OSError, ValueError) as exc:  # not a run folder: a FIFO, a device, unreadable
         print(f"otel-rl show: {exc}", file=sys.stderr)
         return 1
-    if rows.problems:
-        print(format_problems(rows.problems), file=sys.stderr)
-    if rows.run.note:
-        print(f"otel-rl show: {rows.run.note}", file=sys.stderr)
-    if not rows and not seconds:
+    if table.problems:
+        print(format_problems(table.problems), file=sys.stderr)
+    if table.run.note:
+        print(f"otel-rl show: {table.run.note}", file=sys.stderr)
+    if not table.total:
         print(f"otel-rl show: {_why_no_steps(run_dir)}", file=sys.stderr)
         return 1
-    columns, table = headline_table(rows, seconds)
-    steps = sorted({int(entry["step"]) for entry in table})
-    timed = "seconds: the step's wall time; " if SECONDS_COLUMN in columns else ""
-    print(f"{len(steps)} steps ({steps[0]}-{steps[-1]}); {timed}the values as the console summary names them")
-    print(format_step_table(columns, table, limit=limit))
+    timed = "seconds: the step's wall time; " if SECONDS_COLUMN in table.columns else ""
+    print(f"{table.steps} steps ({table.first_step}-{table.last_step}); {timed}the values as the console summary names them")
+    print(format_step_table(table.columns, table.rows, limit=limit, total=table.total))
     hint = f"\nevery logged key: otel-rl export {run_dir} --format csv"
-    traced = sorted(step for step, _rank in seconds)
-    if traced:  # a folder replayed from a log without stage timers has no step traces
-        hint += f"; one step's trace: otel-rl show {run_dir} --step {traced[-1]}"
+    if table.last_traced is not None:  # a folder replayed from a log without stage timers has no step traces
+        hint += f"; one step's trace: otel-rl show {run_dir} --step {table.last_traced}"
     print(hint)
     return 0
 

@@ -55,6 +55,8 @@ __all__ = [
     "find_step_trace",
     "format_duration",
     "format_problems",
+    "iter_log_records",
+    "iter_spans",
     "read_log_records",
     "read_metrics",
     "rank_file_name",
@@ -102,63 +104,85 @@ def _read(
     """``restorer``: makes, per file, what completes each line's records in place (returning a
     problem to report, or None)."""
     result: ReadResult[T] = ReadResult()
-    for path in _resolve(run_dir, file_name):
-        _read_file(path, top_key, decode_request, result, restorer() if restorer is not None else None)
+    result.extend(_iter(run_dir, file_name, top_key, decode_request, result.problems, restorer))
     return result
+
+
+def _iter(
+    run_dir: str | os.PathLike[str],
+    file_name: str,
+    top_key: str,
+    decode_request: Callable[[Mapping[str, Any]], list[T]],
+    problems: list[Problem],
+    restorer: Callable[[], Callable[[list[T]], str | None]] | None = None,
+) -> Iterator[T]:
+    for path in _resolve(run_dir, file_name):
+        yield from _read_file(path, top_key, decode_request, problems, restorer() if restorer is not None else None)
+
+
+def iter_log_records(run_dir: str | os.PathLike[str], problems: list[Problem]) -> Iterator[dict[str, Any]]:
+    """:func:`read_log_records` one record at a time (memory: one line's records); skipped lines go
+    to ``problems``."""
+    return _iter(run_dir, LOGS_FILE, "resourceLogs", decode_logs_request, problems, lambda: StepKeySets().restore)
+
+
+def iter_spans(run_dir: str | os.PathLike[str], problems: list[Problem]) -> Iterator[SpanRecord]:
+    """:func:`read_spans` one span at a time."""
+    return _iter(run_dir, TRACES_FILE, "resourceSpans", decode_trace_request, problems)
 
 
 def _read_file(
     path: str,
     top_key: str,
     decode_request: Callable[[Mapping[str, Any]], list[T]],
-    result: ReadResult[T],
+    problems: list[Problem],
     restore: Callable[[list[T]], str | None] | None = None,
-) -> None:
+) -> Iterator[T]:
     base = os.path.basename(path)
     try:
         require_regular_file(path)
     except FileNotFoundError:
         return
     except NotRegularFileError as error:
-        result.problems.append(Problem(base, 0, f"skipped: {error}"))
+        problems.append(Problem(base, 0, f"skipped: {error}"))
         return
     for number, raw, length in _iter_lines(path):
         if raw is None:
-            result.problems.append(Problem(base, number, f"a line of {length:,} bytes, over the {MAX_LINE_BYTES:,}-byte limit"))
+            problems.append(Problem(base, number, f"a line of {length:,} bytes, over the {MAX_LINE_BYTES:,}-byte limit"))
             continue
         if not raw.strip():
             continue
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as error:
-            result.problems.append(Problem(base, number, f"not UTF-8 ({error.reason})"))
+            problems.append(Problem(base, number, f"not UTF-8 ({error.reason})"))
             continue
         try:
             obj = json.loads(text)
         except (RecursionError, MemoryError) as error:
             # nested deeper than Python's stack allows (a "[[[[..." line): this line only
-            result.problems.append(Problem(base, number, f"JSON nested too deeply to read ({type(error).__name__})"))
+            problems.append(Problem(base, number, f"JSON nested too deeply to read ({type(error).__name__})"))
             continue
         except ValueError as error:
             reason = "truncated JSON" if not text.endswith("\n") else f"not JSON ({cast(json.JSONDecodeError, error).msg})"
-            result.problems.append(Problem(base, number, reason))
+            problems.append(Problem(base, number, reason))
             continue
         if not isinstance(obj, dict) or top_key not in obj:
-            result.problems.append(Problem(base, number, f"not an OTLP/JSON request (no {top_key!r})"))
+            problems.append(Problem(base, number, f"not an OTLP/JSON request (no {top_key!r})"))
             continue
         try:
             records = decode_request(obj)
         except (RecursionError, MemoryError) as error:
-            result.problems.append(Problem(base, number, f"OTLP/JSON nested too deeply to read ({type(error).__name__})"))
+            problems.append(Problem(base, number, f"OTLP/JSON nested too deeply to read ({type(error).__name__})"))
             continue
         except (ValueError, TypeError, KeyError, AttributeError) as error:
-            result.problems.append(Problem(base, number, f"invalid OTLP/JSON: {error}"))
+            problems.append(Problem(base, number, f"invalid OTLP/JSON: {error}"))
             continue
         if restore is not None:
             problem = restore(records)
             if problem is not None:
-                result.problems.append(Problem(base, number, problem))
-        result.extend(records)
+                problems.append(Problem(base, number, problem))
+        yield from records
 
 
 def read_spans(run_dir: str | os.PathLike[str]) -> ReadResult[SpanRecord]:

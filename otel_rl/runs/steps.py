@@ -36,6 +36,8 @@ __all__ = [
     "StepRows",
     "format_step_table",
     "headline_table",
+    "headline_values",
+    "quiet_resolver",
     "read_step_rows",
     "read_step_seconds",
 ]
@@ -112,7 +114,7 @@ def read_step_seconds(run_dir: str | os.PathLike[str], run: RunSelection | None 
 
 
 @contextmanager
-def _quiet_resolver() -> Iterator[None]:
+def quiet_resolver() -> Iterator[None]:
     # The resolver's "no mapping knows the key" advice is for a program that logs; reading a finished
     # run it would only repeat what the run printed when it logged the key.
     logger = logging.getLogger(LOGGER_NAME)
@@ -124,12 +126,13 @@ def _quiet_resolver() -> Iterator[None]:
         logger.removeFilter(drop)
 
 
-def _headline_values(row: StepRow, resolver: KeyResolver) -> dict[str, float]:
+def headline_values(values: Mapping[str, Any], framework: str | None, resolver: KeyResolver) -> dict[str, float]:
+    """The headline labels (TABLE_ORDER) of one step's logged ``values``, as the console summary names them."""
     out: dict[str, float] = {}
-    for key, raw in row.values.items():
+    for key, raw in values.items():
         if isinstance(raw, bool) or not isinstance(raw, (int, float)):
             continue
-        res = resolver.resolve(key, row.framework)
+        res = resolver.resolve(key, framework)
         label_of = HEADLINE_LABELS.get(res.metric)
         if res.fallback or label_of is None:
             continue
@@ -153,13 +156,14 @@ def headline_table(
     resolver = KeyResolver.default()
     by_key = {(row.step, row.rank): row for row in rows}
     table: list[dict[str, float | int]] = []
-    with _quiet_resolver():
+    with quiet_resolver():
         for step, rank in sorted({*by_key, *seconds}):  # a step that logged nothing still has its wall time
             entry: dict[str, float | int] = {"step": step, "rank": rank}
             if (step, rank) in seconds:
                 entry[SECONDS_COLUMN] = seconds[(step, rank)]
             if (step, rank) in by_key:
-                entry.update(_headline_values(by_key[(step, rank)], resolver))
+                row = by_key[(step, rank)]
+                entry.update(headline_values(row.values, row.framework, resolver))
             table.append(entry)
     present = {name for entry in table for name in entry}
     columns = ["step"]
@@ -179,10 +183,14 @@ def _cell(value: float | int | None) -> str:
     return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
 
 
-def format_step_table(columns: Sequence[str], table: Sequence[Mapping[str, float | int]], limit: int | None = 20) -> str:
-    """The table as aligned text; past ``limit`` rows, the first and last rows around a ``... N steps ...`` line."""
+def format_step_table(
+    columns: Sequence[str], table: Sequence[Mapping[str, float | int]], limit: int | None = 20, total: int | None = None
+) -> str:
+    """The table as aligned text; past ``limit`` rows, the first and last rows around a ``... N steps ...`` line.
+    ``total``: the number of rows the table stands for, where ``table`` holds only its ends (step_table)."""
+    total = len(table) if total is None else total
     shown: list[Mapping[str, float | int] | None] = list(table)
-    if limit is not None and len(table) > max(limit, 2):
+    if limit is not None and total > max(limit, 2):
         head = limit // 2
         tail = limit - head
         shown = [*table[:head], None, *table[len(table) - tail :]]
@@ -191,7 +199,7 @@ def format_step_table(columns: Sequence[str], table: Sequence[Mapping[str, float
     lines = ["  ".join(name.rjust(width) for name, width in zip(columns, widths))]
     for row in cells:
         if row is None:
-            hidden = len(table) - (len(shown) - 1)
+            hidden = total - (len(shown) - 1)
             lines.append(f"... {hidden} {'rows' if 'rank' in columns else 'steps'} ...")
         else:
             lines.append("  ".join(cell.rjust(width) for cell, width in zip(row, widths)))
