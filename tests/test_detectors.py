@@ -269,3 +269,24 @@ def test_init_on_alert_turns_the_default_rules_on(tmp_path, monkeypatch):
     finally:
         tel.shutdown()
     assert [(a.name, a.step) for a in seen] == [("kl_above_threshold", 8)]
+
+
+def test_the_baseline_is_the_median_and_the_larger_of_its_spread_estimates_exactly() -> None:
+    # baseline() runs once per watched value in training: its fast form must give the same numbers
+    # as the definition, to the last bit, on windows of every length the engine holds
+    import random
+    import statistics
+
+    from otel_rl.detect.baseline import MAD_TO_SIGMA, MEAN_AD_TO_SIGMA, DetectorConfig, baseline
+
+    cfg = DetectorConfig()
+    rng = random.Random(11)
+    for _ in range(2000):
+        window = [rng.choice([rng.random(), rng.gauss(0, 1e-3), 0.0, 1.0]) for _ in range(rng.randint(1, 30))]
+        med = statistics.median(window)
+        devs = sorted(abs(v - med) for v in window)
+        kept = devs[: len(devs) - (max(1, len(devs) // 10) if len(devs) >= 10 else 0)]
+        scale = max(
+            MAD_TO_SIGMA * statistics.median(devs), MEAN_AD_TO_SIGMA * (sum(kept) / len(kept)), cfg.rel_floor * abs(med), cfg.abs_floor
+        )
+        assert baseline(window) == (med, scale), window

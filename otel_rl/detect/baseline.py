@@ -57,12 +57,6 @@ class DetectorConfig:
     drift_se: float = 4.0  # ... and >= this many standard errors of a window median away
 
 
-def _median_sorted(values: list[float]) -> float:
-    n = len(values)
-    mid = n // 2
-    return values[mid] if n % 2 else (values[mid - 1] + values[mid]) / 2.0
-
-
 def _trimmed(n: int) -> int:
     """How many of the largest deviations the mean absolute deviation leaves out: one spike in a
     window must not widen the scale for the next 30 steps (a KL of 197 would hide one of 67)."""
@@ -79,12 +73,16 @@ def baseline(window: Sequence[float], cfg: DetectorConfig = DetectorConfig()) ->
     is not carried into the scale of the steps after it. Pure Python: for the ~30 values of a
     window it is faster than numpy.
     """
+    # Called once per watched value in training (and per step of a replayed log): a list, not a
+    # generator, and the medians inline; the same operations in the same order as before.
     ordered = sorted(window)
-    med = _median_sorted(ordered)
-    devs = sorted(abs(v - med) for v in ordered)
-    mad = _median_sorted(devs)
-    kept = devs[: len(devs) - _trimmed(len(devs))]
-    mean_ad = sum(kept) / len(kept)
+    n = len(ordered)
+    mid = n // 2
+    med = ordered[mid] if n % 2 else (ordered[mid - 1] + ordered[mid]) / 2.0
+    devs = sorted([abs(v - med) for v in ordered])
+    mad = devs[mid] if n % 2 else (devs[mid - 1] + devs[mid]) / 2.0
+    k = n - _trimmed(n)
+    mean_ad = sum(devs[:k]) / k
     return med, max(MAD_TO_SIGMA * mad, MEAN_AD_TO_SIGMA * mean_ad, cfg.rel_floor * abs(med), cfg.abs_floor)
 
 
