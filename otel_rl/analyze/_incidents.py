@@ -416,10 +416,13 @@ GAVE_BACK_RELATIVE = 0.1  # a fall from the best validation below this share of 
 GAVE_BACK_SHARE = 0.8  # ... and one that keeps a fifth of the gain or more is a dip, not the gain lost
 
 
-def decline_incidents(verdict: Any, series: Mapping[SeriesKey, Series], incidents: Sequence[Incident]) -> list[Incident]:
+def decline_incidents(
+    verdict: Any, series: Mapping[SeriesKey, Series], incidents: Sequence[Incident], fell: Incident | None = None
+) -> list[Incident]:
     """The outcome itself, when it got worse: a training reward whose last steps are clearly below its
-    first (two standard errors), a validation score that fell past its noise. Told as an incident of
-    its own where no warning or critical incident already alarms on that family."""
+    first (two standard errors), a validation score that fell past its noise, or ``fell`` (the
+    validation's :func:`gave_back`, computed once by the caller). Told as an incident of its own
+    where no warning or critical incident already alarms on that family."""
     out = []
     alarmed = {f for i in incidents if i.severity != "info" for f in i.alarm_families}
     for label, how, family in (
@@ -432,8 +435,7 @@ def decline_incidents(verdict: Any, series: Mapping[SeriesKey, Series], incident
         if s is None:
             continue
         if how != "worse":
-            fell = gave_back(s) if family == "validation" else None
-            if fell is not None:
+            if family == "validation" and fell is not None:
                 out.append(fell)
             continue
         steps, x = s.arrays()

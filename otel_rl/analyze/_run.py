@@ -588,7 +588,7 @@ def analyze_parsed(parsed: ParsedLog, *, cfg: DetectorConfig = DetectorConfig(),
     if run.verdict.validation_learned == "yes":  # validation rises: a training reward at its floor is no failure
         run.incidents = demote_training_floor(run.incidents, f"validation {run.verdict.validation_series} rises")
         run.verdict = verdict(series, parsed.doubts, run.incidents)
-    declines = decline_incidents(run.verdict, series, run.incidents)
+    declines = decline_incidents(run.verdict, series, run.incidents, fell)
     if declines:
         run.incidents = sorted([*run.incidents, *declines], key=lambda i: (-i.score, i.first_step))
         run.verdict = verdict(series, parsed.doubts, run.incidents)

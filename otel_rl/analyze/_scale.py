@@ -78,7 +78,7 @@ def is_large(p: Change, family: str, settings: Mapping[str, Any], typical: float
             far = p.after >= 10**LONE_SPIKE_DECADES * usual if usual > 0 else p.size >= LONE_SPIKE_DECADES
             # ... or past the notable level and hundreds of times the run's own level (0.015 -> 4.8)
             farther = p.after >= 10**OUTLIER_SPIKE_DECADES * usual if usual > 0 else p.size >= OUTLIER_SPIKE_DECADES
-            return p.after >= (danger_level("kl") or level) and far or p.after >= level and farther
+            return (p.after >= (danger_level("kl") or level) and far) or (p.after >= level and farther)
         return p.after >= level
     if p.kind == "spike":
         return p.after >= level and p.size >= 1.0
