@@ -430,6 +430,12 @@ def _pinned(
     # A constant series is only a limit when it is a maximum: every step's longest response at the
     # same length is the generation limit, every response clipped is a ratio of 1.
     is_max = attrs.get(A.RL_STATISTIC) == A.RlStatisticValues.MAX.value
+    if n >= cfg.pinned_min_points and metric == M.RL_REWARD and attrs.get(A.RL_STATISTIC) == A.RlStatisticValues.STD.value:
+        zero = x == 0.0
+        if int(zero.sum()) >= int(math.ceil(0.5 * n)):  # on most steps, or on every one (a constant 0 too)
+            # GRPO's advantage is the reward minus its group's mean: no spread, nothing to learn from
+            what = "0: every group's completions scored alike, so no advantage to learn from"
+            out.append(_pinned_finding(s, x, zero, 0.0, "down", series, metric, attrs, direction, what))
     if n < cfg.pinned_min_points or (constant and not (is_max or (float(x.max()) == 1.0 and metric in FRACTION_METRICS))):
         return out
     need = max(cfg.pinned_min_points, int(math.ceil(cfg.pinned_min_fraction * n)))
@@ -473,12 +479,6 @@ def _pinned(
         # A score that sits exactly at its lowest value for most of the run, to the end: nothing
         # scores above the floor any more (every answer wrong, or only the format reward left).
         out.append(_pinned_finding(s, x, at_low, low, "down", series, metric, attrs, direction, "its lowest value, held to the end"))
-    if metric == M.RL_REWARD and attrs.get(A.RL_STATISTIC) == A.RlStatisticValues.STD.value:
-        zero = x == 0.0
-        if int(zero.sum()) >= max(need, int(math.ceil(0.5 * n))) and float(x.max()) > 0:
-            # GRPO's advantage is the reward minus its group's mean: no spread, nothing to learn from
-            what = "0: every group's completions scored alike, so no advantage to learn from"
-            out.append(_pinned_finding(s, x, zero, 0.0, "down", series, metric, attrs, direction, what))
     if metric in _ZERO_MEANS_STALLED:
         zero = x == 0.0
         if int(zero.sum()) >= need and float(x.max()) > 0:

@@ -162,6 +162,9 @@ def test_a_reward_without_spread_on_most_steps_is_no_learning_signal() -> None:
     )
     dead = [i for i in found if "no learning signal" in i.name]
     assert dead and dead[0].severity in ("warning", "critical"), [i.text for i in found]
+    # No spread at any step (a constant 0) is the same run, only deader.
+    flat = incidents_of(series("reward_std", M.RL_REWARD, np.zeros(250), {A.RL_STATISTIC: A.RlStatisticValues.STD.value}))
+    assert [i for i in flat if "no learning signal" in i.name and i.severity != "info"], [i.text for i in flat]
     # A healthy run's occasional batch without spread is not one.
     lively = noisy(rng, 0.4, 250, rel=0.3)
     lively[rng.choice(250, 40, replace=False)] = 0.0
