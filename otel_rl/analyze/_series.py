@@ -30,6 +30,8 @@ class Series:
     label: str  # the first key the log used for it
     keys: list[str] = field(default_factory=list)
     by_step: dict[int, float] = field(default_factory=dict)
+    # arrays() of by_step as it was when computed: (id and size of by_step, steps, values)
+    _sorted: tuple[tuple[int, int], np.ndarray, np.ndarray] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def key(self) -> SeriesKey:
@@ -39,14 +41,12 @@ class Series:
         """(steps, values) in step order; computed once per content of ``by_step`` (the analysis asks
         for them many times, and a 455k-step series costs seconds to sort)."""
         stamp = (id(self.by_step), len(self.by_step))
-        cached = self.__dict__.get("_arrays")
-        if cached is not None and cached[0] == stamp:
-            return cached[1].copy(), cached[2].copy()
-        items = sorted(self.by_step.items())
-        steps = np.fromiter((k for k, _ in items), dtype=np.int64, count=len(items))
-        values = np.fromiter((v for _, v in items), dtype=np.float64, count=len(items))
-        self.__dict__["_arrays"] = (stamp, steps, values)
-        return steps.copy(), values.copy()
+        if self._sorted is None or self._sorted[0] != stamp:
+            items = sorted(self.by_step.items())
+            steps = np.fromiter((k for k, _ in items), dtype=np.int64, count=len(items))
+            values = np.fromiter((v for _, v in items), dtype=np.float64, count=len(items))
+            self._sorted = (stamp, steps, values)
+        return self._sorted[1].copy(), self._sorted[2].copy()
 
     @property
     def direction(self) -> str | None:

@@ -77,7 +77,7 @@ FRAMEWORK_OF: dict[str, str | None] = {
     "hf-notebook": "trl",  # a Jupyter notebook's Trainer table (transformers' notebook display)
     "verl-console": "verl",
     "roll-stdout": "roll",
-    "nemo-rl-console": "nemo_rl",
+    "nemo-rl-console": A.RlFrameworkValues.NEMO_RL.value,
     "metric-table": None,  # a CSV of metrics by step: the reader tells the framework from the keys
     "key-value": "trl",  # a hand-written loop's progress lines: names read by meaning into TRL's
     "otel-rl": None,  # the run's own rl.framework resource attribute says

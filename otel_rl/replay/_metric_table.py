@@ -16,12 +16,14 @@ from pathlib import Path
 
 from otel_rl.replay._log import ParsedLog, StepRecord, number_text
 from otel_rl.runs.folder import Problem
+from otel_rl.semconv import attributes as A
 
 STEP_COLUMNS = ("step", "Step", "global_step", "_step", "trainer/global_step", "train/global_step")
 _WANDB_PREFIX_RE = re.compile(r"^.+? - (.+)$")  # "<run name> - <key>"
 _BAND_SUFFIXES = ("__MIN", "__MAX")  # W&B's chart bands: not values of the run
 # Keys only a framework's own logger writes: the table is that framework's.
-_FRAMEWORK_PREFIXES = (("ppo_actor/", "areal"), ("timeperf/", "areal"))
+_AREAL = A.RlFrameworkValues.AREAL.value
+_FRAMEWORK_PREFIXES = (("ppo_actor/", _AREAL), ("timeperf/", _AREAL))
 
 
 def header_of(text: str) -> list[str] | None:
