@@ -18,7 +18,7 @@ from typing import Any
 from otel_rl._sdk.keys.resolver import KeyResolver
 from otel_rl.runs.folder import Problem, iter_log_records, iter_spans
 from otel_rl.runs.run_selection import RunSelection, choose_run, run_id_of
-from otel_rl.runs.steps import SECONDS_COLUMN, TABLE_ORDER, headline_values, quiet_resolver
+from otel_rl.runs.steps import SECONDS_COLUMN, TABLE_ORDER, headline_values, quiet_resolver, step_seconds
 from otel_rl.runs.waterfall import whole_number
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import names as N
@@ -40,45 +40,45 @@ class TableEnds:
         self.keys: set[Key] = set()
         self.present: set[str] = set()
 
-    def row(self, key: Key) -> dict[str, float | int] | None:
-        self.keys.add(key)
-        found = self.rows.get(key)
-        if found is not None or self.head_n is None:
-            return found if found is not None else self.rows.setdefault(key, {"step": key[0], "rank": key[1]})
-        taken = False
-        if len(self.head) < self.head_n or key < self.head[-1]:
-            bisect.insort(self.head, key)
-            taken = True
-            if len(self.head) > self.head_n:
-                self._forget(self.head.pop(), self.tail)
-        if len(self.tail) < self.tail_n or key > self.tail[0]:
-            bisect.insort(self.tail, key)
-            taken = True
-            if len(self.tail) > self.tail_n:
-                self._forget(self.tail.pop(0), self.head)
-        return self.rows.setdefault(key, {"step": key[0], "rank": key[1]}) if taken and key in self._kept() else None
-
-    def _kept(self) -> set[Key]:
-        return {*self.head, *self.tail}
-
-    def _forget(self, key: Key, other: list[Key]) -> None:
-        i = bisect.bisect_left(other, key)
-        if not (i < len(other) and other[i] == key):
-            self.rows.pop(key, None)
-
     def add(self, key: Key, values: Mapping[str, float | int]) -> None:
+        self.keys.add(key)
         self.present.update(values)
-        row = self.row(key)
+        row = self.rows.get(key)
+        if row is None and (self.head_n is None or self._takes(key)):
+            row = self.rows[key] = {"step": key[0], "rank": key[1]}
         if row is not None:
             row.update(values)
 
+    def _takes(self, key: Key) -> bool:
+        """Whether a new key is among the ends now; an end it pushes out is forgotten."""
+        assert self.head_n is not None
+        head = self.head_n > 0 and (len(self.head) < self.head_n or key < self.head[-1])
+        tail = self.tail_n > 0 and (len(self.tail) < self.tail_n or key > self.tail[0])
+        if head:
+            bisect.insort(self.head, key)
+            if len(self.head) > self.head_n:
+                self._forget(self.head.pop())
+        if tail:
+            bisect.insort(self.tail, key)
+            if len(self.tail) > self.tail_n:
+                self._forget(self.tail.pop(0))
+        return head or tail
+
+    def _forget(self, key: Key) -> None:
+        if not (_holds(self.head, key) or _holds(self.tail, key)):
+            del self.rows[key]
+
     def merge(self, other: TableEnds) -> None:
-        for key in sorted(other.keys - set(other.rows)):
-            self.keys.add(key)  # counted; never among the ends of the union (it was not among other's)
-        for key, row in sorted(other.rows.items()):
-            values = {k: v for k, v in row.items() if k not in ("step", "rank")}
-            self.add(key, values)
+        """Add another run's rows: the ends of the union are among the ends of each."""
+        self.keys |= other.keys
+        for key, row in other.rows.items():
+            self.add(key, {k: v for k, v in row.items() if k not in ("step", "rank")})
         self.present |= other.present
+
+
+def _holds(ordered: list[Key], key: Key) -> bool:
+    i = bisect.bisect_left(ordered, key)
+    return i < len(ordered) and ordered[i] == key
 
 
 @dataclass
@@ -108,12 +108,12 @@ def read_step_table(run_dir: str | os.PathLike[str], run_id: str | None = None, 
     resolver = KeyResolver.default()
     with quiet_resolver():
         for record in iter_log_records(run_dir, problems):
-            if record.get("event_name") != N.RL_LOG_EVENT:
-                continue
             resource = record.get("resource") or {}
             run = run_id_of(resource)
             rank = whole_number(resource.get(A.RL_RANK)) or 0
-            firsts.setdefault((run, rank), resource)
+            firsts.setdefault((run, rank), resource)  # every record names its run, as read_step_rows counts them
+            if record.get("event_name") != N.RL_LOG_EVENT:
+                continue
             step = whole_number((record.get("attributes") or {}).get(A.RL_STEP))
             body = record.get("body")
             if step is None or not isinstance(body, Mapping):
@@ -129,13 +129,11 @@ def read_step_table(run_dir: str | os.PathLike[str], run_id: str | None = None, 
             ends.merge(group)
     last_traced = None
     for span in iter_spans(run_dir, problems):
-        if span.name != N.RL_STEP_SPAN or span.parent_span_id is not None or not choice.keeps(span.resource):
-            continue
-        step = whole_number(span.attributes.get(A.RL_STEP))
-        if step is not None:
-            rank = whole_number(span.attributes.get(A.RL_RANK, span.resource.get(A.RL_RANK))) or 0
-            ends.add((step, rank), {SECONDS_COLUMN: span.duration_ns / 1e9})
-            last_traced = step if last_traced is None else max(last_traced, step)
+        found = step_seconds(span, choice)
+        if found is not None:
+            key, seconds = found
+            ends.add(key, {SECONDS_COLUMN: seconds})
+            last_traced = key[0] if last_traced is None else max(last_traced, key[0])
     steps = {step for step, _rank in ends.keys}
     columns = ["step"]
     if any(rank for _step, rank in ends.keys):

@@ -22,8 +22,8 @@ from typing import Any
 from otel_rl._sdk.keys.resolver import KeyResolver
 from otel_rl._sdk.pipeline.summary import HEADLINE_LABELS, HEADLINE_ORDER
 from otel_rl.reporting import LOGGER_NAME
-from otel_rl.runs.folder import read_log_records, read_spans
-from otel_rl.runs.records import ReadResult
+from otel_rl.runs.folder import iter_spans, read_log_records
+from otel_rl.runs.records import ReadResult, SpanRecord
 from otel_rl.runs.run_selection import RunSelection, choose_run
 from otel_rl.runs.waterfall import whole_number
 from otel_rl.semconv import attributes as A
@@ -40,6 +40,7 @@ __all__ = [
     "quiet_resolver",
     "read_step_rows",
     "read_step_seconds",
+    "step_seconds",
 ]
 
 # The console summary's headline labels, with the policy loss beside the total loss: most
@@ -99,18 +100,23 @@ def read_step_rows(run_dir: str | os.PathLike[str], run_id: str | None = None) -
     return result
 
 
+def step_seconds(span: SpanRecord, run: RunSelection | None = None) -> tuple[tuple[int, int], float] | None:
+    """``((step, rank), seconds)`` of an ``rl.step`` root span of ``run`` (of any run when None); None
+    for every other span."""
+    if span.name != N.RL_STEP_SPAN or span.parent_span_id is not None or (run is not None and not run.keeps(span.resource)):
+        return None
+    step = whole_number(span.attributes.get(A.RL_STEP))
+    if step is None:
+        return None
+    rank = whole_number(span.attributes.get(A.RL_RANK, span.resource.get(A.RL_RANK))) or 0
+    return (step, rank), span.duration_ns / 1e9
+
+
 def read_step_seconds(run_dir: str | os.PathLike[str], run: RunSelection | None = None) -> dict[tuple[int, int], float]:
     """Each step's wall time in seconds, from its ``rl.step`` root span, by (step, rank), of ``run``'s
-    spans (default: every span); the latest span wins."""
-    seconds: dict[tuple[int, int], float] = {}
-    for span in read_spans(run_dir):
-        if span.name != N.RL_STEP_SPAN or span.parent_span_id is not None or (run is not None and not run.keeps(span.resource)):
-            continue
-        step = whole_number(span.attributes.get(A.RL_STEP))
-        if step is not None:
-            rank = whole_number(span.attributes.get(A.RL_RANK, span.resource.get(A.RL_RANK))) or 0
-            seconds[(step, rank)] = span.duration_ns / 1e9
-    return seconds
+    spans (default: every span); the latest span wins. Read one span at a time."""
+    found = (step_seconds(span, run) for span in iter_spans(run_dir, []))
+    return dict(item for item in found if item is not None)
 
 
 @contextmanager
