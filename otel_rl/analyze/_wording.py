@@ -75,7 +75,9 @@ def _phrases(i: Incident) -> list[tuple[str, str]]:
         p.metric == M.RL_RESPONSE_CLIPPED_RATIO and p.direction == "up" and p.kind in _LEVEL and p.after >= 0.9 for p in i.parts
     )
     if pinned:
-        out.append(("length", "responses pinned at the length limit"))
+        held = [p for p in i.parts if p.kind == "sustained" and i.families.get(p.series) == "length"]
+        left = bool(held) and all(p.recovered for p in held)  # the run stopped running into the cap for good
+        out.append(("length", "responses at the length limit, then under it" if left else "responses pinned at the length limit"))
     vanishes = any(
         i.families.get(p.series) == "signal"
         and p.kind in _LEVEL

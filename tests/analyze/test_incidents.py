@@ -144,6 +144,7 @@ def test_responses_that_stop_hitting_the_cap_early_are_no_alarm_and_are_back() -
     for i in held:
         assert i.severity == "info" and i.recovered, i.text
         assert "not back by the end of the log" not in i.text, i.text
+        assert i.name == "responses at the length limit, then under it", i.name  # not "length rises": it fell
     # The same start held to the end is still an alarm.
     stuck = incidents_of(
         series("response_length/clip_ratio", M.RL_RESPONSE_CLIPPED_RATIO, np.concatenate([clipped[:18], np.full(182, 0.5)]))
