@@ -66,9 +66,9 @@ def steps_received(sink: OtlpSink, service: str | None = None) -> list[int]:
     return sorted(r[1][A.RL_STEP] for r in sink.received.events(N.RL_LOG_EVENT) if service is None or r[3].get("service.name") == service)
 
 
-def file_events(run_dir: Path) -> list[int]:
+def file_events(run_dir: Path, name: str = "logs.jsonl") -> list[int]:
     steps = []
-    for line in (run_dir / "logs.jsonl").read_text().splitlines():
+    for line in (run_dir / name).read_text().splitlines():
         for rl in json.loads(line)["resourceLogs"]:
             for sl in rl["scopeLogs"]:
                 for record in sl["logRecords"]:
@@ -165,7 +165,11 @@ def test_multiprocessing_fork_workers_log_dropped_and_one_that_inits_exports_its
         assert result["own_exit"] == 0 and result["own_closed"] is True
         assert all(n >= 20 for n in result["dropped"])  # each task's 20 calls counted in its worker
         assert steps_received(sink, "fork-test") == list(range(10))  # the parent's, once
-        assert steps_received(sink, "worker") == list(range(900, 905))  # the worker's own telemetry
+        # The worker's own telemetry. If some is missing: what the processes said, and whether the
+        # worker's events reached its run folder (made, not sent) or not (never made).
+        worker_file = tmp_path / "run" / "logs.rank7.jsonl"
+        written = file_events(tmp_path / "run", worker_file.name) if worker_file.exists() else "no file"
+        assert steps_received(sink, "worker") == list(range(900, 905)), f"in the run folder: {written}\n{out['stderr'][-4000:]}"
         assert not [s for s in steps_received(sink) if s >= 5000]
         assert len({s[1] for s in sink.received.spans}) == len(sink.received.spans) == 2 * 10 + 2 * 5
 

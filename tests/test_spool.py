@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -180,6 +181,39 @@ def test_a_crash_leaves_records_that_the_next_spool_recovers_and_a_torn_record_i
 
 
 # -- through otel_rl.init() ----------------------------------------------------------------------
+
+
+def test_a_batch_stored_just_before_the_signal_closes_is_still_delivered(tmp_path: Path) -> None:
+    """The sender found nothing pending; before it looked at the closed flag, a last batch came and
+    the signal closed (a batch processor's final export, then its exporter's shutdown). That batch
+    must go out, not stay on disk. The interleaving is forced: the flag's first read by the sender
+    outside the spool's lock stores the batch and closes the signal, as the other thread would."""
+    with OtlpSink() as sink:
+        spool = Spool(tmp_path / "spool", 2**20)
+        state = spool._signals[LOGS]
+        interleaved = threading.Event()
+
+        class ClosedAsTheSenderLooks(type(state)):
+            @property
+            def closed(self) -> bool:
+                if threading.current_thread().name == "otel-rl-spool-logs" and not spool._lock.locked() and not interleaved.is_set():
+                    interleaved.set()
+                    assert spool.append(LOGS, log_request(0, 1), 1)
+                    with spool._lock:
+                        self.__dict__["closed"] = True
+                return self.__dict__["closed"]
+
+            @closed.setter
+            def closed(self, value: bool) -> None:
+                self.__dict__["closed"] = value
+
+        state.__class__ = ClosedAsTheSenderLooks
+        spool.attach(LOGS, log_transport(sink.endpoint))
+        time.sleep(0.2)
+        if not interleaved.is_set():  # the sender reads the flag only under the lock: the same order, unforced
+            assert spool.append(LOGS, log_request(0, 1), 1)
+        assert spool.close_signal(LOGS, 5.0)
+        assert received_indices(sink) == [0]
 
 
 def _stats(tel: otel_rl.Telemetry) -> dict:
@@ -391,11 +425,20 @@ def test_push_without_a_spool_or_a_collector_says_what_to_do(tmp_path: Path, mon
 
 def test_sigterm_flushes_everything_then_ends_the_process_as_sigterm_does(tmp_path: Path) -> None:
     with OtlpSink() as sink:
-        child = run_child(tmp_path, sink.endpoint, "print('ready', flush=True)\ntime.sleep(60)", wait=False)
+        # SIGUSR1 prints every thread's stack: what a child that does not end was doing is shown.
+        after = "import faulthandler\nfaulthandler.register(signal.SIGUSR1)\nprint('ready', flush=True)\ntime.sleep(60)"
+        child = run_child(tmp_path, sink.endpoint, after, wait=False)
         read_until(child, "ready")
         t0 = time.monotonic()
         child.send_signal(signal.SIGTERM)
-        assert child.wait(15) == -signal.SIGTERM
+        try:
+            child.wait(15)
+        except subprocess.TimeoutExpired:
+            child.send_signal(signal.SIGUSR1)
+            time.sleep(1)
+            child.kill()
+            pytest.fail("the child did not end within 15 s of SIGTERM; it was doing:\n" + child.stdout.read()[-8000:])
+        assert child.returncode == -signal.SIGTERM
         assert time.monotonic() - t0 < 6.5
         # Spans were still in the batch processor (5 s schedule) and metrics in the reader (30 s).
         assert len(sink.received.events(RL_LOG)) == 25

@@ -122,13 +122,15 @@ class SpoolDelivery:
                 if not state.records:
                     state.inflight = None
                     state.idle.set()
+                    # Under the lock: append() refuses once closed, so nothing can come after this
+                    # check. Read outside it, a last batch appended just before the close was left.
+                    if state.closed:
+                        return
                     record = None
                 else:
                     record = state.inflight = state.records[0]
                     segment = state.segments.get(record.seq)
             if record is None:
-                if state.closed:
-                    return
                 state.wake.wait(1.0)
                 state.wake.clear()
                 continue
