@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 from otlp_sink import OtlpSink
 
@@ -23,7 +26,8 @@ from otel_rl.semconv import names as N
 
 TIMEOUT_S = 90
 PRELUDE = """
-import json, multiprocessing, os, sys, time
+import faulthandler, json, multiprocessing, os, signal, sys, time
+faulthandler.register(signal.SIGUSR1, all_threads=True)  # forked children inherit it: a hang shows every stack
 import otel_rl
 from otel_rl.semconv import metrics as M
 
@@ -56,10 +60,23 @@ def run_script(tmp_path: Path, sink: OtlpSink, body: str) -> dict:
     env = {**os.environ, "SINK": sink.endpoint, "RUN_DIR": str(tmp_path / "run"), "PYTHONUNBUFFERED": "1"}
     path = tmp_path / "scenario.py"  # a file, not -c: spawned children import their target from it
     path.write_text(script, encoding="utf-8")
-    done = subprocess.run([sys.executable, str(path)], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=TIMEOUT_S)
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
-    results = [json.loads(line[len("RESULT ") :]) for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-    return {"results": results, "stderr": done.stderr}
+    out_path, err_path = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
+    with open(out_path, "w") as out, open(err_path, "w") as err:
+        # A session of its own: on a hang every process of the scenario prints its stacks, then is killed.
+        scenario = subprocess.Popen([sys.executable, str(path)], env=env, cwd=tmp_path, stdout=out, stderr=err, start_new_session=True)
+        try:
+            scenario.wait(TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            for process in [psutil.Process(scenario.pid), *psutil.Process(scenario.pid).children(recursive=True)]:
+                process.send_signal(signal.SIGUSR1)  # one at a time: their stacks do not interleave
+                time.sleep(0.5)
+            os.killpg(scenario.pid, signal.SIGKILL)
+            scenario.wait(10)
+            pytest.fail(f"the scenario hung for {TIMEOUT_S} s; its processes were doing:\n{err_path.read_text()[-12000:]}")
+    stdout, stderr = out_path.read_text(), err_path.read_text()
+    assert scenario.returncode == 0, stdout[-4000:] + stderr[-4000:]
+    results = [json.loads(line[len("RESULT ") :]) for line in stdout.splitlines() if line.startswith("RESULT ")]
+    return {"results": results, "stderr": stderr}
 
 
 def steps_received(sink: OtlpSink, service: str | None = None) -> list[int]:
