@@ -52,8 +52,14 @@ WATCHED: tuple[tuple[str, Mapping[str, str], str, float], ...] = (
 
 
 def watched(s: Series) -> tuple[str, float] | None:
-    """(family, importance) of a series the incidents are about; None for the others."""
-    return watched_metric(s.metric, s.attributes)
+    """(family, importance) of a series the incidents are about; None for the others. A reward
+    function at 0 on every step joins the reward's spread: its share of the signal never came."""
+    role = watched_metric(s.metric, s.attributes)
+    if role is None and s.metric == M.RL_REWARD_COMPONENT:
+        _, x = s.arrays()
+        if x.size and not x.any():
+            return "signal", 0.6
+    return role
 
 
 def watched_metric(metric_name: str, attributes: Mapping[str, str]) -> tuple[str, float] | None:
@@ -117,6 +123,7 @@ def find_incidents(
         stated={k: (v, (sources or {}).get(k, "the log")) for k, v in settings.items()},
         hits=sparse_hits(series, families),
         typical={s.label: _typical(s) for s in series.values() if s.label in families},
+        silent_share=_silent_share(series, families),
     )
     family_of = {label: fam for label, (fam, _importance) in families.items()}
     context.marks = sorted([*outcome_marks(parts, family_of, lambda p: _severity(p, context, accompanied=True)), *outcome_steps])
@@ -139,10 +146,17 @@ class _Context:
     hits: Mapping[int, str]  # a sparse reward's hits: step -> what it was
     typical: Mapping[str, float]  # each series' median: the one "typical" value every sentence uses
     marks: list[tuple[int, int]] = field(default_factory=list)  # steps of outcome and policy-state changes (see _scale)
+    silent_share: float = 0.0  # the share of the reward functions that never fired
 
     def accompanied(self, first: int, last: int) -> bool:
         """Whether an outcome or policy-state change comes with steps first..last, or just after them."""
         return any(lo - 2 * self.window <= last and first <= hi + self.window for lo, hi in self.marks)
+
+
+def _silent_share(series: Mapping[SeriesKey, Series], families: Mapping[str, tuple[str, float]]) -> float:
+    components = [s for s in series.values() if s.metric == M.RL_REWARD_COMPONENT and s.attributes.get(A.RL_STATISTIC, _MEAN) == _MEAN]
+    silent = [s for s in components if s.label in families and families[s.label][0] == "signal"]
+    return len(silent) / len(components) if components else 0.0
 
 
 def _typical(s: Series) -> float:
@@ -313,6 +327,10 @@ def _severity(p: Change, context: _Context, *, accompanied: bool) -> str:
         # A gradient norm twice its level is a warning; a KL, noisier from one batch to the next, at 3x.
         return "critical" if p.size >= 1.0 else ("warning" if p.size >= (0.5 if family == "kl" else 0.25) else "info")
     if p.kind == "sustained":
+        if p.metric == M.RL_REWARD_COMPONENT:
+            # Most of the reward's design paying nothing is a warning; a strict format reward among
+            # several that nobody matches is information (the others still teach the run).
+            return "warning" if context.silent_share >= 0.5 else "info"
         held = "critical" if (p.share or 0.0) >= 0.5 else "warning"
         return _NOTCH[held] if p.recovered else held  # a condition the run left for good weighs less
     if (
@@ -494,11 +512,25 @@ def demote_training_floor(incidents: list[Incident], why: str) -> list[Incident]
     rate, a shaped score) is no failure: its conditions become information, saying why."""
     for i in incidents:
         held = i.parts and all(p.kind == "sustained" for p in i.parts)
-        if held and set(i.families.values()) <= {"reward", "signal"} and i.severity != "info":
-            i.severity = "info"
-            i.score = _SEVERITY_WEIGHT["info"] * (1.0 + i.score / 1000.0)
-            i.text += f" (information: {why})"
+        if held and set(i.families.values()) <= {"reward", "signal"}:
+            _demote(i, why)
     return sorted(incidents, key=lambda i: (-i.score, i.first_step))
+
+
+def demote_silent_functions(incidents: list[Incident], why: str) -> list[Incident]:
+    """Where the reward rises all the same, reward functions that never fired (a strict format no
+    answer matches) did not stop the run: information, saying why."""
+    for i in incidents:
+        if i.parts and all(p.metric == M.RL_REWARD_COMPONENT and p.kind == "sustained" for p in i.parts):
+            _demote(i, why)
+    return sorted(incidents, key=lambda i: (-i.score, i.first_step))
+
+
+def _demote(i: Incident, why: str) -> None:
+    if i.severity != "info":
+        i.severity = "info"
+        i.score = _SEVERITY_WEIGHT["info"] * (1.0 + i.score / 1000.0)
+        i.text += f" (information: {why})"
 
 
 def nonfinite_incidents(series: Mapping[SeriesKey, Series]) -> list[Incident]:

@@ -15,6 +15,7 @@ from otel_rl.analyze._explain import kl_coefficient_from_loss
 from otel_rl.analyze._incidents import (
     Incident,
     decline_incidents,
+    demote_silent_functions,
     demote_training_floor,
     ending_incident,
     find_incidents,
@@ -585,6 +586,9 @@ def analyze_parsed(parsed: ParsedLog, *, cfg: DetectorConfig = DetectorConfig(),
     if extra:
         run.incidents = sorted([*extra, *run.incidents], key=lambda i: (-i.score, i.first_step))
     run.verdict = verdict(series, parsed.doubts, run.incidents)
+    if run.verdict.training_learned == "yes":  # the reward rises: a reward function that never fired did not stop it
+        run.incidents = demote_silent_functions(run.incidents, f"{run.verdict.reward_series or 'the reward'} rises without them")
+        run.verdict = verdict(series, parsed.doubts, run.incidents)
     if run.verdict.validation_learned == "yes":  # validation rises: a training reward at its floor is no failure
         run.incidents = demote_training_floor(run.incidents, f"validation {run.verdict.validation_series} rises")
         run.verdict = verdict(series, parsed.doubts, run.incidents)

@@ -78,14 +78,19 @@ def _phrases(i: Incident) -> list[tuple[str, str]]:
         held = [p for p in i.parts if p.kind == "sustained" and i.families.get(p.series) == "length"]
         left = bool(held) and all(p.recovered for p in held)  # the run stopped running into the cap for good
         out.append(("length", "responses at the length limit, then under it" if left else "responses pinned at the length limit"))
+    silent = {p.series for p in i.parts if p.kind == "sustained" and p.metric == M.RL_REWARD_COMPONENT}
+    if silent:
+        out.append(("signal", "reward functions never fire" if len(silent) > 1 else "a reward function never fires"))
     vanishes = any(
         i.families.get(p.series) == "signal"
+        and p.metric != M.RL_REWARD_COMPONENT
         and p.kind in _LEVEL
         and p.size >= 1.0
         and p.direction == ("up" if p.metric == M.RL_REWARD_ZERO_STD_RATIO else "down")
         for p in i.parts
     )
-    if _part(i, "signal", kinds=("sustained",)) or vanishes:
+    spread = any(i.families.get(p.series) == "signal" and p.kind == "sustained" and p.metric != M.RL_REWARD_COMPONENT for p in i.parts)
+    if spread or vanishes:
         out.append(("signal", "no learning signal (the reward has no spread)"))
     if _part(i, "reward", "down", ("sustained",)):
         out.append(("reward", "reward pinned at its floor"))
@@ -232,6 +237,8 @@ def incident_text(
     if len(told) > _TEXT_SERIES:
         lines.append(f"and {len(told) - _TEXT_SERIES} more part(s) in report.json")
     where = _span(i.first_step, i.last_step)
-    tail = "" if not i.parts or i.recovered or all(p.kind == "spike" for p in i.parts) else "; not back by the end of the log"
+    # a spike is back by definition; a reward function that never fired has no "back" to come to
+    ended = i.recovered or all(p.kind == "spike" or p.metric == M.RL_REWARD_COMPONENT for p in i.parts)
+    tail = "" if not i.parts or ended else "; not back by the end of the log"
     note = f" ({i.note})" if i.note else ""
     return f"{i.name} at {where}: " + "; ".join(lines) + tail + note

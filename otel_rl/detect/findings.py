@@ -16,6 +16,7 @@ end of the log (collapse from the start, drift) in :mod:`otel_rl.detect.lasting`
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -58,6 +59,10 @@ __all__ = [
     "format_number",
     "min_change_for",
 ]
+
+# A reward function read as silent only over this many logged steps, and never a penalty's.
+_SILENT_MIN_POINTS = 10
+_PENALTY = re.compile(r"penal|punish|overlong|length|len_|_len|repetit|cost|negative", re.IGNORECASE)
 
 # Metrics whose exact 0 means the step did nothing (no gradient reached the optimizer).
 _ZERO_MEANS_STALLED = frozenset({M.RL_GRAD_NORM})
@@ -436,6 +441,13 @@ def _pinned(
             # GRPO's advantage is the reward minus its group's mean: no spread, nothing to learn from
             what = "0: every group's completions scored alike, so no advantage to learn from"
             out.append(_pinned_finding(s, x, zero, 0.0, "down", series, metric, attrs, direction, what))
+    function = attrs.get(A.RL_REWARD_FUNCTION, series)
+    if n >= _SILENT_MIN_POINTS and metric == M.RL_REWARD_COMPONENT and constant and x[0] == 0.0 and not _PENALTY.search(function):
+        # A reward function that never paid out (a correctness check no answer passes, a format the
+        # model never produces): its share of the signal is missing. A penalty at 0 is one never incurred.
+        what = "0 on every logged step: this reward function never fired, so it gave nothing to learn from"
+        out.append(_pinned_finding(s, x, x == 0.0, 0.0, "down", series, metric, attrs, direction, what))
+        return out
     if n < cfg.pinned_min_points or (constant and not (is_max or (float(x.max()) == 1.0 and metric in FRACTION_METRICS))):
         return out
     need = max(cfg.pinned_min_points, int(math.ceil(cfg.pinned_min_fraction * n)))

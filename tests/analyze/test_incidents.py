@@ -174,6 +174,32 @@ def test_a_reward_without_spread_on_most_steps_is_no_learning_signal() -> None:
     ]
 
 
+def test_a_reward_function_at_0_on_every_step_never_fires_but_a_penalty_at_0_was_never_incurred() -> None:
+    # A GRPO notebook: the correctness and format rewards pay 0 on all 68 steps; only xmlcount moves.
+    rng = np.random.default_rng(5)
+    component = {A.RL_STATISTIC: A.RlStatisticValues.MEAN.value}
+    xml = noisy(rng, -0.05, 68, rel=0.8)
+    found = incidents_of(
+        series("reward", M.RL_REWARD, xml, MEAN),
+        series("rewards/xmlcount", M.RL_REWARD_COMPONENT, xml, {**component, A.RL_REWARD_FUNCTION: "xmlcount"}),
+        series("rewards/correctness", M.RL_REWARD_COMPONENT, np.zeros(68), {**component, A.RL_REWARD_FUNCTION: "correctness"}),
+        series("rewards/strict_format", M.RL_REWARD_COMPONENT, np.zeros(68), {**component, A.RL_REWARD_FUNCTION: "strict_format"}),
+    )
+    silent = [i for i in found if "never fire" in i.name]
+    assert len(silent) == 1 and silent[0].severity == "warning", [i.text for i in found]
+    assert "rewards/correctness" in silent[0].text and "rewards/strict_format" in silent[0].text
+    assert "not back by the end" not in silent[0].text  # it never fired: there is no "back"
+    # A length penalty that stays 0 is a penalty no answer incurred; a component that pays now and then fires.
+    healthy = incidents_of(
+        series("reward", M.RL_REWARD, noisy(rng, 0.5, 68), MEAN),
+        series("rewards/overlong_penalty", M.RL_REWARD_COMPONENT, np.zeros(68), {**component, A.RL_REWARD_FUNCTION: "overlong_penalty"}),
+        series(
+            "rewards/bonus", M.RL_REWARD_COMPONENT, np.where(rng.random(68) < 0.1, 1.0, 0.0), {**component, A.RL_REWARD_FUNCTION: "bonus"}
+        ),
+    )
+    assert not [i for i in healthy if "never fire" in i.name], [i.text for i in healthy]
+
+
 N = 300
 
 
