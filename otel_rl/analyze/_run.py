@@ -12,18 +12,8 @@ import numpy as np
 
 from otel_rl._sdk.keys.resolver import KeyResolver
 from otel_rl.analyze._explain import kl_coefficient_from_loss
-from otel_rl.analyze._incidents import (
-    Incident,
-    decline_incidents,
-    demote_silent_functions,
-    demote_training_floor,
-    ending_incident,
-    find_incidents,
-    gave_back,
-    headline,
-    nonfinite_incidents,
-    watched_metric,
-)
+from otel_rl.analyze._incidents import Incident, decline_incidents, find_incidents, gave_back, headline, watched_metric
+from otel_rl.analyze._run_incidents import demote_silent_functions, demote_training_floor, ending_incident, nonfinite_incidents
 from otel_rl.analyze._series import Series, SeriesKey, build_series, resolved_records
 from otel_rl.analyze._verdict import Verdict, validation_series, verdict
 from otel_rl.detect.detectors import (

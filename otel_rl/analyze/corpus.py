@@ -35,7 +35,8 @@ from typing import Any
 import yaml
 
 from otel_rl.analyze._incident import RUN_END
-from otel_rl.analyze._incidents import NONFINITE, Incident
+from otel_rl.analyze._incidents import Incident
+from otel_rl.analyze._run_incidents import NONFINITE
 from otel_rl.replay import FormatError
 from otel_rl.semconv import metrics as M
 

@@ -73,6 +73,7 @@ Formats (detected from the content unless --format says):
   nemo-rl-console  NeMo-RL's per-step GRPO summary (===== Step N/M =====, • Avg Reward: ...)
   metric-table  a CSV of metrics by step (a W&B "Export CSV", a tracker's history, AReaL's keys)
   key-value     a hand-written loop's progress lines (Step: N | Loss: x | KL: y, Epoch:[1/1](N/M), Reward: x, ...)
+  metrics-jsonl a hand-written loop's JSON lines of metrics ({"type": "rollout", "grpo_step": N, "reward": x, ...}; eval lines: validation)
   otel-rl       an otel-rl run folder (its rl.log events)
 
 Time: timestamps in the log are used as they are; elapsed times (ms-swift elapsed_time, tqdm's

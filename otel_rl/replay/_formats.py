@@ -56,6 +56,7 @@ from otel_rl.replay._log import (
     timestamp_clock,
 )
 from otel_rl.replay._metric_table import header_of, read_metric_table
+from otel_rl.replay._metrics_jsonl import read_metrics_jsonl
 from otel_rl.replay._nemo_rl import is_nemo_rl_header, read_nemo_rl_console
 from otel_rl.replay._notebook import is_notebook, notebook_console, read_notebook_table
 from otel_rl.replay._settings import apply_settings, hf_settings
@@ -80,6 +81,7 @@ FRAMEWORK_OF: dict[str, str | None] = {
     "nemo-rl-console": A.RlFrameworkValues.NEMO_RL.value,
     "metric-table": None,  # a CSV of metrics by step: the reader tells the framework from the keys
     "key-value": "trl",  # a hand-written loop's progress lines: names read by meaning into TRL's
+    "metrics-jsonl": "trl",  # a hand-written loop's JSON lines of metrics: names read by meaning into TRL's
     "otel-rl": None,  # the run's own rl.framework resource attribute says
 }
 FORMATS: tuple[str, ...] = tuple(FRAMEWORK_OF)
@@ -313,6 +315,7 @@ _READERS: dict[str, Callable[[Path, str, ParsedLog], None]] = {
     "nemo-rl-console": read_nemo_rl_console,
     "metric-table": read_metric_table,
     "key-value": read_key_value_console,
+    "metrics-jsonl": read_metrics_jsonl,
 }
 # What one line is worth as evidence of a format. A verl `step:N - key:value` line, a ROLL
 # metrics_tag line or a framework's JSON row is unmistakable; a `{'key': value}` line may be a
@@ -392,7 +395,7 @@ def format_scores(text: str) -> dict[str, int]:
                 elif any(marker in key for key in obj for marker in _SWIFT_MARKERS):
                     scores["swift"] += _STRONG
                 elif obj and all(isinstance(v, (int, float, str, type(None))) for v in obj.values()):
-                    scores["swift"] += _WEAK  # a flat JSON metrics row: ms-swift's shape without its progress keys
+                    scores["metrics-jsonl"] += _WEAK  # a flat JSON metrics row without any framework's marker keys
                 continue
         if "{'" in line and any(k in line for k in _HF_RECORD_KEYS) and find_dict(line):
             scores["hf-console"] += 10 * _WEAK

@@ -42,6 +42,8 @@ _MEANINGS = {
         "avg_length",
         "gen_len",
         "mean_response_length",
+        "avg_response_token_length",
+        "response_token_length",
     ),
     "learning_rate": ("lr", "learning_rate"),
     "grad_norm": ("grad_norm", "gradnorm", "grad_norm_total", "l2_norm"),
@@ -53,6 +55,11 @@ _NOT_VALUES = {"step", "epoch", "iter", "iteration"}
 
 def normalize(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", name.strip().lower()).strip("_")
+
+
+def by_meaning(name: str) -> str:
+    """The name TRL logs for a free-form metric name of the same meaning; else the name itself."""
+    return _MEANING_OF.get(normalize(name), name)
 
 
 def progress_record(line: str) -> tuple[int, int | None, dict[str, object]] | None:

@@ -340,6 +340,40 @@ def test_a_notebook_without_a_trainer_table_is_read_as_its_console(tmp_path):
     assert parsed.format == "hf-console" and len(parsed.records) == 20
 
 
+def test_a_loops_type_tagged_json_lines_make_one_record_per_rl_step_and_eval_lines_are_validation(tmp_path):
+    # A hand-written GRPO loop (CS336-style): a rollout line, 2 optimizer steps of training, then an
+    # evaluation, per GRPO step; the optimizer step is finer than the GRPO step that every line carries.
+    lines = []
+    for step in range(1, 21):
+        lines.append(
+            {"type": "rollout", "grpo_step": step, "reward": step / 40, "std_reward": 0.3, "avg_response_token_length": 300 - step}
+        )
+        for epoch in (1, 2):
+            lines.append(
+                {
+                    "type": "train",
+                    "grpo_step": step,
+                    "optimizer_step": 2 * (step - 1) + epoch,
+                    "grad_norm": 0.1 * epoch,
+                    "token_entropy": 0.9,
+                    "loss_type": "grpo_clip",
+                    "include_stop_str_in_output": True,
+                }
+            )
+        if step % 5 == 0:
+            lines.append({"type": "eval", "grpo_step": step, "optimizer_step": 2 * step, "reward": 0.5 + step / 100})
+    path = write(tmp_path, "metrics.jsonl", "\n".join(json.dumps(line) for line in lines) + "\n")
+    assert detect_format(path) == "metrics-jsonl"
+    parsed = parse_file(path)
+    assert [r.step for r in parsed.records] == list(range(1, 21))
+    tenth = parsed.records[9].values
+    assert tenth["reward"] == 0.25 and tenth["eval_reward"] == 0.6  # the training reward kept apart from the evaluation's
+    assert tenth["grad_norm"] == 0.2  # the step's last optimizer step
+    assert tenth["completion_length"] == 290 and tenth["reward_std"] == 0.3 and tenth["entropy"] == 0.9  # names by meaning
+    assert "include_stop_str_in_output" not in tenth and "optimizer_step" in tenth  # a flag is no metric
+    assert "'grpo_step'" in " ".join(parsed.notes)
+
+
 def test_every_format_is_covered_here():
     assert set(FORMATS) == {
         "swift",
@@ -350,6 +384,7 @@ def test_every_format_is_covered_here():
         "nemo-rl-console",
         "metric-table",
         "key-value",
+        "metrics-jsonl",
         "hf-notebook",
         "verl-console",
         "roll-stdout",
