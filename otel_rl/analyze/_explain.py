@@ -105,11 +105,31 @@ def _mark_saturation(parts: list[Change], series: Mapping[SeriesKey, Series]) ->
         flat = [st for st, v in own.by_step.items() if p.first_step <= st <= end and flat_value(v)]
         at = [reward.by_step[st] for st in flat if st in reward.by_step and math.isfinite(reward.by_step[st])]
         if len(at) >= 3 and float(np.median(at)) >= high and high > float(np.quantile(x[finite], 0.25)):
+            if _failed_alike(series, flat):
+                continue  # the total is at its best, but a reward function sat at its worst: all failed alike
             p.bad = False
             p.why = (
                 f"saturated by success: {reward.label} is {format_number(float(np.median(at)))} (median) on those "
                 f"steps, at its upper quartile {format_number(high)}: every completion got the same high reward"
             )
+
+
+def _failed_alike(series: Mapping[SeriesKey, Series], steps: list[int]) -> bool:
+    """Whether a reward function (a correctness check) sat at its lowest on ``steps`` though it
+    varied over the run: the total reward at its best there is then a ceiling of the other terms
+    (the format rewards), not success."""
+    for s in series.values():
+        if s.metric != M.RL_REWARD_COMPONENT:
+            continue
+        _, y = s.arrays()
+        y = y[np.isfinite(y)]
+        on = [s.by_step[st] for st in steps if st in s.by_step and math.isfinite(s.by_step[st])]
+        if y.size < 8 or len(on) < 3:
+            continue
+        low, high = float(np.quantile(y, 0.25)), float(np.quantile(y, 0.75))
+        if low < high and float(np.median(on)) <= low and float(np.median(on)) < 0.0:
+            return True
+    return False
 
 
 def _mark_unconfirmed_limits(parts: list[Change], series: Mapping[SeriesKey, Series], settings: Mapping[str, Any]) -> None:

@@ -18,6 +18,9 @@ from otel_rl.semconv import metrics as M
 _SILENT_MIN_POINTS = 10
 _PENALTY = re.compile(r"penal|punish|overlong|length|len_|_len|repetit|cost|negative", re.IGNORECASE)
 
+# A reward without spread read over the run's last third only with this many logged steps.
+_TAIL_MIN_POINTS = 30
+
 # Metrics whose exact 0 means the step did nothing (no gradient reached the optimizer).
 ZERO_MEANS_STALLED = frozenset({M.RL_GRAD_NORM})
 
@@ -35,10 +38,16 @@ def pinned(
     is_max = attrs.get(A.RL_STATISTIC) == A.RlStatisticValues.MAX.value
     if n >= cfg.pinned_min_points and metric == M.RL_REWARD and attrs.get(A.RL_STATISTIC) == A.RlStatisticValues.STD.value:
         zero = x == 0.0
+        # GRPO's advantage is the reward minus its group's mean: no spread, nothing to learn from
+        what = "0: every group's completions scored alike, so no advantage to learn from"
+        tail = np.arange(n) >= n - n // 3
         if int(zero.sum()) >= int(math.ceil(0.5 * n)):  # on most steps, or on every one (a constant 0 too)
-            # GRPO's advantage is the reward minus its group's mean: no spread, nothing to learn from
-            what = "0: every group's completions scored alike, so no advantage to learn from"
             out.append(_pinned_finding(s, x, zero, 0.0, "down", series, metric, attrs, direction, what))
+        elif n >= _TAIL_MIN_POINTS and int((zero & tail).sum()) >= int(math.ceil(0.5 * tail.sum())):
+            # The signal dying as the run goes on (groups all solved, or all failed): most of its last third
+            out.append(
+                _pinned_finding(s, x, zero & tail, 0.0, "down", series, metric, attrs, direction, what + ", in the run's last third")
+            )
     function = attrs.get(A.RL_REWARD_FUNCTION, series)
     if n >= _SILENT_MIN_POINTS and metric == M.RL_REWARD_COMPONENT and constant and x[0] == 0.0 and not _PENALTY.search(function):
         # A reward function that never paid out (a correctness check no answer passes, a format the

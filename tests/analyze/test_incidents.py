@@ -200,6 +200,33 @@ def test_a_reward_function_at_0_on_every_step_never_fires_but_a_penalty_at_0_was
     assert not [i for i in healthy if "never fire" in i.name], [i.text for i in healthy]
 
 
+def test_groups_losing_their_spread_late_are_no_signal_unless_every_completion_succeeded() -> None:
+    # A DAPO run: the total reward climbs to its format-only ceiling of 0 while the answer check sits
+    # at its worst (-4.5); groups without spread take over the last third (44% of all steps).
+    rng = np.random.default_rng(6)
+    n = 300
+    reward = np.minimum(0.0, np.linspace(-6.0, 6.0, n))  # at its ceiling of 0 from mid-run
+    std = noisy(rng, 1.0, n, rel=0.2)
+    late = np.arange(n) >= 2 * n // 3
+    std[late & (rng.random(n) < 0.8)] = 0.0
+    std[~late & (rng.random(n) < 0.25)] = 0.0
+    answer = np.concatenate([np.linspace(-2.0, -4.5, n // 2), np.full(n - n // 2, -4.5)])
+    component = {A.RL_STATISTIC: A.RlStatisticValues.MEAN.value}
+
+    def runs(*extra: Series):
+        return incidents_of(
+            series("reward", M.RL_REWARD, reward, MEAN),
+            series("reward_std", M.RL_REWARD, std, {A.RL_STATISTIC: A.RlStatisticValues.STD.value}),
+            *extra,
+        )
+
+    failed = runs(series("rewards/check_answer", M.RL_REWARD_COMPONENT, answer, {**component, A.RL_REWARD_FUNCTION: "check_answer"}))
+    assert [i for i in failed if "no learning signal" in i.name and i.severity != "info"], [i.text for i in failed]
+    # The same spread lost with every completion at the best reward, no function at its worst: success.
+    solved = runs(series("rewards/check_answer", M.RL_REWARD_COMPONENT, -answer, {**component, A.RL_REWARD_FUNCTION: "check_answer"}))
+    assert not [i for i in solved if "no learning signal" in i.name and i.severity != "info"], [i.text for i in solved]
+
+
 N = 300
 
 
