@@ -30,6 +30,9 @@ from otel_rl.semconv import metrics as M
 
 HEADLINE_SIZE = 7
 _SEVERITY_WEIGHT = {"critical": 100.0, "warning": 10.0, "info": 1.0}
+# The KL to the sampling policy is far from its trust region past this level and this many times its own.
+_OFF_POLICY_KL = 0.3
+_OFF_POLICY_FOLD = 30.0
 _MEAN = A.RlStatisticValues.MEAN.value
 
 # What the report is about: (metric, attribute filter, family, importance). The outcome (reward,
@@ -65,7 +68,9 @@ def watched(s: Series) -> tuple[str, float] | None:
 def watched_metric(metric_name: str, attributes: Mapping[str, str]) -> tuple[str, float] | None:
     """(family, importance) of a metric with these attributes (a series', or a detector finding's)."""
     if metric_name == M.RL_POLICY_KL and attributes.get(A.RL_POLICY) == A.RlPolicyValues.OLD.value:
-        return None  # the KL to the policy that sampled the batch: a PPO diagnostic, 0 by construction on-policy
+        # The KL to the policy that sampled the batch: ~0 on-policy, small under clipping; it matters
+        # only when an update leaves the trust region by far (see _severity).
+        return "kl", 0.5
     if (
         metric_name == M.RL_GRAD_NORM
         and attributes.get(A.RL_MODEL_ROLE, A.RlModelRoleValues.ACTOR.value) != A.RlModelRoleValues.ACTOR.value
@@ -310,6 +315,9 @@ def _severity(p: Change, context: _Context, *, accompanied: bool) -> str:
     family = context.families.get(p.series, ("", 0.0))[0]
     if p.bad is False:
         return "info"
+    if p.metric == M.RL_POLICY_KL and p.attributes.get(A.RL_POLICY) == A.RlPolicyValues.OLD.value:
+        far = p.direction == "up" and p.after >= _OFF_POLICY_KL and p.after >= _OFF_POLICY_FOLD * max(abs(p.before), 1e-12)
+        return "warning" if far else "info"
     if (
         family in OPTIMIZER
         and p.direction == "up"

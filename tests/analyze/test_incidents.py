@@ -227,6 +227,21 @@ def test_groups_losing_their_spread_late_are_no_signal_unless_every_completion_s
     assert not [i for i in solved if "no learning signal" in i.name and i.severity != "info"], [i.text for i in solved]
 
 
+def test_the_kl_to_the_sampling_policy_alarms_only_far_outside_the_trust_region() -> None:
+    rng = np.random.default_rng(7)
+    old = {A.RL_POLICY: A.RlPolicyValues.OLD.value}
+    # Many epochs on one batch: the update's KL to the sampling policy goes 0.05 -> 8 (CS336, AReaL).
+    drift = np.concatenate([noisy(rng, 0.05, 30, rel=0.2), np.geomspace(0.1, 8.0, 10)])
+    found = incidents_of(series("approx_kl", M.RL_POLICY_KL, drift, old))
+    assert [i for i in found if i.severity == "warning" and "approx_kl" in i.text], [i.text for i in found]
+    # A PPO KL of 1e-4 that rises 20x with a reward collapse is still tiny: the collapse alarms, not the KL.
+    tiny = np.concatenate([noisy(rng, 1e-4, 30, rel=0.2), noisy(rng, 2e-3, 10, rel=0.2)])
+    reward = np.concatenate([noisy(rng, 0.6, 30), noisy(rng, 0.05, 10)])
+    mixed = incidents_of(series("actor/ppo_kl", M.RL_POLICY_KL, tiny, old), series("reward", M.RL_REWARD, reward, MEAN))
+    assert [i for i in mixed if i.severity != "info" and "reward" in i.name], [i.text for i in mixed]
+    assert not [i for i in mixed if i.severity != "info" and "KL" in i.name], [i.text for i in mixed]
+
+
 N = 300
 
 
