@@ -26,8 +26,23 @@ _NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf"
 _PAIR_RE = re.compile(r"([A-Za-z][A-Za-z0-9_ ./()-]{0,40}?)\s*[:=]\s*(" + _NUMBER + r")(?=\s*(?:[,|;]|\s-\s|$)|\s+[A-Za-z|,])")
 # Free-form names -> the names TRL logs (one meaning each); compared after normalize().
 _MEANINGS = {
-    "reward": ("reward", "rewards", "avg_reward", "mean_reward", "reward_mean", "avg_rewards", "total_reward_mean"),
-    "reward_std": ("reward_std", "std_reward", "reward_stdev"),
+    "reward": (
+        "reward",
+        "rewards",
+        "avg_reward",
+        "mean_reward",
+        "reward_mean",
+        "avg_rewards",
+        "total_reward_mean",
+        "rollout_reward",
+        "rollout_reward_mean",
+        "train_reward",
+        "train_reward_mean",
+        "batch_reward",
+    ),
+    "reward_std": ("reward_std", "std_reward", "reward_stdev", "rollout_reward_std", "train_reward_std"),
+    # a held-out evaluation's accuracy: the validation score (TRL's eval_reward)
+    "eval_reward": ("eval_reward", "val_reward", "val_accuracy", "eval_accuracy", "test_accuracy", "val_acc", "eval_acc"),
     "kl": ("kl", "kl_ref", "kl_div", "kl_loss", "kl_divergence", "ref_kl", "mean_kl", "avg_kl"),
     "loss": ("loss", "actor_loss", "total_loss", "rl_loss", "train_loss"),
     "policy_loss": ("policy_loss", "pg_loss"),
@@ -46,7 +61,7 @@ _MEANINGS = {
         "response_token_length",
     ),
     "learning_rate": ("lr", "learning_rate"),
-    "grad_norm": ("grad_norm", "gradnorm", "grad_norm_total", "l2_norm"),
+    "grad_norm": ("grad_norm", "gradnorm", "grad_norm_total", "l2_norm", "gradient_norm", "total_grad_norm", "grad_l2_norm"),
     "entropy": ("entropy", "token_entropy", "policy_entropy", "avg_entropy"),
 }
 _MEANING_OF = {alias: name for name, aliases in _MEANINGS.items() for alias in aliases}

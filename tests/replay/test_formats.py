@@ -374,6 +374,29 @@ def test_a_loops_type_tagged_json_lines_make_one_record_per_rl_step_and_eval_lin
     assert "'grpo_step'" in " ".join(parsed.notes)
 
 
+def test_a_loops_common_metric_names_are_read_by_their_meaning_and_a_missing_evaluation_is_no_zero(tmp_path):
+    # One line per step; the evaluation every 10 steps leaves val_accuracy null in between, while a
+    # sibling placeholder val_mean_reward reads 0.0 there: only the accuracy is the validation score.
+    lines = []
+    for step in range(1, 31):
+        val = 0.3 + step / 100 if step % 10 == 0 else None
+        lines.append(
+            {
+                "step": step,
+                "rollout_reward_mean": step / 60,
+                "rollout_reward_std": 0.2,
+                "gradient_norm": 0.5,
+                "val_accuracy": val,
+                "val_mean_reward": val or 0.0,
+            }
+        )
+    parsed = parse_file(write(tmp_path, "grpo_metrics.jsonl", "\n".join(json.dumps(line) for line in lines) + "\n"))
+    assert parsed.format == "metrics-jsonl"
+    by_step = {r.step: r.values for r in parsed.records}
+    assert by_step[20]["reward"] == 20 / 60 and by_step[20]["reward_std"] == 0.2 and by_step[20]["grad_norm"] == 0.5
+    assert by_step[20]["eval_reward"] == 0.5 and "eval_reward" not in by_step[21]  # not evaluated: no value, not 0
+
+
 def test_every_format_is_covered_here():
     assert set(FORMATS) == {
         "swift",
