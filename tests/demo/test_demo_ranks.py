@@ -42,7 +42,9 @@ def test_every_rank_joins_each_steps_trace_and_the_slow_rank_is_the_straggler(re
         out=tmp_path,
         progress=False,
         telemetry_options={"console": False, "metric_export_interval_s": 60},
-        config=DemoConfig(prompts_per_step=2 * ranks, **SMALL),
+        # 1.5 s more per rollout: far past what 4 ranks sharing 2 busy cores lose to each other
+        # (at 0.4 s another rank was once the slowest of a step on a loaded machine)
+        config=DemoConfig(prompts_per_step=2 * ranks, **{**SMALL, "slow_rank_seconds": 1.5}),
     )
     assert len(result.rewards) == 2
 
