@@ -188,18 +188,21 @@ def test_series_count_stays_flat_as_steps_grow(stack, tmp_path):
         # checkpoint), so a new series in the second half could only come from the step itself.
         run_demo(steps=4, algo="grpo", telemetry=tel, out=tmp_path / "a", progress=False)
         tel.flush()
-        first = settled_series(stack, run)
+        # The last stages of step 4 (validation, the checkpoint's phases) reach the store through the
+        # gateway's span-metrics flush and a scrape: wait for them, not only for a quiet spell.
+        first = settled_series(stack, run, needs=("rl.validation", "rl.offload"))
         run_demo(steps=4, first_step=5, algo="grpo", telemetry=tel, out=tmp_path / "b", progress=False)
         tel.flush()
     finally:
         tel.shutdown()
-    born_later = sorted(settled_series(stack, run) - first)
+    born_later = sorted(settled_series(stack, run, needs=("rl.validation", "rl.offload")) - first)
     assert not born_later, f"{len(born_later)} series first seen in steps 5-8, e.g. {born_later[:3]}"
 
 
-def settled_series(stack, run: str, quiet_s: float = 20.0, deadline_s: float = 120.0) -> set[tuple]:
-    """The run's series (their sorted labels) once they have not changed for quiet_s: longer than the
-    gateway's span-metrics flush (15 s), so that a flush still to come cannot add series later."""
+def settled_series(stack, run: str, quiet_s: float = 20.0, deadline_s: float = 120.0, needs: tuple[str, ...] = ()) -> set[tuple]:
+    """The run's series (their sorted labels) once the span metrics of every span name in ``needs``
+    are there and the set has not changed for quiet_s: longer than the gateway's span-metrics flush
+    (15 s), so that a flush still to come cannot add series later."""
     end = time.monotonic() + deadline_s
     series: set[tuple] = set()
     since = time.monotonic()
@@ -207,10 +210,14 @@ def settled_series(stack, run: str, quiet_s: float = 20.0, deadline_s: float = 1
         now = {tuple(sorted(s.items())) for s in vm_series(stack, f"{{{run}}}")}
         if now != series:
             series, since = now, time.monotonic()
-        elif len(series) > 20 and time.monotonic() - since >= quiet_s:
+        elif len(series) > 20 and time.monotonic() - since >= quiet_s and set(needs) <= _span_names(series):
             return series
         time.sleep(1.0)
-    pytest.fail(f"the series of {run} never settled (last count {len(series)})")
+    pytest.fail(f"the series of {run} never settled (last count {len(series)}; span names {sorted(_span_names(series))})")
+
+
+def _span_names(series: set[tuple]) -> set[str]:
+    return {value for labels in series for name, value in labels if name == "span_name"}
 
 
 def test_prometheus_scrapes_the_metrics_from_the_gateway(stack, demo_run: DemoRun):
