@@ -23,7 +23,8 @@ from otel_rl.analyze._explain import explain_parts
 from otel_rl.analyze._incident import Incident
 from otel_rl.analyze._scale import OPTIMIZER, explained_by_sparse_hits, is_large, notable_level, outcome_marks, sparse_hits
 from otel_rl.analyze._series import Series, SeriesKey
-from otel_rl.analyze._wording import incident_name, incident_text, limit_note, past_danger
+from otel_rl.analyze._wording import incident_name, incident_text, limit_note, past_danger, silent_function_part
+from otel_rl.detect.pinned import silent_reward_function
 from otel_rl.detect.records import Finding, danger_bounds, direction_of, format_number
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import metrics as M
@@ -54,20 +55,23 @@ WATCHED: tuple[tuple[str, Mapping[str, str], str, float], ...] = (
 )
 
 
+def _sampling_kl(metric: str, attributes: Mapping[str, str]) -> bool:
+    """The KL to the policy that sampled the batch (PPO's ratio KL), not to the reference model."""
+    return metric == M.RL_POLICY_KL and attributes.get(A.RL_POLICY) == A.RlPolicyValues.OLD.value
+
+
 def watched(s: Series) -> tuple[str, float] | None:
     """(family, importance) of a series the incidents are about; None for the others. A reward
     function at 0 on every step joins the reward's spread: its share of the signal never came."""
     role = watched_metric(s.metric, s.attributes)
-    if role is None and s.metric == M.RL_REWARD_COMPONENT:
-        _, x = s.arrays()
-        if x.size and not x.any():
-            return "signal", 0.6
+    if role is None and s.metric == M.RL_REWARD_COMPONENT and silent_reward_function(s.metric, s.attributes, s.label, s.arrays()[1]):
+        return "signal", 0.6
     return role
 
 
 def watched_metric(metric_name: str, attributes: Mapping[str, str]) -> tuple[str, float] | None:
     """(family, importance) of a metric with these attributes (a series', or a detector finding's)."""
-    if metric_name == M.RL_POLICY_KL and attributes.get(A.RL_POLICY) == A.RlPolicyValues.OLD.value:
+    if _sampling_kl(metric_name, attributes):
         # The KL to the policy that sampled the batch: ~0 on-policy, small under clipping; it matters
         # only when an update leaves the trust region by far (see _severity).
         return "kl", 0.5
@@ -315,7 +319,7 @@ def _severity(p: Change, context: _Context, *, accompanied: bool) -> str:
     family = context.families.get(p.series, ("", 0.0))[0]
     if p.bad is False:
         return "info"
-    if p.metric == M.RL_POLICY_KL and p.attributes.get(A.RL_POLICY) == A.RlPolicyValues.OLD.value:
+    if _sampling_kl(p.metric, p.attributes):
         far = p.direction == "up" and p.after >= _OFF_POLICY_KL and p.after >= _OFF_POLICY_FOLD * max(abs(p.before), 1e-12)
         return "warning" if far else "info"
     if (
@@ -335,7 +339,7 @@ def _severity(p: Change, context: _Context, *, accompanied: bool) -> str:
         # A gradient norm twice its level is a warning; a KL, noisier from one batch to the next, at 3x.
         return "critical" if p.size >= 1.0 else ("warning" if p.size >= (0.5 if family == "kl" else 0.25) else "info")
     if p.kind == "sustained":
-        if p.metric == M.RL_REWARD_COMPONENT:
+        if silent_function_part(p, {p.series: family}):
             # Most of the reward's design paying nothing is a warning; a strict format reward among
             # several that nobody matches is information (the others still teach the run).
             return "warning" if context.silent_share >= 0.5 else "info"

@@ -13,7 +13,7 @@ import numpy as np
 from otel_rl.analyze._incident import RUN_END, Incident
 from otel_rl.analyze._incidents import _SEVERITY_WEIGHT, watched
 from otel_rl.analyze._series import Series, SeriesKey
-from otel_rl.analyze._wording import FAMILY_WORDS
+from otel_rl.analyze._wording import FAMILY_WORDS, silent_function_part
 from otel_rl.semconv import metrics as M
 
 
@@ -31,7 +31,7 @@ def demote_silent_functions(incidents: list[Incident], why: str) -> list[Inciden
     """Where the reward rises all the same, reward functions that never fired (a strict format no
     answer matches) did not stop the run: information, saying why."""
     for i in incidents:
-        if i.parts and all(p.metric == M.RL_REWARD_COMPONENT and p.kind == "sustained" for p in i.parts):
+        if i.parts and all(silent_function_part(p, i.families) for p in i.parts):
             _demote(i, why)
     return sorted(incidents, key=lambda i: (-i.score, i.first_step))
 

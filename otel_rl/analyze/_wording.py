@@ -28,6 +28,12 @@ FAMILY_WORDS = {  # how a report names each family
 }
 
 
+def silent_function_part(p: Change, families: Mapping[str, str]) -> bool:
+    """A part that is a reward function never firing (such a series joins the reward's spread, see
+    ``_incidents.watched``); a success rate held at its floor is the reward's own family instead."""
+    return p.kind == "sustained" and p.metric == M.RL_REWARD_COMPONENT and families.get(p.series) == "signal"
+
+
 def past_danger(p: Change) -> bool:
     """Whether a level change may be critical: it ends past the metric's registry danger threshold in
     its direction, where the registry has one (a KL rising 1e-4 -> 0.02 is a climb to watch, not a
@@ -78,18 +84,20 @@ def _phrases(i: Incident) -> list[tuple[str, str]]:
         held = [p for p in i.parts if p.kind == "sustained" and i.families.get(p.series) == "length"]
         left = bool(held) and all(p.recovered for p in held)  # the run stopped running into the cap for good
         out.append(("length", "responses at the length limit, then under it" if left else "responses pinned at the length limit"))
-    silent = {p.series for p in i.parts if p.kind == "sustained" and p.metric == M.RL_REWARD_COMPONENT}
+    silent = {p.series for p in i.parts if silent_function_part(p, i.families)}
     if silent:
         out.append(("signal", "reward functions never fire" if len(silent) > 1 else "a reward function never fires"))
     vanishes = any(
         i.families.get(p.series) == "signal"
-        and p.metric != M.RL_REWARD_COMPONENT
+        and not silent_function_part(p, i.families)
         and p.kind in _LEVEL
         and p.size >= 1.0
         and p.direction == ("up" if p.metric == M.RL_REWARD_ZERO_STD_RATIO else "down")
         for p in i.parts
     )
-    spread = any(i.families.get(p.series) == "signal" and p.kind == "sustained" and p.metric != M.RL_REWARD_COMPONENT for p in i.parts)
+    spread = any(
+        i.families.get(p.series) == "signal" and p.kind == "sustained" and not silent_function_part(p, i.families) for p in i.parts
+    )
     if spread or vanishes:
         out.append(("signal", "no learning signal (the reward has no spread)"))
     if _part(i, "reward", "down", ("sustained",)):
@@ -238,7 +246,7 @@ def incident_text(
         lines.append(f"and {len(told) - _TEXT_SERIES} more part(s) in report.json")
     where = _span(i.first_step, i.last_step)
     # a spike is back by definition; a reward function that never fired has no "back" to come to
-    ended = i.recovered or all(p.kind == "spike" or p.metric == M.RL_REWARD_COMPONENT for p in i.parts)
+    ended = i.recovered or all(p.kind == "spike" or silent_function_part(p, i.families) for p in i.parts)
     tail = "" if not i.parts or ended else "; not back by the end of the log"
     note = f" ({i.note})" if i.note else ""
     return f"{i.name} at {where}: " + "; ".join(lines) + tail + note

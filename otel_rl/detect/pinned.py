@@ -25,6 +25,14 @@ _TAIL_MIN_POINTS = 30
 ZERO_MEANS_STALLED = frozenset({M.RL_GRAD_NORM})
 
 
+def silent_reward_function(metric: str, attrs: dict[str, str], series: str, x: np.ndarray) -> bool:
+    """A reward function that never paid out: 0 on every one of its (at least _SILENT_MIN_POINTS)
+    logged steps, and not a penalty (a penalty at 0 is one never incurred)."""
+    if metric != M.RL_REWARD_COMPONENT or len(x) < _SILENT_MIN_POINTS or x.any():
+        return False
+    return not _PENALTY.search(attrs.get(A.RL_REWARD_FUNCTION, series))
+
+
 def pinned(
     s: np.ndarray, x: np.ndarray, series: str, metric: str, attrs: dict[str, str], direction: str | None, unit: str, cfg: DetectorConfig
 ) -> list[Finding]:
@@ -48,10 +56,8 @@ def pinned(
             out.append(
                 _pinned_finding(s, x, zero & tail, 0.0, "down", series, metric, attrs, direction, what + ", in the run's last third")
             )
-    function = attrs.get(A.RL_REWARD_FUNCTION, series)
-    if n >= _SILENT_MIN_POINTS and metric == M.RL_REWARD_COMPONENT and constant and x[0] == 0.0 and not _PENALTY.search(function):
-        # A reward function that never paid out (a correctness check no answer passes, a format the
-        # model never produces): its share of the signal is missing. A penalty at 0 is one never incurred.
+    if silent_reward_function(metric, attrs, series, x):
+        # A correctness check no answer passes, a format the model never produces: its share of the signal is missing.
         what = "0 on every logged step: this reward function never fired, so it gave nothing to learn from"
         out.append(_pinned_finding(s, x, x == 0.0, 0.0, "down", series, metric, attrs, direction, what))
         return out

@@ -200,6 +200,30 @@ def test_a_reward_function_at_0_on_every_step_never_fires_but_a_penalty_at_0_was
     assert not [i for i in healthy if "never fire" in i.name], [i.text for i in healthy]
 
 
+def test_a_penalty_never_incurred_does_not_count_as_silent_and_a_success_rate_at_0_is_the_rewards_floor() -> None:
+    rng = np.random.default_rng(8)
+    component = {A.RL_STATISTIC: A.RlStatisticValues.MEAN.value}
+
+    def function(name: str, values) -> Series:
+        return series(f"rewards/{name}", M.RL_REWARD_COMPONENT, values, {**component, A.RL_REWARD_FUNCTION: name})
+
+    # One silent format reward among three that pay, beside a length penalty never incurred: 1 of 3
+    # reward functions is silent (information), not 2 of 4 (a warning).
+    found = incidents_of(
+        series("reward", M.RL_REWARD, noisy(rng, 0.5, 60), MEAN),
+        function("strict_format", np.zeros(60)),
+        function("correctness", noisy(rng, 0.4, 60, rel=0.5)),
+        function("soft_format", noisy(rng, 0.2, 60, rel=0.5)),
+        function("overlong_penalty", np.zeros(60)),
+    )
+    silent = [i for i in found if "never fire" in i.name]
+    assert silent and all(i.severity == "info" for i in silent), [i.text for i in found]
+    # An agent's success rate at 0 all run is the reward held at its floor, told as not back.
+    floor = incidents_of(function("success", np.zeros(60)))
+    assert not [i for i in floor if "never fire" in i.name], [i.text for i in floor]
+    assert [i for i in floor if i.severity != "info" and "not back by the end" in i.text], [i.text for i in floor]
+
+
 def test_groups_losing_their_spread_late_are_no_signal_unless_every_completion_succeeded() -> None:
     # A DAPO run: the total reward climbs to its format-only ceiling of 0 while the answer check sits
     # at its worst (-4.5); groups without spread take over the last third (44% of all steps).
