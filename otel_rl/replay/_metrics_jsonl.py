@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from otel_rl.replay._key_value import by_meaning
-from otel_rl.replay._log import ParsedLog, StepRecord, json_lines
+from otel_rl.replay._log import ParsedLog, StepRecord, json_lines, short
 from otel_rl.runs.folder import Problem
 
 _STEP_NAMES = ("step", "global_step", "iteration", "iter")
@@ -54,6 +54,10 @@ def _tag(row: dict[str, Any]) -> str | None:
     return None
 
 
+def _eval_name(name: str) -> str:
+    return name if name.startswith("eval_") else "eval_" + name  # val_accuracy already reads as eval_reward
+
+
 def read_metrics_jsonl(path: Path, text: str, out: ParsedLog) -> None:
     name = path.name
     rows: list[tuple[int, dict[str, Any]]] = []
@@ -61,20 +65,22 @@ def read_metrics_jsonl(path: Path, text: str, out: ParsedLog) -> None:
         if isinstance(obj, dict):
             rows.append((number, obj))
         else:
-            out.problems.append(Problem(name, number, f"not a JSON object: {line[:80]}"))
+            out.problems.append(Problem(name, number, f"not a JSON object: {short(line)}"))
     key = step_key([row for _, row in rows])
     tagged = evaluation = 0
-    ordinal = 0
-    for number, row in rows:
-        ordinal += 1
+    for ordinal, (number, row) in enumerate(rows, start=1):
         found = row.get(key) if key is not None else None
         # a line without the key joins the step before
-        step: int = found if type(found) is int and _step_like(key or "", found) else (out.records[-1].step if out.records else ordinal)
+        step: int = found if type(found) is int and _step_like(str(key), found) else (out.records[-1].step if out.records else ordinal)
         tag = _tag(row)
         tagged += tag is not None
-        prefix = "eval_" if tag in _EVAL_TAGS else ""
-        evaluation += bool(prefix)
-        values = {prefix + by_meaning(k): v for k, v in row.items() if k != key and k not in _TAG_NAMES and type(v) in (int, float)}
+        evaluating = tag in _EVAL_TAGS
+        evaluation += evaluating
+        values = {
+            _eval_name(by_meaning(k)) if evaluating else by_meaning(k): v
+            for k, v in row.items()
+            if k != key and k not in _TAG_NAMES and type(v) in (int, float)
+        }
         if out.records and out.records[-1].step == step:
             out.records[-1].values.update(values)
         else:
