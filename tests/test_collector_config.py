@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
+from otel_rl.bridge.request_decode import MAX_BODY_BYTES
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import metrics as M
 from otel_rl.semconv._tables import BUCKETS, METRICS
@@ -429,14 +430,18 @@ def test_bridge_is_a_separate_optional_pipeline() -> None:
     assert not any(component_type(e) == "otlp_http" for e in gateway["exporters"]), "the bridge must stay out of gateway.yaml"
     # The overlay only adds: nothing it sets replaces a key gateway.yaml already has.
     assert not set(overlay["exporters"]) & set(gateway["exporters"])
+    assert not set(overlay["processors"]) & set(gateway["processors"])
     assert set(overlay["service"]) == {"pipelines"} and not set(overlay["service"]["pipelines"]) & set(pipelines(gateway))
-    assert set(overlay) == {"exporters", "service"}
+    assert set(overlay) == {"processors", "exporters", "service"}
     merged = merge(gateway, overlay)
     (bridge_pipeline,) = set(pipelines(merged)) - set(pipelines(gateway))
     assert component_type(bridge_pipeline) == "logs"
     (exporter_id,) = pipelines(merged)[bridge_pipeline]["exporters"]
     assert exporter_id == "otlp_http/bridge"
     assert with_defaults(merged["exporters"][exporter_id]["endpoint"]) == "http://bridge:4319"
+    # its batches stay under the bridge's 20 MiB body limit (413 is not retried): 512 events of up to 40 KB
+    (batch,) = [p for p in pipelines(merged)[bridge_pipeline]["processors"] if component_type(p) == "batch"]
+    assert merged["processors"][batch]["send_batch_max_size"] * 40_000 < MAX_BODY_BYTES
 
 
 # --------------------------------------------------------------------------- documentation

@@ -59,6 +59,7 @@ import sys
 import threading
 from pathlib import Path
 
+from otel_rl.bridge.allocator import give_large_buffers_back
 from otel_rl.bridge.config import DEFAULT_BASE_DIR, DEFAULT_LISTEN, BridgeConfig, load_bridge_config, parse_listen
 from otel_rl.bridge.server import TrackerBridge
 from otel_rl.bridge.tracker_settings import per_run_tracker_kwargs
@@ -120,11 +121,14 @@ YAML do, and:
   max_requests_in_flight  requests read and decoded at once (default 4); beyond it 429 with
                           Retry-After. Bodies are counted before they are decoded: over 2,000,000
                           messages, 10,000 resources, 200,000 log records or 500,000 data points
-                          (or 64 MiB inflated, 8 MiB for JSON; for JSON also over 1,000,000 values
+                          (or 20 MiB on the wire or inflated, as the collector's own receiver; 8 MiB
+                          for JSON; for JSON also over 1,000,000 values
                           of any kind or nested over 128 deep) is 413: the sender splits its batch
   max_requests_per_client requests one address may have in progress, waiting for a slot included
                           (default half of max_requests_in_flight); beyond it 429. A freed slot goes
-                          to the address holding the fewest, so one flooding host cannot starve others
+                          to the address holding the fewest, so one flooding host cannot starve others;
+                          when a request waits 0.5 s, the slowest body in progress (under 1 MiB/s)
+                          of an address holding more slots is cut off for it (408)
   body_timeout_s          a request body that stops arriving for this many seconds (default 5), or
                           arrives slower than that plus 1 s per 64 KiB, is answered 408 and its
                           connection closed
@@ -132,9 +136,18 @@ YAML do, and:
                           a request of a further new run id is answered 507 with the reason
                           (requests_over_max_runs in /stats); a run idle for run_idle_timeout_s
                           gives its place back (runs_given_back); nothing is deleted
+  max_run_mb              what one run may hand its trackers, in MiB of OTLP-encoded events (default
+                          1024); a request that would take it past is answered 507 with the reason.
+                          The disk the bridge fills is bounded by max_runs x max_run_mb
+  max_record_kb           one event's size (default 1024): a larger one is skipped and counted
+                          (records_bad); a step's values or a sample is never megabytes
+  max_connections         open connections, each holding a thread (default 256); when all are
+                          taken, the longest idle connection of the address holding the most
+                          gives way to a new one from an address holding fewer
+  max_connections_per_client  of those, from one address (default 64); beyond, closed at once
   imports                 modules to import first, e.g. [my_pkg.trackers]: third-party trackers
                           registered there with otel_rl.register_tracker can be named in track_with
-  max_queue_mb            received requests held for the trackers (default 64); beyond it the
+  max_queue_mb            received requests held for the trackers (default 32); beyond it the
                           bridge answers 503 with Retry-After and the collector retries
   metrics_fallback        true (default): a run that sends metrics but no rl.log events (a
                           metrics-only pipeline) gets each export's gauge and sum values, named
@@ -168,6 +181,7 @@ def run_bridge(config_path: str | Path, *, listen: str | None = None, base_dir: 
     logging.basicConfig(
         stream=sys.stderr, level=logging.INFO if verbose else logging.WARNING, format="otel-rl bridge: %(levelname)s: %(message)s"
     )
+    give_large_buffers_back()  # before any thread: the server's threads share two arenas
     try:
         config = load_bridge_config(config_path)
         if listen:

@@ -6,6 +6,13 @@ for one included), so a flood from one host, or senders that stall mid-body, can
 slot. A request that finds every slot taken waits a short while; a freed slot goes to the
 waiting request whose address holds the fewest slots (the earliest first among equals), so a
 sender that has nothing in flight is served next however busy the others keep the bridge.
+
+Slots are held while bodies arrive, so senders that send just fast enough could keep every slot
+for minutes (a 60 MB body at 100 KiB/s). When a request has waited ``cut_after_s`` and no slot is
+free, the slowest body in progress (read for over a second, slower than ``cut_below_rate``) of an
+address holding more slots than the waiter's is cut off (its reading side shut: the sender is
+answered 408) and its slot goes to the waiter. A collector's batch arrives in milliseconds and is
+never cut.
 """
 
 from __future__ import annotations
@@ -13,9 +20,30 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
-__all__ = ["Admission", "ClientSlots"]
+__all__ = ["Admission", "ClientSlots", "Slot"]
+
+CUT_AFTER_S = 0.5  # how long a request waits for a free slot before a slow body is cut off for it
+CUT_BELOW_RATE = 1 << 20  # bytes per second: a body arriving slower than this (after a second) may be cut off
+
+
+@dataclass(eq=False)
+class Slot:
+    """One held slot: whose it is and how its body is arriving (the handler updates both)."""
+
+    client: str
+    reading_since: float | None = None  # time.monotonic() the body began to arrive; None when not reading
+    received: int = 0
+    cut: Callable[[], None] | None = None  # shuts the body's reading side (set by the handler)
+    was_cut: bool = False
+
+    def rate(self, now: float) -> float:
+        """Bytes per second the body has arrived at so far (inf when not reading or too young to judge)."""
+        if self.reading_since is None or now - self.reading_since < 1.0:
+            return float("inf")
+        return self.received / (now - self.reading_since)
 
 
 @dataclass(frozen=True)
@@ -25,6 +53,7 @@ class Admission:
     admitted: bool
     why: str = ""
     per_client: bool = False  # refused because its address holds its share already
+    slot: Slot | None = field(default=None, compare=False)  # the slot taken, when admitted
 
 
 class ClientSlots:
@@ -39,6 +68,8 @@ class ClientSlots:
         self._open: dict[str, int] = {}  # address -> requests it has here (holding or waiting)
         self._waiting: list[tuple[int, str]] = []  # (arrival number, address)
         self._arrivals = itertools.count()
+        self._slots: list[Slot] = []  # the held slots
+        self.cut_after_s, self.cut_below_rate = CUT_AFTER_S, CUT_BELOW_RATE
 
     def acquire(self, client: str) -> Admission:
         """Take a slot for a request from ``client`` (waiting up to ``wait_s``), or say why not."""
@@ -52,27 +83,35 @@ class ClientSlots:
             ticket = (next(self._arrivals), client)
             self._waiting.append(ticket)
             self._open[client] = self._open.get(client, 0) + 1
-            deadline = time.monotonic() + self.wait_s
+            arrived = time.monotonic()
+            deadline = arrived + self.wait_s
             admitted = False
             try:
                 while not (self._used < self.total and self._next() == ticket):
-                    left = deadline - time.monotonic()
+                    now = time.monotonic()
+                    left = deadline - now
                     if left <= 0:
                         return Admission(False, "too many requests in flight")
-                    self._cond.wait(left)
+                    if self._used >= self.total and now - arrived >= self.cut_after_s:
+                        self._cut_slowest_for(client, now)
+                    self._cond.wait(min(left, max(0.05, arrived + self.cut_after_s - now)))
                 self._used += 1
                 self._held[client] = self._held.get(client, 0) + 1
+                slot = Slot(client)
+                self._slots.append(slot)
                 admitted = True
-                return Admission(True)
+                return Admission(True, slot=slot)
             finally:
                 self._waiting.remove(ticket)
                 if not admitted:
                     self._leave(client)
                 self._cond.notify_all()  # the next in line may go now
 
-    def release(self, client: str) -> None:
-        """Give back a slot that :meth:`acquire` gave ``client``."""
+    def release(self, slot: Slot) -> None:
+        """Give back a slot that :meth:`acquire` gave."""
+        client = slot.client
         with self._cond:
+            self._slots.remove(slot)
             self._used -= 1
             self._held[client] -= 1
             if not self._held[client]:
@@ -88,6 +127,19 @@ class ClientSlots:
         self._open[client] -= 1
         if not self._open[client]:
             del self._open[client]
+
+    def _cut_slowest_for(self, client: str, now: float) -> None:
+        """Cut off the slowest body in progress of an address holding more slots than ``client``."""
+        mine = self._held.get(client, 0)
+        slow = [
+            s
+            for s in self._slots
+            if not s.was_cut and s.cut is not None and self._held[s.client] > mine and s.rate(now) < self.cut_below_rate
+        ]
+        if slow:
+            victim = min(slow, key=lambda s: s.rate(now))
+            victim.was_cut = True
+            victim.cut()  # type: ignore[misc]
 
     def _next(self) -> tuple[int, str]:
         """The waiting request a free slot goes to: fewest slots held by its address, then earliest."""

@@ -30,7 +30,7 @@ class BridgeConfig:
     split_runs: bool = True
     base_dir: str = DEFAULT_BASE_DIR
     run_name: str | None = None
-    max_queue_mb: float = 64.0
+    max_queue_mb: float = 32.0
     metrics_fallback: bool = True
     metrics_fallback_after: int = 3
     imports: tuple[str, ...] = ()  # modules that register third-party trackers (register_tracker)
@@ -40,6 +40,10 @@ class BridgeConfig:
     max_requests_per_client: int = 2  # of those, at most this many from one address (default: half of max_requests_in_flight)
     body_timeout_s: float = 5.0  # a request body that stops arriving for this long is answered 408 and its slot freed
     max_runs: int = 256  # runs (tracker folders) the bridge creates; records of further new run ids are dropped and counted
+    max_connections: int = 256  # open connections (a thread each); beyond, an idle one of the busiest address gives way
+    max_connections_per_client: int = 64  # of those, at most this many from one address
+    max_run_mb: float = 1024.0  # what one run may hand its trackers (MiB of keys and values); beyond, 507
+    max_record_kb: int = 1024  # one event's size (a step's values, a sample); a larger one is skipped and counted
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], source: str = "bridge config") -> BridgeConfig:
@@ -86,7 +90,7 @@ class BridgeConfig:
         run_name = data.get("run_name")
         if run_name is not None and (not isinstance(run_name, str) or not run_name):
             raise bad("run_name", "expected a non-empty string")
-        queue_mb = data.get("max_queue_mb", 64.0)
+        queue_mb = data.get("max_queue_mb", 32.0)
         if isinstance(queue_mb, bool) or not isinstance(queue_mb, (int, float)) or not queue_mb > 0:
             raise bad("max_queue_mb", f"expected a positive number, got {queue_mb!r}")
         after = data.get("metrics_fallback_after", 3)
@@ -102,6 +106,9 @@ class BridgeConfig:
             ("max_requests_in_flight", 4),
             ("max_requests_per_client", max(1, in_flight // 2) if isinstance(in_flight, int) else 1),
             ("max_runs", 256),
+            ("max_connections", 256),
+            ("max_connections_per_client", 64),
+            ("max_record_kb", 1024),
         ):
             value = data.get(key, default)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -112,6 +119,9 @@ class BridgeConfig:
                 "max_requests_per_client",
                 f"expected at most max_requests_in_flight ({caps['max_requests_in_flight']}), got {caps['max_requests_per_client']}",
             )
+        run_mb = data.get("max_run_mb", 1024.0)
+        if isinstance(run_mb, bool) or not isinstance(run_mb, (int, float)) or not 0 < run_mb < float("inf"):
+            raise bad("max_run_mb", f"expected a positive number of MiB (e.g. 1024), got {run_mb!r}")
         body_timeout = data.get("body_timeout_s", 5.0)
         if isinstance(body_timeout, bool) or not isinstance(body_timeout, (int, float)) or not 0 < body_timeout <= 600:
             raise bad("body_timeout_s", f"expected seconds between 0 and 600 (e.g. 5), got {body_timeout!r}")
@@ -138,6 +148,10 @@ class BridgeConfig:
             max_requests_per_client=caps["max_requests_per_client"],
             body_timeout_s=float(body_timeout),
             max_runs=caps["max_runs"],
+            max_connections=caps["max_connections"],
+            max_connections_per_client=caps["max_connections_per_client"],
+            max_run_mb=float(run_mb),
+            max_record_kb=caps["max_record_kb"],
         )
 
     def public_dict(self) -> dict[str, Any]:

@@ -5,7 +5,9 @@ A request takes one of the bridge's request slots before its body is read
 (:mod:`otel_rl.bridge.admission`: one address gets a share only, 429 beyond), and its body must
 keep arriving: no byte for ``body_timeout_s``, or a body slower than that plus one second per
 64 KiB, is answered 408 and the connection closed, so a sender that stops mid-body frees its
-slot in seconds. Senders that reset their connection are counted and summed up in the log
+slot in seconds; a body that arrives slowly while other senders wait for a slot is cut off for
+them (:mod:`otel_rl.bridge.admission`). Connections are counted and capped
+(:mod:`otel_rl.bridge.connections`): each holds a thread. Senders that reset their connection are counted and summed up in the log
 (:mod:`otel_rl.bridge.disconnects`), not reported with a traceback each.
 """
 
@@ -21,6 +23,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from otel_rl.bridge.admission import Slot
 from otel_rl.bridge.disconnects import is_disconnect
 from otel_rl.bridge.intake import Intake
 from otel_rl.bridge.limits import chunk_size
@@ -62,6 +65,17 @@ def make_http_server(host: str, port: int, intake: Intake, stats: Callable[[], d
         request_queue_size = 128  # the listen backlog: socketserver's 5 drops connections under a flood (1 s SYN retries)
         address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
 
+        def process_request(self, request: Any, client_address: Any) -> None:
+            if not intake.connections.admit(str(client_address[0]), request):  # a thread per connection: capped
+                intake.count("connections_refused")
+                self.shutdown_request(request)
+                return
+            super().process_request(request, client_address)
+
+        def shutdown_request(self, request: Any) -> None:
+            intake.connections.close(request)
+            super().shutdown_request(request)
+
         def handle_error(self, request: Any, client_address: Any) -> None:
             exc = sys.exc_info()[1]
             if is_disconnect(exc):  # the sender went away: counted and summed up, no traceback
@@ -83,6 +97,7 @@ class _Handler(BaseHTTPRequestHandler):
     server_version = "otel-rl-bridge"
     sys_version = ""
     timeout = 60  # waiting for a request line and headers (a keep-alive connection's idle time)
+    _slot: Slot  # the slot of the request whose body is being read
     _types: dict[str, tuple[Any, Any]] | None = None
 
     def stats(self) -> dict[str, Any]:
@@ -123,6 +138,16 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- requests ---------------------------------------------------------------------------------
 
+    def handle_one_request(self) -> None:
+        try:
+            super().handle_one_request()
+        finally:  # back to waiting for the next request: its connection may give its place up
+            self.intake.connections.busy(self.connection, False)
+
+    def parse_request(self) -> bool:
+        self.intake.connections.busy(self.connection, True)  # a request line arrived: handled, not idle
+        return super().parse_request()
+
     def do_GET(self) -> None:  # noqa: N802 - BaseHTTPRequestHandler's name
         path = self.path.split("?", 1)[0]
         if path == "/healthz":
@@ -160,18 +185,22 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             self._send_status(429, _GRPC_UNAVAILABLE, f"{admission.why}; retry later", as_json, {"Retry-After": str(RETRY_AFTER_S)})
             return
+        slot = admission.slot
+        assert slot is not None
+        connection = self.connection
+        slot.cut = lambda: connection.shutdown(socket.SHUT_RD)
         try:
-            self._post(path, types, content_type, as_json)
+            self._post(path, types, content_type, as_json, slot)
         finally:
-            intake.slots.release(client)
+            intake.slots.release(slot)
 
-    def _post(self, path: str, types: Mapping[str, tuple[Any, Any]], content_type: str, as_json: bool) -> None:
+    def _post(self, path: str, types: Mapping[str, tuple[Any, Any]], content_type: str, as_json: bool, slot: Slot) -> None:
         intake = self.intake
         try:
             try:
-                body = self._read_body()
+                body = self._read_body(slot)
             except _BodyStalled as exc:
-                intake.count("stalled_bodies")
+                intake.count("bodies_cut_off" if slot.was_cut else "stalled_bodies")
                 intake.note_disconnect("stalled body")
                 self.close_connection = True
                 self.connection.settimeout(_ANSWER_TIMEOUT_S)
@@ -183,13 +212,21 @@ class _Handler(BaseHTTPRequestHandler):
                 )
             encoding = (self.headers.get("Content-Encoding") or "identity").strip().lower()
             request_type, response_type = types[path]
-            with intake.decoding:  # one request inflated and decoded at a time: bounds the peak memory
+            with intake.decoding:  # one request inflated, decoded and queued at a time: bounds the peak memory
                 body = inflate(body, encoding, MAX_JSON_BODY_BYTES if as_json else MAX_BODY_BYTES)
                 if path == "/v1/traces":  # accepted and dropped: trackers take no spans
-                    message, reserved = None, 0
+                    message, reserved, counts = None, 0, None
                 else:
-                    message, reserved = decode_request(request_type, body, as_json, intake.limits, intake.reserve, intake.release)
+                    message, reserved, counts = decode_request(request_type, body, as_json, intake.limits, intake.reserve, intake.release)
                 del body
+                why = intake.refusal(path, message, counts) if message is not None else None
+                if why is not None:  # never acknowledge what would be dropped: 507 is not retried as it is
+                    intake.release(reserved)
+                    del message  # freed before the answer, not after
+                    queued = True
+                else:
+                    queued = message is None or intake.submit("logs" if path == "/v1/logs" else "metrics", message, reserved, counts)
+                    message = None
         except BadRequest as exc:
             intake.count("bad_requests")
             logger.info("otel-rl bridge: %s %s: %s", path, int(exc.status), exc)
@@ -201,13 +238,11 @@ class _Handler(BaseHTTPRequestHandler):
                 503, _GRPC_UNAVAILABLE, "the bridge's trackers are behind; retry later", as_json, {"Retry-After": str(RETRY_AFTER_S)}
             )
             return
-        why = intake.refusal(path, message) if message is not None else None
-        if why is not None:  # never acknowledge what would be dropped: 507 is not retried as it is
-            intake.release(reserved)
+        if why is not None:
             intake.count("requests_over_max_runs")
             self._send_status(507, _GRPC_RESOURCE_EXHAUSTED, why, as_json)
             return
-        if message is not None and not intake.submit("logs" if path == "/v1/logs" else "metrics", message, reserved):
+        if not queued:
             intake.count("busy_responses")
             self._send_status(503, _GRPC_UNAVAILABLE, "the bridge is stopping; retry later", as_json, {"Retry-After": str(RETRY_AFTER_S)})
             return
@@ -215,8 +250,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- the body, within its deadline -----------------------------------------------------------
 
-    def _read_body(self) -> bytes:
+    def _read_body(self, slot: Slot) -> bytes:
+        self._slot = slot
         self._body_started, self._body_received = time.monotonic(), 0
+        slot.reading_since, slot.received = self._body_started, 0
         try:
             if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
                 return self._read_chunked()
@@ -230,6 +267,7 @@ class _Handler(BaseHTTPRequestHandler):
                 raise BadRequest(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body over {MAX_BODY_BYTES} bytes: send smaller batches")
             return self._read_exactly(length) if length else b""
         finally:
+            slot.reading_since = None
             if not self.close_connection:
                 self.connection.settimeout(self.timeout)  # back to the keep-alive wait
 
@@ -283,5 +321,13 @@ class _Handler(BaseHTTPRequestHandler):
                 f"the body stopped arriving after {self._body_received} bytes (no byte for "
                 f"{min(left, quiet_s):.1f} s; body_timeout_s is {quiet_s:g}): send it at once"
             ) from None
+        if not data and self._slot.was_cut:
+            self.close_connection = True
+            raise _BodyStalled(
+                f"the body was cut off after {self._body_received} bytes in {time.monotonic() - self._body_started:.1f} s: it "
+                f"arrived slower than {self.intake.slots.cut_below_rate >> 10} KiB/s while other senders waited for the bridge: "
+                "send it at once, or in smaller batches"
+            )
         self._body_received += len(data)
+        self._slot.received = self._body_received
         return data

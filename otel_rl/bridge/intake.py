@@ -16,8 +16,9 @@ from typing import Any
 
 from otel_rl.bridge.admission import ClientSlots
 from otel_rl.bridge.config import BridgeConfig
+from otel_rl.bridge.connections import ConnectionTable
 from otel_rl.bridge.disconnects import DisconnectLog
-from otel_rl.bridge.limits import RequestLimits
+from otel_rl.bridge.limits import Counts, RequestLimits
 
 __all__ = ["STAT_NAMES", "Intake"]
 
@@ -27,6 +28,8 @@ STAT_NAMES = (
     "busy_responses",
     "client_share_refusals",
     "stalled_bodies",
+    "bodies_cut_off",
+    "connections_refused",
     "client_disconnects",
     "unauthorized",
     "records_bad",
@@ -38,6 +41,7 @@ STAT_NAMES = (
     "records_other_ranks",
     "records_over_max_runs",
     "requests_over_max_runs",
+    "records_over_run_budget",
     "runs_given_back",
     "metric_exports",
     "metric_steps_written",
@@ -56,11 +60,12 @@ class Intake:
         self.limits = RequestLimits()
         per_client = min(config.max_requests_per_client, config.max_requests_in_flight)
         self.slots = ClientSlots(config.max_requests_in_flight, per_client)
+        self.connections = ConnectionTable(config.max_connections, min(config.max_connections_per_client, config.max_connections))
         self.decoding = threading.Lock()  # one inflate + decode at a time: it holds the GIL anyway, and it bounds the peak
         self.body_timeout_s = config.body_timeout_s
         self.disconnects = DisconnectLog(report)
         self.cond = threading.Condition()  # guards queue, queued_bytes, stopping, busy
-        self.queue: deque[tuple[str, Any, int]] = deque()
+        self.queue: deque[tuple[str, Any, int, Counts | None]] = deque()
         self.queued_bytes = 0
         self.max_bytes = int(config.max_queue_mb * (1 << 20))
         self.stopping = False
@@ -69,7 +74,7 @@ class Intake:
         self._stats_lock = threading.Lock()
         self._stats: dict[str, int] = dict.fromkeys(STAT_NAMES, 0)
         # Why a decoded request would be dropped, to answer it so (the runs' max_runs); None: taken.
-        self.refusal: Callable[[str, Any], str | None] = lambda kind, message: None
+        self.refusal: Callable[[str, Any, Counts | None], str | None] = lambda kind, message, counts: None
 
     # -- counters ---------------------------------------------------------------------------------
 
@@ -108,12 +113,12 @@ class Intake:
             self.queued_bytes -= size
             self.cond.notify_all()
 
-    def submit(self, kind: str, message: Any, size: int) -> bool:
+    def submit(self, kind: str, message: Any, size: int, counts: Counts | None = None) -> bool:
         """Queue a decoded request whose ``size`` was reserved; False when closing (the reservation is freed)."""
         with self.cond:
             if self.stopping:
                 self.queued_bytes -= size
                 return False
-            self.queue.append((kind, message, size))
+            self.queue.append((kind, message, size, counts))
             self.cond.notify_all()
             return True

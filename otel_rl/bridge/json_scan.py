@@ -54,7 +54,7 @@ class JsonCounts:
         )
 
 
-def scan_json(body: bytes, limits: RequestLimits) -> JsonCounts:
+def scan_json(body: bytes | bytearray, limits: RequestLimits) -> JsonCounts:
     """Count the values and the nesting depth of a JSON ``body``; :class:`RequestTooBig` past a limit.
 
     Malformed JSON is not judged here (``json.loads`` refuses it next); only what it could cost.
@@ -79,7 +79,7 @@ def scan_json(body: bytes, limits: RequestLimits) -> JsonCounts:
     return counts
 
 
-def count_json(body: bytes, most: int | None = None) -> JsonCounts:
+def count_json(body: bytes | bytearray, most: int | None = None) -> JsonCounts:
     """Every value of a JSON ``body`` by kind (object keys as strings), and its nesting depth.
 
     With ``most``, counting stops once the values counted so far pass it (the depth is then left 0).
@@ -116,7 +116,7 @@ def count_json(body: bytes, most: int | None = None) -> JsonCounts:
     return counts
 
 
-def _outside_strings(unescaped: bytes) -> bytes:
+def _outside_strings(unescaped: bytes | bytearray) -> bytes:
     """The body with every string blanked out to one space (escapes already taken out), a chunk at a
     time: each chunk ends outside a string, stretched to the closing quote when its end falls inside one."""
     parts, pos, end = [], 0, len(unescaped)

@@ -14,7 +14,7 @@ the peer closes.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["MESSAGE_COST_BYTES", "Counts", "RequestLimits", "RequestTooBig", "chunk_size", "scan_otlp"]
@@ -51,12 +51,15 @@ class RequestLimits:
 
 @dataclass
 class Counts:
-    """What :func:`scan_otlp` found in a body."""
+    """What :func:`scan_otlp` found in a body, and the encoded size of each resource and log record
+    (in wire order: the order the decoded message lists them; sizes without decoding anything)."""
 
     messages: int = 0
     resources: int = 0
     records: int = 0
     points: int = 0
+    resource_bytes: list[int] = field(default_factory=list)
+    record_bytes: list[int] = field(default_factory=list)
 
     def decoded_bytes(self, body_len: int) -> int:
         """An upper estimate of the decoded message's memory (what the request queue is charged)."""
@@ -89,7 +92,7 @@ def _message_fields(descriptor: Any) -> dict[int, tuple[dict, int]]:
     return fields
 
 
-def _varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
+def _varint(buf: bytes | bytearray, pos: int, end: int) -> tuple[int, int]:
     result = shift = 0
     while True:
         if pos >= end:
@@ -104,7 +107,7 @@ def _varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
             raise Malformed("varint over 10 bytes")
 
 
-def scan_otlp(body: bytes, descriptor: Any, limits: RequestLimits) -> Counts:
+def scan_otlp(body: bytes | bytearray, descriptor: Any, limits: RequestLimits) -> Counts:
     """Count the messages of a protobuf ``body`` of type ``descriptor`` without decoding it.
 
     Raises :class:`RequestTooBig` at the first limit crossed (the scan stops there, so its cost
@@ -112,6 +115,8 @@ def scan_otlp(body: bytes, descriptor: Any, limits: RequestLimits) -> Counts:
     broken wire format.
     """
     messages = resources = records = points = 0
+    resource_bytes: list[int] = []
+    record_bytes: list[int] = []
     fields, end = _message_fields(descriptor), len(body)
     stack: list[tuple[dict[int, tuple[dict, int]], int]] = [(fields, end)]
     pos = 0
@@ -121,7 +126,7 @@ def scan_otlp(body: bytes, descriptor: Any, limits: RequestLimits) -> Counts:
                 raise Malformed("a field runs past the end of its message")
             stack.pop()
             if not stack:
-                return Counts(messages, resources, records, points)
+                return Counts(messages, resources, records, points, resource_bytes, record_bytes)
             fields, end = stack[-1]
             continue
         key = body[pos]  # one-byte varints inline: the loop runs once per field
@@ -149,6 +154,7 @@ def scan_otlp(body: bytes, descriptor: Any, limits: RequestLimits) -> Counts:
                 raise _too_big(limits.max_messages, "messages")
             kind = sub[1]
             if kind == _RECORD:
+                record_bytes.append(length)
                 records += 1
                 if records > limits.max_records:
                     raise _too_big(limits.max_records, "log records")
@@ -157,6 +163,8 @@ def scan_otlp(body: bytes, descriptor: Any, limits: RequestLimits) -> Counts:
                 if points > limits.max_points:
                     raise _too_big(limits.max_points, "data points")
             elif kind == _RESOURCE:
+                if len(stack) == 1:  # a request's own resources (ResourceLogs, ResourceMetrics)
+                    resource_bytes.append(length)
                 resources += 1
                 if resources > limits.max_resources:
                     raise _too_big(limits.max_resources, "resources")

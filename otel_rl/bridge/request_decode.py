@@ -12,11 +12,11 @@ from http import HTTPStatus
 from typing import Any
 
 from otel_rl.bridge.json_scan import scan_json
-from otel_rl.bridge.limits import Malformed, RequestLimits, RequestTooBig, scan_otlp
+from otel_rl.bridge.limits import Counts, Malformed, RequestLimits, RequestTooBig, scan_otlp
 
 __all__ = ["MAX_BODY_BYTES", "MAX_JSON_BODY_BYTES", "BadRequest", "QueueFull", "decode_request", "inflate"]
 
-MAX_BODY_BYTES = 64 << 20  # on the wire and after decompression
+MAX_BODY_BYTES = 20 << 20  # on the wire and after decompression: the collector's OTLP receiver default (confighttp)
 MAX_JSON_BODY_BYTES = 8 << 20  # OTLP/JSON after decompression (counted before it is parsed, too)
 
 
@@ -32,8 +32,11 @@ class BadRequest(Exception):
         self.status = status
 
 
-def inflate(body: bytes, encoding: str, most: int) -> bytes:
-    """``body`` decompressed per its Content-Encoding, at most ``most`` bytes (413 past it)."""
+def inflate(body: bytes, encoding: str, most: int) -> bytes | bytearray:
+    """``body`` decompressed per its Content-Encoding, at most ``most`` bytes (413 past it).
+
+    Inflated a megabyte at a time into one growing buffer: zlib's one-shot output is built in
+    blocks and joined, which holds the body twice at its peak."""
     if encoding in ("", "identity"):
         return body
     if encoding in ("gzip", "x-gzip"):
@@ -42,20 +45,34 @@ def inflate(body: bytes, encoding: str, most: int) -> bytes:
         wbits = zlib.MAX_WBITS if body[:1] == b"\x78" else -zlib.MAX_WBITS
     else:
         raise BadRequest(HTTPStatus.UNSUPPORTED_MEDIA_TYPE, f"unsupported Content-Encoding {encoding!r}: use gzip, deflate or none")
+    out = bytearray()
     try:
         inflater = zlib.decompressobj(wbits)
-        out = inflater.decompress(body, most + 1)
+        pending: bytes = body
+        while pending and not inflater.eof:
+            out += inflater.decompress(pending, 1 << 20)
+            pending = inflater.unconsumed_tail
+            if len(out) > most:
+                break
+        if not inflater.eof and len(out) <= most:
+            out += inflater.flush()
     except zlib.error as exc:
         raise BadRequest(HTTPStatus.BAD_REQUEST, f"body is not valid {encoding}: {exc}") from None
-    if len(out) > most or inflater.unconsumed_tail:
+    if len(out) > most:
+        del out  # not held by the exception's frame while the 413 is sent
         raise BadRequest(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"decompressed body over {most} bytes: send smaller batches")
     return out
 
 
 def decode_request(
-    request_type: Any, body: bytes, as_json: bool, limits: RequestLimits, reserve: Callable[[int], bool], release: Callable[[int], None]
-) -> tuple[Any, int]:
-    """The request's message and the queue space reserved for it: counted first (413 past a limit),
+    request_type: Any,
+    body: bytes | bytearray,
+    as_json: bool,
+    limits: RequestLimits,
+    reserve: Callable[[int], bool],
+    release: Callable[[int], None],
+) -> tuple[Any, int, Counts]:
+    """The request's message, the queue space reserved for it and its counts: counted first (413 past a limit),
     then space reserved (:class:`QueueFull` when ``reserve`` says no), then decoded (400 when it does not)."""
     from google.protobuf import json_format
     from google.protobuf.message import DecodeError
@@ -78,7 +95,7 @@ def decode_request(
     if not reserve(size):
         raise QueueFull
     try:
-        return (message if as_json else request_type.FromString(body)), size
+        return (message if as_json else request_type.FromString(body)), size, counts
     except DecodeError as exc:
         release(size)
         raise BadRequest(HTTPStatus.BAD_REQUEST, f"body is not an {kind} {request_type.DESCRIPTOR.name}: {str(exc)[:200]}") from None

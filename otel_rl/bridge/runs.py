@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -84,6 +85,7 @@ class RunState:
     dirty: bool = False
     last_seen: float = 0.0  # time.monotonic() of its last event or metrics export
     opened: int = 0  # times its trackers were opened (more than once after an idle finish)
+    handed: int = 0  # bytes (OTLP's encoded size) of the records and exports handed to its trackers, against max_run_mb
 
 
 class RunTrackers:
@@ -104,6 +106,9 @@ class RunTrackers:
         self._bad_logged = 0
         self._runs_accepted = 0  # distinct runs taken on (each gets its tracker folders): at most max_runs
         self._over_max_runs_said = False
+        self._budget = int(config.max_run_mb * (1 << 20))
+        self._places = threading.Lock()  # guards _runs_accepted and _claims (the HTTP threads claim, the worker takes on)
+        self._claims: dict[tuple, bool] = {}  # new runs of acknowledged requests, not yet delivered: their places are taken
 
     def open_count(self) -> int:
         """How many runs have open trackers (safe from any thread)."""
@@ -129,12 +134,17 @@ class RunTrackers:
 
     # -- delivering ------------------------------------------------------------------------------
 
-    def deliver_logs(self, request: Any) -> None:
-        """Each ``rl.log`` / ``rl.hparams`` / ``rl.sample`` event of an ``ExportLogsServiceRequest`` to its run's trackers."""
+    def deliver_logs(self, request: Any, record_bytes: Sequence[int] | None = None) -> None:
+        """Each ``rl.log`` / ``rl.hparams`` / ``rl.sample`` event of an ``ExportLogsServiceRequest`` to its run's trackers.
+
+        ``record_bytes``: each log record's encoded size, in order (the body's scan counted them);
+        measured here when not given."""
+        sizes = iter(record_bytes) if record_bytes is not None else None
         for resource_logs in request.resource_logs:
             resource = decode_attributes(resource_logs.resource.attributes)
             rank = _rank_of(resource.get(A.RL_RANK, 0))
             records = [r for s in resource_logs.scope_logs for r in s.log_records]
+            record_sizes = [next(sizes, 0) for _ in records] if sizes is not None else [r.ByteSize() for r in records]
             self._count("log_records", len(records))
             if rank is None:
                 self._bad(len(records), f"{A.RL_RANK} {resource.get(A.RL_RANK)!r} is not a rank", resource)
@@ -143,7 +153,7 @@ class RunTrackers:
                 self._count("records_other_ranks", len(records))
                 continue
             run = None
-            for record in records:
+            for record, size in zip(records, record_sizes):
                 name = record.event_name
                 if not name:  # older senders put the event name into an attribute
                     name = next((decode_any_value(kv.value) for kv in record.attributes if kv.key == "event.name"), "")
@@ -157,6 +167,11 @@ class RunTrackers:
                         break
                 if run.events == 0:
                     run.held.clear()  # an events run: its metrics are not needed
+                if size > self.config.max_record_kb << 10:  # a step's values or a sample: never megabytes
+                    self._bad(1, f"an event of {size} bytes, over max_record_kb ({self.config.max_record_kb})", resource)
+                    continue
+                if not self._spend(run, size):
+                    continue
                 run.events += 1
                 fanout = self._open(run)
                 if fanout is None:
@@ -173,16 +188,19 @@ class RunTrackers:
                 except Exception as exc:
                     self._bad(1, f"{type(exc).__name__}: {exc}", resource)
 
-    def deliver_metrics(self, request: Any) -> None:
-        """An ``ExportMetricsServiceRequest``: one step per export of a run that sends no events."""
+    def deliver_metrics(self, request: Any, resource_bytes: Sequence[int] | None = None) -> None:
+        """An ``ExportMetricsServiceRequest``: one step per export of a run that sends no events
+        (``resource_bytes``: each resource's encoded size, in order; measured here when not given)."""
+        sizes = iter(resource_bytes) if resource_bytes is not None else None
         for resource_metrics in request.resource_metrics:
             self._count("metric_exports")
+            size = next(sizes, 0) if sizes is not None else resource_metrics.ByteSize()
             try:  # one bad resource is counted and skipped; the others are still delivered
-                self._deliver_metrics_resource(resource_metrics)
+                self._deliver_metrics_resource(resource_metrics, size)
             except Exception as exc:
                 self._bad(0, f"{type(exc).__name__}: {exc}", decode_attributes(resource_metrics.resource.attributes))
 
-    def _deliver_metrics_resource(self, resource_metrics: Any) -> None:
+    def _deliver_metrics_resource(self, resource_metrics: Any, size: int) -> None:
         resource = decode_attributes(resource_metrics.resource.attributes)
         rank = _rank_of(resource.get(A.RL_RANK, 0))
         if not self.config.metrics_fallback or not resource.get(A.RL_RUN_ID) or rank is None or not self._accepts(rank):
@@ -210,7 +228,7 @@ class RunTrackers:
                     values[metric_key(metric.name, decode_attributes(point.attributes))] = number
                     if metric.name == M.RL_PROGRESS_STEP and (progress is None or number > progress):
                         progress = number
-        if not values:
+        if not values or not self._spend(run, size):
             return
         run.metric_exports += 1
         if progress is not None and math.isfinite(progress) and abs(progress) < _STEP_RANGE:
@@ -220,6 +238,26 @@ class RunTrackers:
         if run.metrics_mode or len(run.held) >= self.config.metrics_fallback_after:
             run.metrics_mode = True
             self._write_held(run)
+
+    def _spend(self, run: RunState, size: int) -> bool:
+        """Count ``size`` bytes against the run's max_run_mb; False (counted, said once) past it."""
+        if run.handed + size > self._budget:
+            self._count("records_over_run_budget")
+            if run.handed < self._budget:  # the first refusal: said once
+                run.handed = self._budget
+                logger.warning("otel-rl bridge: %s", self._over_budget(run))
+            return False
+        run.handed += size
+        return True
+
+    def _over_budget(self, run: RunState) -> str:
+        return self._over_budget_label(run.label or shown(run.run_id))
+
+    def _over_budget_label(self, label: str) -> str:
+        return (
+            f"run {label} would hand its trackers more than max_run_mb ({self.config.max_run_mb:g} MiB): "
+            "its further records are refused (507); raise max_run_mb in the bridge's config"
+        )
 
     # -- finishing -------------------------------------------------------------------------------
 
@@ -299,51 +337,70 @@ class RunTrackers:
         before = time.monotonic() - timeout
         return [r for r in list(self._runs.values()) if r.fanout is None and not r.held and r.last_seen < before]
 
-    def refusal(self, resources: list[Mapping[str, Any]]) -> str | None:
-        """Why a request of these resources would be dropped (a new run past ``max_runs`` with no idle
-        run to give its place back), for the handler to answer instead of acknowledging it; None when
-        it is taken (any thread: a read of the states, the worker decides again when it delivers)."""
-        accepted = [r for r in resources if (rank := _rank_of(r.get(A.RL_RANK, 0))) is not None and self._accepts(rank)]
-        new = {self._key(r) for r in accepted} - set(self._runs)
-        if new and self._runs_accepted + len(new) > self.config.max_runs and len(self._idle()) < len(new):
-            return (
-                f"max_runs ({self.config.max_runs}) runs are taken on and none has been idle for run_idle_timeout_s "
-                f"({self.config.run_idle_timeout_s:g} s): a new run is not taken; retry when one has ended, or raise max_runs"
-            )
+    def refusal(self, resources: list[tuple[Mapping[str, Any], int]]) -> str | None:
+        """Why a request of these (resource attributes, bytes) would be dropped, for the handler to
+        answer instead of acknowledging it: a run it would take past max_run_mb, or a new run past
+        ``max_runs`` with no idle run to give its place back; None when it is taken (any thread: a
+        read of the states, the worker decides again when it delivers)."""
+        sizes: dict[tuple, int] = {}
+        for resource, size in resources:  # (the sizes are an upper estimate of what the worker counts)
+            rank = _rank_of(resource.get(A.RL_RANK, 0))
+            if rank is not None and self._accepts(rank):
+                key = self._key(resource)
+                sizes[key] = sizes.get(key, 0) + size
+        for key, size in sizes.items():
+            run = self._runs.get(key)
+            if (run.handed if run is not None else 0) + size > self._budget:
+                return self._over_budget(run) if run is not None else self._over_budget_label(shown(key[1] if len(key) > 1 else "*"))
+        with self._places:  # a new run's place is claimed now, so that no request acknowledged since takes it
+            new = set(sizes) - set(self._runs) - set(self._claims)
+            over = self._runs_accepted + len(self._claims) + len(new) - self.config.max_runs
+            if new and over > 0 and len(self._idle()) < over:
+                return (
+                    f"max_runs ({self.config.max_runs}) runs are taken on and none has been idle for run_idle_timeout_s "
+                    f"({self.config.run_idle_timeout_s:g} s): a new run is not taken; retry when one has ended, or raise max_runs"
+                )
+            for key in new:
+                self._claims[key] = True
         return None
 
     def _run_for(self, resource: Mapping[str, Any]) -> RunState | None:
         """The resource's run, taken on at its first data; None for a new run past ``max_runs``
         (after a run idle for run_idle_timeout_s gave its place back, if one has)."""
         key = self._key(resource)
+        with self._places:
+            run = self._runs.get(key)
+            claimed = run is None and self._claims.pop(key, False)  # acknowledged already: taken on
+            if run is None and self._runs_accepted + len(self._claims) >= self.config.max_runs:
+                idle = sorted(self._idle(), key=lambda r: r.last_seen)
+                if idle:  # the longest idle run gives its place back (its folder stays; it is taken on again if it returns)
+                    del self._runs[idle[0].key]
+                    self._runs_accepted -= 1
+                    self._count("runs_given_back")
+            if run is None and not claimed and self._runs_accepted + len(self._claims) >= self.config.max_runs:
+                self._refuse_past_max_runs()
+                return None
+            if run is None:
+                self._runs_accepted += 1
+                run = self._new_run(key, resource)
+        run.last_seen = time.monotonic()
+        return run
+
+    def _new_run(self, key: tuple, resource: Mapping[str, Any]) -> RunState:
         service = str(resource.get(A.SERVICE_NAME) or "unknown_service")
         run_id = str(resource.get(A.RL_RUN_ID) or "")
         rank = as_rank(resource.get(A.RL_RANK, 0))
-        run = self._runs.get(key)
-        if run is None and self._runs_accepted >= self.config.max_runs:
-            idle = sorted(self._idle(), key=lambda r: r.last_seen)
-            if idle:  # the longest idle run gives its place back (its folder stays; it is taken on again if it returns)
-                del self._runs[idle[0].key]
-                self._runs_accepted -= 1
-                self._count("runs_given_back")
-        if run is not None:
-            run.last_seen = time.monotonic()
-        elif self._runs_accepted >= self.config.max_runs:
-            self._refuse_past_max_runs()
-            return None
-        else:
-            self._runs_accepted += 1
-            experiment = resource.get(A.RL_EXPERIMENT_NAME)
-            framework = resource.get(A.RL_FRAMEWORK)
-            run = self._runs[key] = RunState(
-                key,
-                service,
-                run_id,
-                rank,
-                str(experiment) if experiment else None,
-                str(framework) if framework else None,
-                last_seen=time.monotonic(),
-            )
+        experiment = resource.get(A.RL_EXPERIMENT_NAME)
+        framework = resource.get(A.RL_FRAMEWORK)
+        run = self._runs[key] = RunState(
+            key,
+            service,
+            run_id,
+            rank,
+            str(experiment) if experiment else None,
+            str(framework) if framework else None,
+            last_seen=time.monotonic(),
+        )
         return run
 
     def _refuse_past_max_runs(self) -> None:

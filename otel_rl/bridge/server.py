@@ -3,7 +3,7 @@
 hands it to one worker thread that feeds the runs' trackers (:mod:`otel_rl.bridge.runs`).
 
 Request handling follows OTLP/HTTP: protobuf or JSON bodies, gzip / deflate or none, at most
-64 MiB on the wire and after decompression (8 MiB for JSON; 413), unknown encodings 415, bodies
+20 MiB on the wire and after decompression (the collector's own receiver default) (8 MiB for JSON; 413), unknown encodings 415, bodies
 that do not decode 400 with a ``google.rpc.Status`` (counted, never fatal), and 503 with
 ``Retry-After`` when the queue of received requests is full, so a slow tracker slows the senders
 down instead of growing memory.
@@ -40,7 +40,7 @@ from otel_rl.bridge.config import BridgeConfig, parse_listen
 from otel_rl.bridge.decode import decode_attributes
 from otel_rl.bridge.handler import make_http_server
 from otel_rl.bridge.intake import Intake
-from otel_rl.bridge.limits import RequestLimits
+from otel_rl.bridge.limits import Counts, RequestLimits
 from otel_rl.bridge.runs import RunTrackers
 from otel_rl.bridge.tracker_settings import format_tracker_kwargs, run_tracker_kwargs, secret_strings
 from otel_rl.semconv import attributes as A
@@ -92,13 +92,14 @@ class TrackerBridge:
         # here, before anything listens (no I/O: trackers open their backends in start()).
         create_trackers(config.track_with, run_tracker_kwargs(config, "check"), run_name="check", run_dir=Path(config.base_dir) / "check")
 
-    def _refusal(self, path: str, message: Any) -> str | None:
+    def _refusal(self, path: str, message: Any, counts: Counts | None) -> str | None:
         """Why the runs would drop a decoded request (see RunTrackers.refusal); None when they take it."""
+        sizes = counts.resource_bytes if counts is not None else []  # (ByteSize() would encode the message again)
         if path == "/v1/logs":
-            resources = [decode_attributes(r.resource.attributes) for r in message.resource_logs]
+            resources = [(decode_attributes(r.resource.attributes), size) for r, size in zip(message.resource_logs, sizes)]
         elif self.config.metrics_fallback:
-            resources = [decode_attributes(r.resource.attributes) for r in message.resource_metrics]
-            resources = [r for r in resources if r.get(A.RL_RUN_ID)]
+            resources = [(decode_attributes(r.resource.attributes), size) for r, size in zip(message.resource_metrics, sizes)]
+            resources = [(r, size) for r, size in resources if r.get(A.RL_RUN_ID)]
         else:
             return None
         return self._runs.refusal(resources)
@@ -220,7 +221,7 @@ class TrackerBridge:
                 if not intake.queue and not intake.stopping:
                     intake.cond.wait(tick)
                 if intake.queue:
-                    kind, message, size = intake.queue.popleft()
+                    kind, message, size, counts = intake.queue.popleft()
                     intake.busy = True
                 elif intake.stopping:
                     break
@@ -232,12 +233,13 @@ class TrackerBridge:
                 continue
             try:
                 if kind == "logs":
-                    self._runs.deliver_logs(message)
+                    self._runs.deliver_logs(message, counts.record_bytes if counts is not None else None)
                 else:
-                    self._runs.deliver_metrics(message)
+                    self._runs.deliver_metrics(message, counts.resource_bytes if counts is not None else None)
             except Exception as exc:  # never let one request stop the worker
                 self._count("worker_errors")
                 logger.warning("otel-rl bridge: a %s request could not be delivered: %s", kind, self._scrub(f"{type(exc).__name__}: {exc}"))
+            del message, counts  # freed before its queue space is: the next request may need it
             with intake.cond:
                 intake.queued_bytes -= size
                 idle = not intake.queue

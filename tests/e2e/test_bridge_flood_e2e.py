@@ -146,24 +146,31 @@ class Flood:
 
     def _slow(self, host: str) -> None:
         """Announce a 100 KB body, send 16 bytes of it, stop; reconnect as soon as the bridge lets go."""
-        head = b"POST /v1/logs HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\nContent-Length: 100000\r\n\r\n"
         while not self.stopping.is_set():
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1, source_address=(host, 0)) as sock:
-                    sock.sendall(head + b"\x0a" * 16)
-                    start = time.monotonic()
-                    answer = b""
-                    while not self.stopping.is_set():
-                        try:
-                            answer = sock.recv(4096)
-                            break
-                        except TimeoutError:
-                            continue
-                    if answer.startswith(b"HTTP/1.1 408"):
-                        with self.lock:
-                            self.slot_held_s.append(time.monotonic() - start)
-            except OSError:
-                self.stopping.wait(0.05)
+            answer, held_s = stall_mid_body(self.port, host, self.stopping)
+            if answer.startswith(b"HTTP/1.1 408"):
+                with self.lock:
+                    self.slot_held_s.append(held_s)
+
+
+def stall_mid_body(port: int, host: str, stopping: threading.Event) -> tuple[bytes, float]:
+    """From ``host``, announce a 100 KB body, send 16 bytes of it and wait; (the bridge's answer's
+    first bytes, or b"" when it closed or ``stopping`` was set; seconds waited)."""
+    head = b"POST /v1/logs HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\nContent-Length: 100000\r\n\r\n"
+    answer, start = b"", time.monotonic()
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1, source_address=(host, 0)) as sock:
+            sock.sendall(head + b"\x0a" * 16)
+            start = time.monotonic()
+            while not stopping.is_set():
+                try:
+                    answer = sock.recv(4096)
+                    break
+                except TimeoutError:
+                    continue
+    except OSError:
+        stopping.wait(0.05)
+    return answer, time.monotonic() - start
 
 
 def peak_rss_mb(pid: int) -> float:
@@ -171,6 +178,16 @@ def peak_rss_mb(pid: int) -> float:
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
     raise AssertionError("no VmHWM in /proc/<pid>/status")
+
+
+def stop_bridge(proc: subprocess.Popen) -> None:
+    """Stop the bridge by its PID: SIGTERM (it flushes its trackers), SIGKILL after 30 s."""
+    proc.terminate()
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
 
 
 def wait_healthy(port: int, proc: subprocess.Popen, deadline_s: float) -> None:
@@ -212,14 +229,15 @@ class StepWatcher:
         self._thread.join(5)
 
 
-def send_steps_like_a_collector(port: int, run_id: str) -> tuple[dict[int, float], list[int]]:
+def send_steps_like_a_collector(port: int, run_id: str, token: str | None = None) -> tuple[dict[int, float], list[int]]:
     """A step a second, logs then metrics, each retried on 429 / 503 after Retry-After (at most
-    LIVE_WITHIN_S a request); when each step was first sent, and every answer's status."""
+    LIVE_WITHIN_S a request), with the bridge's bearer ``token`` if given; when each step was
+    first sent, and every answer's status."""
     sent_at: dict[int, float] = {}
     statuses: list[int] = []
     begin = time.monotonic()
     sending_ends = begin + STEPS * STEP_EVERY_S + LIVE_WITHIN_S  # the test's own bound, however the bridge answers
-    headers = {"Content-Type": "application/x-protobuf"}
+    headers = {"Content-Type": "application/x-protobuf", **({"Authorization": f"Bearer {token}"} if token else {})}
     for step in range(1, STEPS + 1):
         time.sleep(max(0.0, begin + (step - 1) * STEP_EVERY_S - time.monotonic()))
         sent_at[step] = time.monotonic()
@@ -264,12 +282,7 @@ def test_a_genuine_run_reaches_its_tracker_live_while_bombs_and_slow_senders_flo
         watcher.stop()
     finally:
         flood.stopping.set()
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+        stop_bridge(proc)
         log.close()
     seen_at = watcher.seen_at
     live = sorted(s for s in sent_at if s in seen_at and seen_at[s] - sent_at[s] <= LIVE_WITHIN_S)

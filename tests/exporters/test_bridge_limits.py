@@ -20,7 +20,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from test_bridge import get, logs_request, make_bridge, post  # noqa: F401 - fixtures
+from test_bridge import get, logs_request, make_bridge, post, restore_registry  # noqa: F401 - fixtures
 
 from otel_rl import environment_variables as ENV
 from otel_rl.bridge import BridgeConfig
@@ -237,7 +237,8 @@ def test_a_freed_slot_goes_to_the_address_holding_fewest() -> None:
     from otel_rl.bridge.admission import ClientSlots
 
     slots = ClientSlots(total=2, per_client=3, wait_s=5)
-    assert slots.acquire("busy").admitted and slots.acquire("busy").admitted
+    held = [slots.acquire("busy").slot, slots.acquire("busy").slot]
+    assert all(held)
     order: list[str] = []
 
     def wait(client: str) -> None:
@@ -250,12 +251,66 @@ def test_a_freed_slot_goes_to_the_address_holding_fewest() -> None:
     quiet = threading.Thread(target=wait, args=("quiet",))
     quiet.start()
     time.sleep(0.2)
-    slots.release("busy")
+    slots.release(held[0])  # type: ignore[arg-type]
     quiet.join(5)
     assert order == ["quiet"]
-    slots.release("busy")
+    slots.release(held[1])  # type: ignore[arg-type]
     busy_again.join(5)
     assert order == ["quiet", "busy"]
+
+
+def test_a_slow_body_is_cut_off_for_a_waiting_address_and_a_fast_one_never() -> None:
+    from otel_rl.bridge.admission import ClientSlots
+
+    slots = ClientSlots(total=2, per_client=2, wait_s=3)
+    slow, fast = slots.acquire("slow").slot, slots.acquire("slow").slot
+    assert slow is not None and fast is not None
+    cut: list[str] = []
+    now = time.monotonic()
+    slow.reading_since, slow.received, slow.cut = now - 3, 300_000, lambda: cut.append("slow")  # 100 KB/s
+    fast.reading_since, fast.received, fast.cut = now - 3, 30 << 20, lambda: cut.append("fast")  # 10 MiB/s
+    got: list[object] = []
+    waiter = threading.Thread(target=lambda: got.append(slots.acquire("genuine")))
+    waiter.start()
+    time.sleep(slots.cut_after_s + 0.3)
+    assert cut == ["slow"]  # once, the slow one only
+    slots.release(slow)
+    waiter.join(5)
+    assert got and got[0].admitted  # type: ignore[attr-defined]
+    # a body arriving fast enough is never cut, however long another waits
+    busy = ClientSlots(total=1, per_client=1, wait_s=0.8)
+    held = busy.acquire("x").slot
+    assert held is not None
+    held.reading_since, held.received, held.cut = time.monotonic() - 3, 10 << 20, lambda: cut.append("x")
+    assert not busy.acquire("y").admitted
+    assert cut == ["slow"]
+
+
+def test_the_connection_table_caps_an_address_and_gives_an_idle_place_to_a_quieter_one() -> None:
+    from otel_rl.bridge.connections import ConnectionTable
+
+    class Sock:
+        def __init__(self) -> None:
+            self.shut = False
+
+        def shutdown(self, how: int) -> None:
+            self.shut = True
+
+    table = ConnectionTable(total=4, per_client=3)
+    hostile = [Sock() for _ in range(3)]
+    assert all(table.admit("hostile", s) for s in hostile)
+    assert not table.admit("hostile", Sock())  # over its address's share
+    busy = Sock()
+    assert table.admit("other", busy)
+    table.busy(hostile[0], True)  # handling a request: never given up
+    genuine = Sock()
+    assert table.admit("genuine", genuine)  # every place taken: the busiest address's idle one gives way
+    assert [s.shut for s in hostile] == [False, True, False]
+    assert table.counts() == (4, 3)
+    # an address as busy as the newcomer's would be gives nothing up
+    assert not table.admit("other", Sock())
+    table.close(genuine)
+    assert table.counts() == (3, 2)
 
 
 # ---- senders that reset their connection -------------------------------------------------------
@@ -358,3 +413,83 @@ def test_a_run_idle_past_run_idle_timeout_gives_its_place_back(make_bridge, tmp_
     bridge.close()
     assert [s for s, _ in read_jsonl(tmp_path / "jl" / "genuine" / "metrics.jsonl")] == list(range(1, 11))
     assert bridge.stats()["runs_given_back"] >= 1
+
+
+def test_a_new_run_acknowledged_while_the_worker_is_busy_keeps_its_place(make_bridge, tmp_path: Path, restore_registry: None) -> None:
+    """200 means delivered: a run answered 200 before the worker took it on is not pushed past
+    max_runs by requests answered after it."""
+    from test_bridge import MemoryTracker
+
+    from otel_rl.trackers.base import register_tracker
+
+    release = threading.Event()
+
+    class Gated(MemoryTracker):
+        name = "gated"
+
+        def log(self, values, step=None):  # type: ignore[no-untyped-def]
+            release.wait(30)  # the worker is held on the first run's first step
+            super().log(values, step)
+
+    register_tracker("gated", Gated)
+    bridge = make_bridge({"track_with": ["gated", "jsonl"], "tracker_kwargs": {"jsonl": {"log_dir": str(tmp_path / "jl")}}, "max_runs": 2})
+    url = f"{bridge.url}/v1/logs"
+    statuses = [post(url, logs_request(f"run-{n}", range(1, 2)).SerializeToString())[0] for n in range(4)]
+    release.set()
+    assert statuses == [200, 200, 507, 507], statuses
+    assert bridge.wait_idle()
+    bridge.close()
+    assert sorted(p.name for p in (tmp_path / "jl").iterdir()) == ["run-0", "run-1"]
+    assert bridge.stats()["records_over_max_runs"] == 0  # nothing acknowledged was dropped
+
+
+def test_a_run_past_max_run_mb_is_answered_507_and_what_it_wrote_stays(
+    make_bridge, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    bridge = make_bridge({"track_with": "jsonl", "tracker_kwargs": {"log_dir": str(tmp_path / "jl")}, "max_run_mb": 0.05})
+    url = f"{bridge.url}/v1/logs"
+    statuses = []
+    with caplog.at_level(logging.WARNING, logger="otel_rl"):
+        for step in range(1, 60):
+            statuses.append(post(url, logs_request("big", range(step, step + 1), keys=50).SerializeToString())[0])
+            assert bridge.wait_idle()
+        other = post(url, logs_request("other", range(1, 2)).SerializeToString())[0]
+    first_refused = statuses.index(507)
+    assert 10 < first_refused and set(statuses[first_refused:]) == {507}, statuses  # refused from then on, never acknowledged
+    assert other == 200  # another run has its own budget
+    bridge.close()
+    written = [s for s, _ in read_jsonl(tmp_path / "jl" / "big" / "metrics.jsonl")]
+    assert written == list(range(1, first_refused + 1))
+    assert (tmp_path / "jl" / "big" / "metrics.jsonl").stat().st_size < 0.05 * 2**20 * 1.5
+    stats = bridge.stats()
+    assert stats["requests_over_max_runs"] == len(statuses) - first_refused and stats["records_bad"] == 0
+    assert BridgeConfig(track_with="stdout").max_run_mb == 1024
+
+
+def test_bodies_past_the_collectors_20_mib_are_refused_before_they_are_decoded(make_bridge) -> None:
+    bridge = make_bridge({"track_with": "stdout"})
+    body = gzip.compress(logs_request("big", range(1, 2)).SerializeToString() + b"\x00" * (21 << 20))
+    status, _, answer = post(f"{bridge.url}/v1/logs", body, encoding="gzip")
+    assert status == 413 and b"20971520" in answer, answer[:200]
+
+
+def test_inflate_in_pieces_gives_the_body_back_whole_and_stops_past_the_limit() -> None:
+    import zlib
+
+    from otel_rl.bridge.request_decode import BadRequest, inflate
+
+    data = bytes(range(256)) * 20_000 + b"tail"  # 5 MB: several 1 MiB pieces
+    assert inflate(gzip.compress(data), "gzip", len(data)) == data
+    assert inflate(zlib.compress(data), "deflate", len(data)) == data
+    with pytest.raises(BadRequest) as refused:
+        inflate(gzip.compress(data), "gzip", len(data) - 1)
+    assert refused.value.status == 413
+
+
+def test_the_bridge_command_tells_glibc_to_give_large_buffers_back() -> None:
+    import platform
+
+    from otel_rl.bridge.allocator import give_large_buffers_back
+
+    expected = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
+    assert give_large_buffers_back() is expected
