@@ -120,14 +120,15 @@ def find_incidents(
     if not parts:
         return []
     explain_parts(parts, series, settings)
-    steps = [st for s in series.values() for st in s.by_step]
-    span = (max(steps) - min(steps)) if steps else 0
+    ends = [(min(s.by_step), max(s.by_step)) for s in series.values() if s.by_step]  # (not a list of every step of every series)
+    first, last = (min(a for a, _ in ends), max(b for _, b in ends)) if ends else (0, 0)
+    span = last - first
     window = max(2 * interval, int(0.02 * span))
     context = _Context(
         families=families,
         interval=max(interval, 1),
         window=window,
-        warmup_end=(min(steps) if steps else 0) + int(0.1 * span),
+        warmup_end=first + int(0.1 * span),
         settings=settings,
         stated={k: (v, (sources or {}).get(k, "the log")) for k, v in settings.items()},
         hits=sparse_hits(series, families),

@@ -536,7 +536,7 @@ def replay_rules(parsed: ParsedLog, rules: Sequence[Rule], resolver: KeyResolver
     """The alerts the online rules would have fired on this log, evaluated exactly as in training."""
     engine = AlertEngine(rules)
     alerts: list[Alert] = []
-    for step, resolved in resolved_records(parsed, resolver):
+    for step, resolved in resolved_records(parsed, resolver, only=engine.watched_metrics):
         alerts.extend(engine.observe(step, 0, resolved))
     return alerts
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator
+from array import array
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +22,50 @@ SeriesKey = tuple[str, tuple[tuple[str, str], ...]]
 _NONFINITE = (A.RlTelemetryReasonValues.NAN.value, A.RlTelemetryReasonValues.INF.value)
 
 
+class StepValues(Mapping[int, float]):
+    """A series' values by step, held as two arrays in step order (16 bytes a point; a dict of
+    floats by int is ~100): what :func:`build_series` gives every series, 455,000 steps long or 3."""
+
+    __slots__ = ("step_array", "value_array")
+
+    def __init__(self, steps: np.ndarray, values: np.ndarray) -> None:
+        self.step_array, self.value_array = steps, values  # int64 ascending and unique; float64 of the same length
+
+    def __len__(self) -> int:
+        return len(self.step_array)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.step_array.tolist())
+
+    def __contains__(self, step: object) -> bool:
+        return self._index(step) is not None
+
+    def __getitem__(self, step: int) -> float:
+        i = self._index(step)
+        if i is None:
+            raise KeyError(step)
+        return float(self.value_array[i])
+
+    def items(self) -> Iterator[tuple[int, float]]:  # type: ignore[override]
+        return zip(self.step_array.tolist(), self.value_array.tolist())
+
+    def _index(self, step: object) -> int | None:
+        if isinstance(step, bool) or not isinstance(step, (int, np.integer)):
+            return None
+        i = int(np.searchsorted(self.step_array, step))
+        return i if i < len(self.step_array) and self.step_array[i] == step else None
+
+    @classmethod
+    def of(cls, steps: list[int], values: array[float]) -> StepValues:
+        """From values appended in log order: a later value for a step replaces an earlier one."""
+        s, v = np.asarray(steps, dtype=np.int64), np.frombuffer(values, dtype=np.float64).copy()
+        if len(s) > 1 and not bool(np.all(s[1:] > s[:-1])):  # out of order or repeated: the last of each step
+            by_step = dict(zip(s.tolist(), v.tolist()))
+            s = np.fromiter(sorted(by_step), dtype=np.int64, count=len(by_step))
+            v = np.fromiter((by_step[k] for k in s.tolist()), dtype=np.float64, count=len(by_step))
+        return cls(s, v)
+
+
 @dataclass
 class Series:
     """One registry series of a run: the values by step (a later value for a step replaces an earlier one)."""
@@ -29,7 +74,7 @@ class Series:
     attributes: dict[str, str]
     label: str  # the first key the log used for it
     keys: list[str] = field(default_factory=list)
-    by_step: dict[int, float] = field(default_factory=dict)
+    by_step: Mapping[int, float] = field(default_factory=dict)
     # arrays() of by_step as it was when computed: (id and size of by_step, steps, values)
     _sorted: tuple[tuple[int, int], np.ndarray, np.ndarray] | None = field(default=None, init=False, repr=False, compare=False)
 
@@ -40,6 +85,8 @@ class Series:
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """(steps, values) in step order; computed once per content of ``by_step`` (the analysis asks
         for them many times, and a 455k-step series costs seconds to sort)."""
+        if isinstance(self.by_step, StepValues):
+            return self.by_step.step_array.copy(), self.by_step.value_array.copy()
         stamp = (id(self.by_step), len(self.by_step))
         if self._sorted is None or self._sorted[0] != stamp:
             items = sorted(self.by_step.items())
@@ -76,6 +123,8 @@ def quiet_unmapped() -> Iterator[None]:
 def resolve_value(resolution: Any, raw: Any) -> float | None:
     """The measurement a raw logged value gives (as the telemetry pipeline computes it); NaN / inf
     are kept (they are findings), anything that is not a number gives None."""
+    if type(raw) is float and resolution.transform is None and raw - raw == 0.0:
+        return raw  # a finite float, as most logged values are: what to_number gives it
     try:
         value = resolution.transform(raw) if resolution.transform is not None else raw
         return to_number(value)
@@ -95,9 +144,11 @@ def build_series(parsed: ParsedLog, resolver: KeyResolver | None = None) -> tupl
     framework = parsed.framework
     out: dict[SeriesKey, Series] = {}
     unmapped: dict[str, None] = {}
-    cache: dict[str, tuple[Any, SeriesKey | None]] = {}
+    cache: dict[str, list[Any]] = {}  # key -> [resolution, series key or None, its column once it has a value]
+    columns: dict[SeriesKey, tuple[list[int], array[float]]] = {}  # steps and values in log order, per series
     with quiet_unmapped():
         for record in parsed.records:
+            step = record.step
             for key, raw in record.values.items():
                 hit = cache.get(key)
                 if hit is None:
@@ -107,27 +158,33 @@ def build_series(parsed: ParsedLog, resolver: KeyResolver | None = None) -> tupl
                         skey = (res.metric, tuple(sorted(res.attributes)))
                     if res.fallback and res.metric == M.RL_UNMAPPED:
                         unmapped[key] = None
-                    hit = cache[key] = (res, skey)
-                res, skey = hit
+                    hit = cache[key] = [res, skey, None]
+                res, skey, column = hit
                 if skey is None:
                     continue
                 value = resolve_value(res, raw)
                 if value is None:
                     continue
-                series = out.get(skey)
-                if series is None:
-                    series = out[skey] = Series(metric=skey[0], attributes=dict(skey[1]), label=key)
-                if key not in series.keys:
+                if column is None:  # the key's first value: its series, made or shared with another key
+                    series = out.get(skey)
+                    if series is None:
+                        series = out[skey] = Series(metric=skey[0], attributes=dict(skey[1]), label=key)
+                        columns[skey] = ([], array("d"))
                     series.keys.append(key)
-                series.by_step[record.step] = value
+                    hit[2] = column = columns[skey]
+                column[0].append(step)
+                column[1].append(value)
+    for skey, (steps, values) in columns.items():
+        out[skey].by_step = StepValues.of(steps, values)
     return out, list(unmapped)
 
 
 def resolved_records(
-    parsed: ParsedLog, resolver: KeyResolver | None = None
+    parsed: ParsedLog, resolver: KeyResolver | None = None, only: Collection[str] | None = None
 ) -> Iterator[tuple[int, list[tuple[str, tuple[tuple[str, str], ...], float]]]]:
     """``(step, [(metric, attributes, value), ...])`` per record, as the pipeline hands them to the
-    online detectors (finite values only)."""
+    online detectors (finite values only); with ``only``, the values of those metrics alone (what
+    an engine watches: it skips the others anyway)."""
     resolver = resolver or KeyResolver.default(unmapped_key_limit=1 << 20)
     cache: dict[str, Any] = {}
     with quiet_unmapped():
@@ -137,6 +194,8 @@ def resolved_records(
                 res = cache.get(key)
                 if res is None:
                     res = cache[key] = resolver.resolve(key, parsed.framework)
+                if only is not None and res.metric not in only:
+                    continue
                 value = resolve_value(res, raw)
                 if value is None or value != value or value in (float("inf"), float("-inf")):
                     continue

@@ -96,14 +96,23 @@ def rolling_baseline(x: np.ndarray, cfg: DetectorConfig = DetectorConfig()) -> t
         med[i], scale[i] = baseline(x[:i].tolist(), cfg)
     if n > w:
         windows = np.lib.stride_tricks.sliding_window_view(x[:-1], w)  # row k: x[k:k+w], judged at i = k + w
-        m = np.median(windows, axis=1)
-        devs = np.sort(np.abs(windows - m[:, None]), axis=1)
-        mad = np.median(devs, axis=1)
-        mean_ad = devs[:, : w - _trimmed(w)].mean(axis=1)
-        s = np.maximum.reduce([MAD_TO_SIGMA * mad, MEAN_AD_TO_SIGMA * mean_ad, cfg.rel_floor * np.abs(m), np.full_like(m, cfg.abs_floor)])
-        med[w:] = m
-        scale[w:] = s
+        # row blocks: each row's result is its own, and a 455,000-step series' windows materialized
+        # at once are ~100 MB per temporary
+        for start in range(0, len(windows), _ROWS_PER_BLOCK):
+            block = windows[start : start + _ROWS_PER_BLOCK]
+            m = np.median(block, axis=1)
+            devs = np.sort(np.abs(block - m[:, None]), axis=1)
+            mad = np.median(devs, axis=1)
+            mean_ad = devs[:, : w - _trimmed(w)].mean(axis=1)
+            s = np.maximum.reduce(
+                [MAD_TO_SIGMA * mad, MEAN_AD_TO_SIGMA * mean_ad, cfg.rel_floor * np.abs(m), np.full_like(m, cfg.abs_floor)]
+            )
+            med[w + start : w + start + len(block)] = m
+            scale[w + start : w + start + len(block)] = s
     return med, scale
+
+
+_ROWS_PER_BLOCK = 32_768
 
 
 def early_baseline(x: np.ndarray, cfg: DetectorConfig = DetectorConfig()) -> tuple[np.ndarray, np.ndarray]:

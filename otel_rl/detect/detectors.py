@@ -289,6 +289,8 @@ class AlertEngine:
                 return None
             out["below"] = cond.below
         if cond.anomaly is not None:
+            if cond.anomaly == "up" and cond.floor is not None and value < cond.floor:
+                return None  # under the floor: refused below whatever the baseline (checked first: it is cheap)
             med, scale = baseline(window)
             z = (value - med) / scale
             up = value >= med

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from otel_rl.replay._checks import iter_lines
 from otel_rl.replay._log import ANSI_RE, ParsedLog
 
 FINISHED = "finished"
@@ -34,7 +35,7 @@ _CAUSES: tuple[tuple[str, re.Pattern[str]], ...] = (
 # Exceptions that only carry another one (Ray's task error, Hydra's job error, torchrun's child
 # failure): the one they carry names the cause.
 _WRAPPERS = ("RayTaskError", "RaySystemError", "ChildFailedError", "HydraException", "InstantiationException")
-_CUES = (
+_CUES: tuple[str, ...] = (
     "space left",
     "quota",
     "out of memory",
@@ -58,6 +59,7 @@ _CUES = (
     "RayTaskError",
     "died unexpectedly",
 )
+_CUE_RE = re.compile("|".join(re.escape(cue) for cue in ("Traceback", *_CUES)))  # one search a line, not one test per cue
 _TRACEBACK = "Traceback (most recent call last)"
 # The exception line closing a traceback: "KeyError: 'x'", "torch.OutOfMemoryError: ...", with an
 # optional Ray prefix "(TaskRunner pid=1) ".
@@ -141,10 +143,9 @@ def read_ending(text: str, out: ParsedLog) -> RunEnding:
     survived_names: set[str] = set()
     finished_at = 0  # line of the first end-of-training marker after the last record
     bar_done = False  # a progress bar at its total after the last record
-    lines = text.splitlines()
     in_traceback = False
-    for number, raw in enumerate(lines, start=1):
-        if "Traceback" in raw or any(cue in raw for cue in _CUES) or in_traceback:
+    for number, raw in enumerate(iter_lines(text), start=1):
+        if in_traceback or _CUE_RE.search(raw):
             line = ANSI_RE.sub("", raw) if "\x1b" in raw else raw
             if _TRACEBACK in line:
                 in_traceback = True

@@ -480,6 +480,7 @@ def parse_file(path: str | os.PathLike[str], format: str = "auto", *, segment: i
         text = raw.decode("utf-8", "replace")
         if "\ufffd" in text and b"\xef\xbf\xbd" not in raw:
             out.notes.append("bytes that are not UTF-8 were replaced")
+        del raw  # the text is all that is read from here on: not the file twice in memory
         if notebook is not None:
             text = notebook[0]
             out.notes.append(notebook[1])

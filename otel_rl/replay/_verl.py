@@ -9,10 +9,12 @@ run's settings, never as records), ``np.float64(x)`` values (newer verl formats 
 
 from __future__ import annotations
 
+import itertools
 import re
 from pathlib import Path
 from typing import Any
 
+from otel_rl.replay._checks import iter_lines
 from otel_rl.replay._log import (
     ANSI_RE,
     ParsedLog,
@@ -117,14 +119,14 @@ def is_step_line(line: str) -> bool:
 
 def read_verl_console(path: Path, text: str, out: ParsedLog) -> None:
     name = path.name
-    lines = text.splitlines()
-    dump = config_dump(lines[:20_000])
+    dump = config_dump(list(itertools.islice(iter_lines(text), 20_000)))
     if dump is not None:
         config, first, last = dump
         apply_settings(out, verl_settings(config), f"the config printed at lines {first}-{last}")
         out.notes.append(f"lines {first}-{last}: the run's config (read as settings, not records)")
     bar: tuple[int, int] | None = None  # the training progress bar's last (position, total)
-    for number, raw in enumerate(lines, start=1):
+    names: dict[str, str] = {}  # each key string once, not once per line
+    for number, raw in enumerate(iter_lines(text), start=1):
         if "step:" not in raw:
             if "Training Progress" in raw:
                 m = _BAR_RE.search(raw)
@@ -151,7 +153,8 @@ def read_verl_console(path: Path, text: str, out: ParsedLog) -> None:
                 bad.append(part)
                 continue
             try:
-                values[key.strip()] = _verl_value(value)
+                key = key.strip()
+                values[names.setdefault(key, key)] = _verl_value(value)
             except ValueError:
                 bad.append(part)
         if bad:

@@ -47,14 +47,15 @@ def require_regular_file(path: str | os.PathLike[str]) -> None:
     raise NotRegularFileError(f"{os.fspath(path)} is {_kind(mode)}: a regular file is needed (copy the data into a file first)")
 
 
-def read_bounded(path: str | os.PathLike[str], limit: int = MAX_LINE_BYTES) -> tuple[bytes, list[tuple[int, int]]]:
+def read_bounded(path: str | os.PathLike[str], limit: int = MAX_LINE_BYTES) -> tuple[bytearray, list[tuple[int, int]]]:
     """The content of the regular file ``path``, with each line longer than ``limit`` bytes replaced
     by an empty line (line numbers stay right), and ``(line number, bytes)`` of each such line.
 
-    Reads ``limit``-bounded chunks: a line of any length never sits in memory whole."""
+    Reads ``limit``-bounded chunks: a line of any length never sits in memory whole. The content
+    grows in one buffer (a list of parts joined at the end holds the file twice)."""
     require_regular_file(path)
     chunk_size = max(1, min(_CHUNK, limit))
-    parts: list[bytes] = []
+    parts = bytearray()
     skipped: list[tuple[int, int]] = []
     pending: list[bytes] = []  # the current line's bytes so far (while it is within the limit)
     pending_len = 0
@@ -75,22 +76,24 @@ def read_bounded(path: str | os.PathLike[str], limit: int = MAX_LINE_BYTES) -> t
             lines += 1
             if long_line or pending_len > limit:
                 skipped.append((lines, pending_len))
-                parts.append(b"\n")
+                parts += b"\n"
             else:
-                parts.extend(pending)
-                parts.append(chunk[: first + 1])
+                for piece in pending:
+                    parts += piece
+                parts += chunk[: first + 1]
             last = chunk.rfind(b"\n")
             if last > first:
                 # complete lines between: each shorter than the chunk, so within the limit
-                parts.append(chunk[first + 1 : last + 1])
+                parts += memoryview(chunk)[first + 1 : last + 1]
                 lines += chunk.count(b"\n", first + 1, last + 1)
             tail = chunk[last + 1 :]
             pending, pending_len, long_line = ([tail] if tail else []), len(tail), False
     if long_line or pending_len > limit:
         skipped.append((lines + 1, pending_len))
     else:
-        parts.extend(pending)
-    return b"".join(parts), skipped
+        for piece in pending:
+            parts += piece
+    return parts, skipped
 
 
 def bounded_lines(f: BinaryIO, limit: int = MAX_LINE_BYTES) -> Iterator[tuple[int, bytes | None, int]]:
