@@ -186,18 +186,20 @@ def resolved_records(
     online detectors (finite values only); with ``only``, the values of those metrics alone (what
     an engine watches: it skips the others anyway)."""
     resolver = resolver or KeyResolver.default(unmapped_key_limit=1 << 20)
-    cache: dict[str, Any] = {}
+    cache: dict[str, tuple[Any, str, tuple[tuple[str, str], ...]] | None] = {}  # None: a metric not asked for
     with quiet_unmapped():
         for record in parsed.records:
             resolved = []
             for key, raw in record.values.items():
-                res = cache.get(key)
-                if res is None:
-                    res = cache[key] = resolver.resolve(key, parsed.framework)
-                if only is not None and res.metric not in only:
+                if key in cache:
+                    hit = cache[key]
+                else:
+                    res = resolver.resolve(key, parsed.framework)
+                    hit = cache[key] = None if only is not None and res.metric not in only else (res, res.metric, tuple(res.attributes))
+                if hit is None:
                     continue
-                value = resolve_value(res, raw)
-                if value is None or value != value or value in (float("inf"), float("-inf")):
+                value = resolve_value(hit[0], raw)
+                if value is None or value - value != 0.0:  # NaN and inf are not handed to the detectors
                     continue
-                resolved.append((res.metric, tuple(res.attributes), value))
+                resolved.append((hit[1], hit[2], value))
             yield record.step, resolved
