@@ -139,7 +139,10 @@ class ClientSlots:
         if slow:
             victim = min(slow, key=lambda s: s.rate(now))
             victim.was_cut = True
-            victim.cut()  # type: ignore[misc]
+            try:
+                victim.cut()  # type: ignore[misc]
+            except OSError:  # its sender already left: its slot is on its way back
+                pass
 
     def _next(self) -> tuple[int, str]:
         """The waiting request a free slot goes to: fewest slots held by its address, then earliest."""

@@ -493,3 +493,18 @@ def test_the_bridge_command_tells_glibc_to_give_large_buffers_back() -> None:
 
     expected = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
     assert give_large_buffers_back() is expected
+
+
+def test_cutting_off_a_body_whose_sender_already_left_does_not_fail_the_waiting_request() -> None:
+    from otel_rl.bridge.admission import ClientSlots
+
+    slots = ClientSlots(total=1, per_client=1, wait_s=1.0)
+    gone = slots.acquire("slow").slot
+    assert gone is not None
+
+    def closed_socket() -> None:
+        raise OSError(9, "Bad file descriptor")
+
+    gone.reading_since, gone.received, gone.cut = time.monotonic() - 3, 10, closed_socket
+    assert slots.acquire("genuine").admitted is False  # refused after its wait, not raised into its handler
+    assert gone.was_cut
