@@ -214,19 +214,16 @@ class _Handler(BaseHTTPRequestHandler):
             request_type, response_type = types[path]
             with intake.decoding:  # one request inflated, decoded and queued at a time: bounds the peak memory
                 body = inflate(body, encoding, MAX_JSON_BODY_BYTES if as_json else MAX_BODY_BYTES)
-                if path == "/v1/traces":  # accepted and dropped: trackers take no spans
-                    message, reserved, counts = None, 0, None
-                else:
+                why, queued = None, True
+                if path != "/v1/traces":  # traces are accepted and dropped: trackers take no spans
                     message, reserved, counts = decode_request(request_type, body, as_json, intake.limits, intake.reserve, intake.release)
-                del body
-                why = intake.refusal(path, message, counts) if message is not None else None
-                if why is not None:  # never acknowledge what would be dropped: 507 is not retried as it is
-                    intake.release(reserved)
-                    del message  # freed before the answer, not after
-                    queued = True
-                else:
-                    queued = message is None or intake.submit("logs" if path == "/v1/logs" else "metrics", message, reserved, counts)
-                    message = None
+                    del body
+                    why = intake.refusal(path, message, counts)
+                    if why is not None:  # never acknowledge what would be dropped: 507 is not retried as it is
+                        intake.release(reserved)
+                    else:
+                        queued = intake.submit("logs" if path == "/v1/logs" else "metrics", message, reserved, counts)
+                    del message  # freed before the answer is written, not after
         except BadRequest as exc:
             intake.count("bad_requests")
             logger.info("otel-rl bridge: %s %s: %s", path, int(exc.status), exc)

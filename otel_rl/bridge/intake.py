@@ -65,7 +65,7 @@ class Intake:
         self.body_timeout_s = config.body_timeout_s
         self.disconnects = DisconnectLog(report)
         self.cond = threading.Condition()  # guards queue, queued_bytes, stopping, busy
-        self.queue: deque[tuple[str, Any, int, Counts | None]] = deque()
+        self.queue: deque[tuple[str, Any, int, Counts]] = deque()
         self.queued_bytes = 0
         self.max_bytes = int(config.max_queue_mb * (1 << 20))
         self.stopping = False
@@ -74,7 +74,7 @@ class Intake:
         self._stats_lock = threading.Lock()
         self._stats: dict[str, int] = dict.fromkeys(STAT_NAMES, 0)
         # Why a decoded request would be dropped, to answer it so (the runs' max_runs); None: taken.
-        self.refusal: Callable[[str, Any, Counts | None], str | None] = lambda kind, message, counts: None
+        self.refusal: Callable[[str, Any, Counts], str | None] = lambda kind, message, counts: None
 
     # -- counters ---------------------------------------------------------------------------------
 
@@ -113,7 +113,7 @@ class Intake:
             self.queued_bytes -= size
             self.cond.notify_all()
 
-    def submit(self, kind: str, message: Any, size: int, counts: Counts | None = None) -> bool:
+    def submit(self, kind: str, message: Any, size: int, counts: Counts) -> bool:
         """Queue a decoded request whose ``size`` was reserved; False when closing (the reservation is freed)."""
         with self.cond:
             if self.stopping:

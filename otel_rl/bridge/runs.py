@@ -108,7 +108,7 @@ class RunTrackers:
         self._over_max_runs_said = False
         self._budget = int(config.max_run_mb * (1 << 20))
         self._places = threading.Lock()  # guards _runs_accepted and _claims (the HTTP threads claim, the worker takes on)
-        self._claims: dict[tuple, bool] = {}  # new runs of acknowledged requests, not yet delivered: their places are taken
+        self._claims: set[tuple] = set()  # new runs of acknowledged requests, not yet delivered: their places are taken
 
     def open_count(self) -> int:
         """How many runs have open trackers (safe from any thread)."""
@@ -134,17 +134,17 @@ class RunTrackers:
 
     # -- delivering ------------------------------------------------------------------------------
 
-    def deliver_logs(self, request: Any, record_bytes: Sequence[int] | None = None) -> None:
+    def deliver_logs(self, request: Any, record_bytes: Sequence[int]) -> None:
         """Each ``rl.log`` / ``rl.hparams`` / ``rl.sample`` event of an ``ExportLogsServiceRequest`` to its run's trackers.
 
-        ``record_bytes``: each log record's encoded size, in order (the body's scan counted them);
-        measured here when not given."""
-        sizes = iter(record_bytes) if record_bytes is not None else None
+        ``record_bytes``: each log record's encoded size, in order, as the body's scan counted them
+        (upb's ``ByteSize()`` would encode the message again)."""
+        sizes = iter(record_bytes)
         for resource_logs in request.resource_logs:
             resource = decode_attributes(resource_logs.resource.attributes)
             rank = _rank_of(resource.get(A.RL_RANK, 0))
             records = [r for s in resource_logs.scope_logs for r in s.log_records]
-            record_sizes = [next(sizes, 0) for _ in records] if sizes is not None else [r.ByteSize() for r in records]
+            record_sizes = [next(sizes, 0) for _ in records]
             self._count("log_records", len(records))
             if rank is None:
                 self._bad(len(records), f"{A.RL_RANK} {resource.get(A.RL_RANK)!r} is not a rank", resource)
@@ -188,13 +188,13 @@ class RunTrackers:
                 except Exception as exc:
                     self._bad(1, f"{type(exc).__name__}: {exc}", resource)
 
-    def deliver_metrics(self, request: Any, resource_bytes: Sequence[int] | None = None) -> None:
+    def deliver_metrics(self, request: Any, resource_bytes: Sequence[int]) -> None:
         """An ``ExportMetricsServiceRequest``: one step per export of a run that sends no events
-        (``resource_bytes``: each resource's encoded size, in order; measured here when not given)."""
-        sizes = iter(resource_bytes) if resource_bytes is not None else None
+        (``resource_bytes``: each resource's encoded size, in order, as the body's scan counted them)."""
+        sizes = iter(resource_bytes)
         for resource_metrics in request.resource_metrics:
             self._count("metric_exports")
-            size = next(sizes, 0) if sizes is not None else resource_metrics.ByteSize()
+            size = next(sizes, 0)
             try:  # one bad resource is counted and skipped; the others are still delivered
                 self._deliver_metrics_resource(resource_metrics, size)
             except Exception as exc:
@@ -360,8 +360,7 @@ class RunTrackers:
                     f"max_runs ({self.config.max_runs}) runs are taken on and none has been idle for run_idle_timeout_s "
                     f"({self.config.run_idle_timeout_s:g} s): a new run is not taken; retry when one has ended, or raise max_runs"
                 )
-            for key in new:
-                self._claims[key] = True
+            self._claims |= new
         return None
 
     def _run_for(self, resource: Mapping[str, Any]) -> RunState | None:
@@ -370,7 +369,8 @@ class RunTrackers:
         key = self._key(resource)
         with self._places:
             run = self._runs.get(key)
-            claimed = run is None and self._claims.pop(key, False)  # acknowledged already: taken on
+            claimed = run is None and key in self._claims  # acknowledged already: taken on
+            self._claims.discard(key)
             if run is None and self._runs_accepted + len(self._claims) >= self.config.max_runs:
                 idle = sorted(self._idle(), key=lambda r: r.last_seen)
                 if idle:  # the longest idle run gives its place back (its folder stays; it is taken on again if it returns)

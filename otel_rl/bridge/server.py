@@ -92,9 +92,9 @@ class TrackerBridge:
         # here, before anything listens (no I/O: trackers open their backends in start()).
         create_trackers(config.track_with, run_tracker_kwargs(config, "check"), run_name="check", run_dir=Path(config.base_dir) / "check")
 
-    def _refusal(self, path: str, message: Any, counts: Counts | None) -> str | None:
+    def _refusal(self, path: str, message: Any, counts: Counts) -> str | None:
         """Why the runs would drop a decoded request (see RunTrackers.refusal); None when they take it."""
-        sizes = counts.resource_bytes if counts is not None else []  # (ByteSize() would encode the message again)
+        sizes = counts.resource_bytes
         if path == "/v1/logs":
             resources = [(decode_attributes(r.resource.attributes), size) for r, size in zip(message.resource_logs, sizes)]
         elif self.config.metrics_fallback:
@@ -233,9 +233,9 @@ class TrackerBridge:
                 continue
             try:
                 if kind == "logs":
-                    self._runs.deliver_logs(message, counts.record_bytes if counts is not None else None)
+                    self._runs.deliver_logs(message, counts.record_bytes)
                 else:
-                    self._runs.deliver_metrics(message, counts.resource_bytes if counts is not None else None)
+                    self._runs.deliver_metrics(message, counts.resource_bytes)
             except Exception as exc:  # never let one request stop the worker
                 self._count("worker_errors")
                 logger.warning("otel-rl bridge: a %s request could not be delivered: %s", kind, self._scrub(f"{type(exc).__name__}: {exc}"))

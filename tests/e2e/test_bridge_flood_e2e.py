@@ -102,19 +102,14 @@ def post_from(source: str, port: int, path: str, body: bytes, headers: dict[str,
         conn.close()
 
 
-class Flood:
-    """Bomb threads and slow senders, running until :meth:`stop`; what they saw, for the figures."""
+class SenderThreads:
+    """Sender threads against the bridge on ``port``, running until :meth:`stop`."""
 
     def __init__(self, port: int) -> None:
         self.port = port
-        self.bombs = json_bombs()
         self.stopping = threading.Event()
-        self.lock = threading.Lock()
-        self.bomb_answers: dict[int, int] = {}
-        self.refusal_s: dict[str, list[float]] = {kind: [] for kind in self.bombs}
-        self.slot_held_s: list[float] = []
-        self.threads = [threading.Thread(target=self._bomb, args=(host, i), daemon=True) for host in BOMB_HOSTS for i in range(2)]
-        self.threads += [threading.Thread(target=self._slow, args=(host,), daemon=True) for host in SLOW_HOSTS for _ in range(2)]
+        self.lock = threading.Lock()  # guards what the senders record
+        self.threads: list[threading.Thread] = []
 
     def start(self) -> None:
         for thread in self.threads:
@@ -125,6 +120,19 @@ class Flood:
         end = time.monotonic() + 15
         for thread in self.threads:  # daemons: one stuck in a long request is left behind
             thread.join(max(0.0, end - time.monotonic()))
+
+
+class Flood(SenderThreads):
+    """Bomb threads and slow senders, running until :meth:`stop`; what they saw, for the figures."""
+
+    def __init__(self, port: int) -> None:
+        super().__init__(port)
+        self.bombs = json_bombs()
+        self.bomb_answers: dict[int, int] = {}
+        self.refusal_s: dict[str, list[float]] = {kind: [] for kind in self.bombs}
+        self.slot_held_s: list[float] = []
+        self.threads = [threading.Thread(target=self._bomb, args=(host, i), daemon=True) for host in BOMB_HOSTS for i in range(2)]
+        self.threads += [threading.Thread(target=self._slow, args=(host,), daemon=True) for host in SLOW_HOSTS for _ in range(2)]
 
     def _bomb(self, host: str, offset: int) -> None:
         kinds = list(self.bombs)

@@ -36,6 +36,7 @@ import yaml
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from test_bridge_flood_e2e import (
     STEPS,
+    SenderThreads,
     StepWatcher,
     _resource,
     json_bombs,
@@ -89,13 +90,11 @@ def one_record(run_id: str) -> bytes:
     return request.SerializeToString()
 
 
-class Hostile:
+class Hostile(SenderThreads):
     """The 20 hostile clients, running until :meth:`stop`; what they were answered, for the figures."""
 
     def __init__(self, port: int) -> None:
-        self.port = port
-        self.stopping = threading.Event()
-        self.lock = threading.Lock()
+        super().__init__(port)
         self.answers: dict[str, dict[int, int]] = {}
         self.idle: list[socket.socket] = []
         self.json = json_bombs()
@@ -110,15 +109,8 @@ class Hostile:
         assert len(clients) == 20 and len({host for _, host, _ in clients}) == 10
         self.threads = [threading.Thread(target=fn, args=(host, *args), daemon=True) for fn, host, args in clients]
 
-    def start(self) -> None:
-        for thread in self.threads:
-            thread.start()
-
     def stop(self) -> None:
-        self.stopping.set()
-        end = time.monotonic() + 15
-        for thread in self.threads:
-            thread.join(max(0.0, end - time.monotonic()))
+        super().stop()
         for sock in self.idle:
             sock.close()
 
