@@ -7,8 +7,10 @@ Each log is a synthetic verl console log (20 series per step, the shape of a rea
 generator as bench_show.py), analyzed with ``--no-plots`` in a child process; its peak RSS is the
 child's ``ru_maxrss``, its time the wall time of the whole command. Target (issue: analyze at
 scale): the 455,000-step log (~260 MB) in <= 60 s and <= 1 GB; the ratios say how the cost grows.
-Measured on 2 shared cores: 71.8 s and 1,004 MiB (8.0 s and 166 MiB for 45,500 steps); it was 86 s
-and 2.3 GB before keys were shared, lines read a block at a time and series held as arrays.
+Measured on 2 shared cores: 48.4-52.1 s and 984-991 MiB (6.0-8.0 s and 166-175 MiB for 45,500
+steps). It was 86 s and 2.3 GB before keys were shared, lines read a block at a time and series held
+as arrays, and 66-72 s before the windows' medians were taken from sorted rows, the log's tail was
+searched for errors a block at a time and the online rules refused on the median before the spread.
 """
 
 from __future__ import annotations

@@ -290,3 +290,50 @@ def test_the_baseline_is_the_median_and_the_larger_of_its_spread_estimates_exact
             MAD_TO_SIGMA * statistics.median(devs), MEAN_AD_TO_SIGMA * (sum(kept) / len(kept)), cfg.rel_floor * abs(med), cfg.abs_floor
         )
         assert baseline(window) == (med, scale), window
+
+
+def _anomaly_as_stated(cond, window: list[float], value: float) -> dict | None:
+    """Condition's anomaly test as its docstring states it: baseline(), then is_anomalous(), factor, floor."""
+    from otel_rl.detect.detectors import baseline, is_anomalous
+
+    if cond.anomaly == "up" and cond.floor is not None and value < cond.floor:
+        return None
+    med, scale = baseline(window)
+    up = value >= med
+    if cond.anomaly == "up" and not up or cond.anomaly == "down" and up:
+        return None
+    if not is_anomalous(value, med, scale, z=cond.z, min_rel_change=cond.min_rel_change, min_change=cond.min_change):
+        return None
+    if cond.factor is not None and up and not (med > 0 and value >= cond.factor * med or med <= 0 and value > 0):
+        return None
+    if cond.factor is not None and not up and not (med > 0 and value <= med / cond.factor):
+        return None
+    if cond.floor is not None and (value < cond.floor if up else value > cond.floor):
+        return None
+    return {"value": value, "baseline": med, "scale": scale, "z": (value - med) / scale}
+
+
+def test_the_online_anomaly_test_refusing_on_the_median_first_decides_as_the_stated_test() -> None:
+    import random
+
+    from otel_rl.detect.rules import Condition, Selector
+
+    rng = random.Random(11)
+    decided = {True: 0, False: 0}
+    for _ in range(20_000):
+        cond = Condition(
+            series=(Selector(M.RL_GRAD_NORM),),
+            anomaly=rng.choice(["up", "down", "any"]),
+            z=rng.choice([2.0, 4.0, 6.0]),
+            factor=rng.choice([None, 1.5, 3.0]),
+            min_change=rng.choice([0.0, 0.05]),
+            min_rel_change=rng.choice([0.0, 0.1, 0.5]),
+            floor=rng.choice([None, 0.0, 0.5]),
+        )
+        level, noise = rng.choice([0.0, 1.0, -2.0]), rng.choice([0.0, 0.01, 0.3])
+        window = [round(level + rng.gauss(0, noise), rng.choice([2, 6])) for _ in range(rng.randint(5, 30))]
+        value = level + rng.choice([0.0, 0.05, 0.5, 3.0, -3.0]) * rng.random()
+        got = AlertEngine._test(cond, window, value)
+        assert got == _anomaly_as_stated(cond, window, value), (cond, window, value)
+        decided[got is not None] += 1
+    assert min(decided.values()) > 1_000, decided  # both outcomes well exercised

@@ -160,6 +160,16 @@ def _spikes(y: np.ndarray, log: bool) -> tuple[np.ndarray, np.ndarray]:
     return candidate, np.where(candidate, medians, y)
 
 
+def _row_nanmedian(rows: np.ndarray) -> np.ndarray:
+    """``np.nanmedian(rows, axis=1)`` for a few columns, by index into sorted rows (NaN sort last):
+    numpy's own goes through masked arrays, 10x slower on a long series' (n, 6) neighbours."""
+    ordered = np.sort(rows, axis=1)
+    count = rows.shape[1] - np.isnan(ordered).sum(axis=1)
+    lo, hi = np.maximum(count - 1, 0) // 2, count // 2
+    taken = np.take_along_axis(ordered, np.stack([lo, np.minimum(hi, rows.shape[1] - 1)], axis=1), axis=1)
+    return np.where(count > 0, (taken[:, 0] + taken[:, 1]) / 2.0, np.nan)
+
+
 def _flag(y: np.ndarray, log: bool, skip: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(flagged, neighbours' median, excursion) of each point, its neighbours the three unskipped points
     each side (all points at once: a 2,000-point series costs milliseconds)."""
@@ -176,9 +186,8 @@ def _flag(y: np.ndarray, log: bool, skip: np.ndarray) -> tuple[np.ndarray, np.nd
     valid = (pos >= 0) & (pos < keep.size)
     neighbours = np.where(valid, y[keep[np.clip(pos, 0, keep.size - 1)]], np.nan)
     has_both = valid[:, :3].any(axis=1) & valid[:, 3:].any(axis=1)  # the first and last point cannot be seen to come back
-    with np.errstate(all="ignore"):
-        med = np.nanmedian(neighbours, axis=1)
-        mad = np.nanmedian(np.abs(neighbours - med[:, None]), axis=1)
+    med = _row_nanmedian(neighbours)
+    mad = _row_nanmedian(np.abs(neighbours - med[:, None]))
     floor = np.full(n, 0.05) if log else 0.05 * np.abs(med)
     spread = np.maximum.reduce([1.4826 * np.nan_to_num(mad), np.nan_to_num(floor), np.full(n, 1e-12)])
     medians = np.where(has_both, med, y)

@@ -31,7 +31,7 @@ from typing import Any
 
 # The whole detection API stays importable from here: the baseline, the offline findings and
 # chains, the rules.
-from otel_rl.detect.baseline import MAD_TO_SIGMA, MEAN_AD_TO_SIGMA, DetectorConfig, baseline, is_anomalous, rolling_baseline  # noqa: F401
+from otel_rl.detect.baseline import MAD_TO_SIGMA, MEAN_AD_TO_SIGMA, DetectorConfig, baseline, is_anomalous, middle, rolling_baseline, spread  # noqa: F401
 from otel_rl.detect.chains import CHAIN_KINDS, Chain, build_chains  # noqa: F401
 from otel_rl.detect.findings import (  # noqa: F401
     FRACTION_METRICS,
@@ -291,12 +291,14 @@ class AlertEngine:
         if cond.anomaly is not None:
             if cond.anomaly == "up" and cond.floor is not None and value < cond.floor:
                 return None  # under the floor: refused below whatever the baseline (checked first: it is cheap)
-            med, scale = baseline(window)
-            z = (value - med) / scale
+            # is_anomalous() in the order of cost: every test that needs the median alone first.
+            ordered = sorted(window)
+            med = middle(ordered)
             up = value >= med
             if cond.anomaly == "up" and not up or cond.anomaly == "down" and up:
                 return None
-            if not is_anomalous(value, med, scale, z=cond.z, min_rel_change=cond.min_rel_change, min_change=cond.min_change):
+            delta = abs(value - med)
+            if not (delta >= cond.min_rel_change * abs(med) and delta >= cond.min_change):
                 return None
             if cond.factor is not None:
                 if up and not (med > 0 and value >= cond.factor * med or med <= 0 and value > 0):
@@ -305,7 +307,10 @@ class AlertEngine:
                     return None
             if cond.floor is not None and (value < cond.floor if up else value > cond.floor):
                 return None
-            out.update({"baseline": med, "scale": scale, "z": z})
+            scale = spread(ordered, med)
+            if not delta >= cond.z * scale:
+                return None
+            out.update({"baseline": med, "scale": scale, "z": (value - med) / scale})
         return out
 
     def _maybe_fire(self, r: int, step: int | None, time_ns: int) -> Alert | None:

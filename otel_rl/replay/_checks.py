@@ -142,15 +142,21 @@ def check_fields_kept(text: str, out: ParsedLog) -> None:
         out.check.doubtful = True
 
 
-def iter_lines(text: str, block: int = 1 << 20) -> Iterator[str]:
-    """``text.splitlines()`` a block at a time (each block ends after a newline, so no line is cut):
-    a 250 MB log split at once holds ~300 MB of lines."""
+def iter_blocks(text: str, block: int = 1 << 20) -> Iterator[str]:
+    """``text`` in pieces of about ``block`` characters, each ending after a newline (so no line is
+    cut, and the pieces' ``splitlines()`` are the text's)."""
     start, size = 0, len(text)
     while start < size:
         end = text.find("\n", start + block)
         end = size if end < 0 else end + 1
-        yield from text[start:end].splitlines()
+        yield text[start:end]
         start = end
+
+
+def iter_lines(text: str, block: int = 1 << 20) -> Iterator[str]:
+    """``text.splitlines()`` a block at a time: a 250 MB log split at once holds ~300 MB of lines."""
+    for piece in iter_blocks(text, block):
+        yield from piece.splitlines()
 
 
 def _lines_numbered(text: str, wanted: set[int]) -> Iterator[tuple[int, str]]:

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from otel_rl.replay._checks import iter_lines
+from otel_rl.replay._checks import iter_blocks
 from otel_rl.replay._log import ANSI_RE, ParsedLog
 
 FINISHED = "finished"
@@ -59,7 +59,8 @@ _CUES: tuple[str, ...] = (
     "RayTaskError",
     "died unexpectedly",
 )
-_CUE_RE = re.compile("|".join(re.escape(cue) for cue in ("Traceback", *_CUES)))  # one search a line, not one test per cue
+_ALL_CUES = ("Traceback", *_CUES)
+_CUE_RE = re.compile("|".join(re.escape(cue) for cue in _ALL_CUES))  # one search a line, not one test per cue
 _TRACEBACK = "Traceback (most recent call last)"
 # The exception line closing a traceback: "KeyError: 'x'", "torch.OutOfMemoryError: ...", with an
 # optional Ray prefix "(TaskRunner pid=1) ".
@@ -144,34 +145,43 @@ def read_ending(text: str, out: ParsedLog) -> RunEnding:
     finished_at = 0  # line of the first end-of-training marker after the last record
     bar_done = False  # a progress bar at its total after the last record
     in_traceback = False
-    for number, raw in enumerate(iter_lines(text), start=1):
-        if in_traceback or _CUE_RE.search(raw):
-            line = ANSI_RE.sub("", raw) if "\x1b" in raw else raw
-            if _TRACEBACK in line:
-                in_traceback = True
-                continue
-            cause = next((name for name, pattern in _CAUSES if pattern.search(line)), None)
-            exception = None
-            if in_traceback and not line[:1].isspace():
-                m = _EXCEPTION_RE.match(line.strip())
-                if m is not None:
-                    exception = m.group(1)
-                    in_traceback = False
-            if cause is None and exception is None:
-                continue
-            name = cause if cause is not None else str(exception).split(":", 1)[0].rsplit(".", 1)[-1]
-            if number <= last_record_line:
-                survived_names.add(name)
-                if len(survived) < 20:
-                    survived.append((number, _short(exception or line, 120)))
-            elif name in survived_names:
-                continue  # the run lived through this error before (a worker's caught exception): not its end
-            elif fatal is None or _better(name, fatal[1]):
-                fatal = (number, str(name), _short(exception or line))
-        elif number > last_record_line and not finished_at and any(marker in raw for marker in _FINISH_MARKERS):
-            finished_at = number
-        elif number > last_record_line and not bar_done and _bar_done(raw):
-            bar_done = True
+    number = 0
+    for piece in iter_blocks(text):
+        lines = piece.splitlines()
+        if not in_traceback and number + len(lines) <= last_record_line and not any(cue in piece for cue in _ALL_CUES):
+            # a megabyte of records with no cue in it: a substring test per cue (faster than the
+            # regex's alternation), not one search a line
+            number += len(lines)
+            continue
+        for raw in lines:
+            number += 1
+            if in_traceback or _CUE_RE.search(raw):
+                line = ANSI_RE.sub("", raw) if "\x1b" in raw else raw
+                if _TRACEBACK in line:
+                    in_traceback = True
+                    continue
+                cause = next((name for name, pattern in _CAUSES if pattern.search(line)), None)
+                exception = None
+                if in_traceback and not line[:1].isspace():
+                    m = _EXCEPTION_RE.match(line.strip())
+                    if m is not None:
+                        exception = m.group(1)
+                        in_traceback = False
+                if cause is None and exception is None:
+                    continue
+                name = cause if cause is not None else str(exception).split(":", 1)[0].rsplit(".", 1)[-1]
+                if number <= last_record_line:
+                    survived_names.add(name)
+                    if len(survived) < 20:
+                        survived.append((number, _short(exception or line, 120)))
+                elif name in survived_names:
+                    continue  # the run lived through this error before (a worker's caught exception): not its end
+                elif fatal is None or _better(name, fatal[1]):
+                    fatal = (number, str(name), _short(exception or line))
+            elif number > last_record_line and not finished_at and any(marker in raw for marker in _FINISH_MARKERS):
+                finished_at = number
+            elif number > last_record_line and not bar_done and _bar_done(raw):
+                bar_done = True
     finished = bool(finished_at) or bar_done or out.settings.get("train_runtime") is not None
     # An error after the trainer said it was done is its shutdown; a progress bar at its total is no
     # such word (the final checkpoint and validation come after it).

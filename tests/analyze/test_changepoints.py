@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from shared_files import LOGS, needs_shared_logs
 
-from otel_rl.analyze._changes import PENALTY, pelt_l2
+from otel_rl.analyze._changes import PENALTY, _row_nanmedian, pelt_l2
 from otel_rl.replay import parse_file
 
 
@@ -92,3 +92,13 @@ def test_a_long_series_is_segmented_on_bins_and_keeps_its_changes_within_a_bin()
     segments = _segments(y, 1.0)
     assert len(segments) == 2 and abs(segments[0][1] - 30_000) <= size and segments[-1][1] == n
     assert _segments(rng.standard_normal(n), 1.0) == [(0, n)]  # noise alone: one level
+
+
+def test_the_neighbours_median_is_numpys_nanmedian_row_by_row() -> None:
+    rng = np.random.default_rng(3)
+    rows = np.round(rng.standard_normal((5_000, 6)), 1)
+    rows[rng.random(rows.shape) < 0.3] = np.nan  # the ends of a series have neighbours on one side only
+    rows[:10] = np.nan
+    with np.errstate(all="ignore"), pytest.warns(RuntimeWarning):
+        expected = np.nanmedian(rows, axis=1)
+    assert np.array_equal(_row_nanmedian(rows), expected, equal_nan=True)

@@ -154,6 +154,20 @@ def test_online_and_offline_baselines_are_the_same_numbers():
     assert np.isnan(med[: cfg.min_baseline]).all()
 
 
+@pytest.mark.parametrize("window", [7, 30])
+def test_the_offline_baseline_takes_the_median_of_each_window_and_none_of_a_window_with_a_nan(window: int) -> None:
+    rng = np.random.default_rng(window)
+    x = np.round(rng.standard_normal(70_000), 2)  # ties, as rounded logged values have; over two row blocks
+    x[40_000] = np.nan
+    cfg = DetectorConfig(window=window)
+    med, scale = rolling_baseline(x, cfg)
+    windows = np.lib.stride_tricks.sliding_window_view(x[:-1], window)
+    assert np.array_equal(med[window:], np.median(windows, axis=1), equal_nan=True)
+    assert np.isnan(scale[40_001 : 40_001 + window]).all() and np.isfinite(scale[40_001 + window :]).all()
+    for i in (window, 33_000, 69_999):
+        assert scale[i] == pytest.approx(baseline(x[i - window : i].tolist(), cfg)[1], rel=1e-12)
+
+
 def test_pinned_at_limit_and_zero_gradient():
     steps = np.arange(1, 101)
     rng = np.random.default_rng(0)

@@ -94,3 +94,23 @@ def test_a_log_that_stops_short_of_its_planned_total_says_so() -> None:
     ending = read_ending(text, out)
     assert (ending.status, ending.step, ending.planned) == ("stopped", 6, 300)
     assert read_ending(_verl(6), out).status == "finished"  # the bar at its total
+
+
+def test_a_log_of_many_blocks_keeps_its_line_numbers_and_the_errors_between_steps(tmp_path: Path) -> None:
+    # Over 3 MB: the blocks with no cue are skipped with one search each. An error survived in the
+    # middle (line numbers counted as splitlines() counts them: \r and \x0c break lines too), a
+    # traceback that ends in the next block, and the crash after the last step.
+    middle = "\r".join(["progress"] * 5) + "\x0cOSError: [Errno 28] No space left on device\n"
+    traceback = "Traceback (most recent call last):\n" + '  File "x.py", line 1\n' * 60_000 + "KeyError: 'actor'\n"
+    steps = _verl(16_000)
+    cut = steps.index("step:8001 ")
+    text = steps[:cut] + middle + traceback + steps[cut:] + "Killed\n"
+    assert len(text) > 3 * (1 << 20)
+    ending = _ending(tmp_path, text)
+    assert (ending.status, ending.cause) == ("crashed", "process killed")
+    lines = text.splitlines()
+    assert ending.line == len(lines)
+    disk = next(line for line, evidence in ending.survived if "No space left" in evidence)
+    assert "No space left" in lines[disk - 1] and lines[disk - 6] == "progress"
+    key_error = next(line for line, evidence in ending.survived if evidence.startswith("KeyError"))
+    assert lines[key_error - 1] == "KeyError: 'actor'"
