@@ -102,6 +102,25 @@ def test_with_a_collector_too_only_its_signals_keep_batch_threads(tmp_path):
         assert sink.received.spans
 
 
+def test_with_the_spool_a_collectors_spans_and_events_take_the_worker_too(tmp_path):
+    """The spool is a disk like the run folder: the worker stores spans and events there after its
+    drain; the SDK's batch threads (50 wake-ups a second each) are only for a collector without it."""
+    before = set(threading.enumerate())
+    with OtlpSink() as sink:
+        tel = otel_rl.init(service_name="t", console=False, exporters="otlp", endpoint=sink.endpoint, spool_dir=str(tmp_path / "spool"))
+        try:
+            started = set(_started_since(before))
+            assert not started & set(BATCH_THREADS), started
+            with tel.step(1):
+                with tel.stage("generate"):
+                    pass
+                tel.log({"actor/pg_loss": 0.5, "note": "text takes the SDK's event path"}, step=1)
+            sink.wait_for(lambda r: {s[2] for s in r.spans} >= {N.RL_STEP_SPAN, GENERATE_SPAN}, 10, "the step's spans")
+            sink.wait_for(lambda r: "text takes the SDK's event path" in str(r.events(N.RL_LOG_EVENT)), 10, "the event")
+        finally:
+            tel.shutdown()
+
+
 def test_with_no_destination_no_event_is_built_and_a_tracker_still_gets_them(tmp_path, monkeypatch, capsys):
     """exporters="none" and no tracker: nothing would take an event, so none is built (the values
     are still resolved and stored); with a tracker the events are built and reach it."""

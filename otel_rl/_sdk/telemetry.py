@@ -22,7 +22,6 @@ from opentelemetry import trace as trace_api
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
-from otel_rl._sdk.export.file_exports import QueuedLogExport
 from otel_rl._sdk.export.providers import SCOPE_NAME, bind_series_guard, build_providers, series_guard
 from otel_rl._sdk.keys.resolver import KeyResolver
 from otel_rl._sdk.lifecycle.distributed import with_placement
@@ -178,7 +177,7 @@ class Telemetry(SampleLogging):
             queued.wake = self._pipeline.wake_soon
         # The run folder's events are queued for the worker; its direct lines follow them in order.
         # Over OTLP the order of requests does not matter, and a flush there could wait on the network.
-        file_logs = next((q for q in self._providers.file_exports if isinstance(q, QueuedLogExport)), None)
+        file_logs = self._providers.run_folder_events
         self._pipeline.flush_sdk_events = file_logs.write if file_logs is not None else None
         self._pipeline.stamped = self._stamped
         self._refusals = Refusals(self._pipeline.report_once, self._submit, self._latest)

@@ -76,7 +76,7 @@ class Providers:
     # The writers of float-only step events (the run folder's, the spool's), when every place events
     # go has one: the worker writes those steps there directly, past the SDK's log pipeline.
     step_events: DirectStepWriter | None = None
-    # The run folder's spans and events, queued for the telemetry worker to write (no SDK thread).
+    # The run folder's and the spool's spans and events, queued for the telemetry worker to write (no SDK thread).
     file_exports: list[QueuedExport] = field(default_factory=list)
     # Whether anything takes events (a file, a collector, a tracker): with nothing, none is built.
     events_exported: bool = True
@@ -84,6 +84,8 @@ class Providers:
     span_limits: SpanLimits | None = None
     # Told of each text UTF-8 cannot encode in a span (the telemetry worker's ``bad_text``): said once, counted.
     on_bad_text: OnBadText | None = None
+    # The run folder's queued events: written before the worker's direct event lines, to keep their order.
+    run_folder_events: QueuedLogExport | None = None
 
     def end_spans(self, spans: Sequence[Any]) -> None:
         """Hand finished spans built without the SDK's span objects (``ReadableSpan``s, e.g. the
@@ -212,8 +214,8 @@ def _shutdown(exporter: Any, timeout_millis: float | None) -> None:
 # The SDK's batch processors flush into the exporter but do not flush the exporter itself; the
 # spool's exporters deliver asynchronously, so Telemetry.flush() must reach them too.
 class _SpanProcessor(BatchSpanProcessor):
-    def __init__(self, exporter: SpanExporter, delay_s: float | None = None) -> None:
-        super().__init__(exporter, schedule_delay_millis=delay_s * 1000.0 if delay_s else None)
+    def __init__(self, exporter: SpanExporter) -> None:
+        super().__init__(exporter)
         self._otel_rl_exporter = exporter
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
@@ -257,8 +259,8 @@ class _QueuedLogProcessor(SimpleLogRecordProcessor):
 
 
 class _LogProcessor(BatchLogRecordProcessor):
-    def __init__(self, exporter: LogRecordExporter, delay_s: float | None = None) -> None:
-        super().__init__(exporter, schedule_delay_millis=delay_s * 1000.0 if delay_s else None)
+    def __init__(self, exporter: LogRecordExporter) -> None:
+        super().__init__(exporter)
         self._otel_rl_exporter = exporter
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
@@ -381,10 +383,10 @@ def build_providers(
     destinations = []
     interval_ms = config.metric_export_interval_s * 1000.0
 
-    def add(span_exporter: Any, metric_exporter: MetricExporter, log_exporter: Any, delay_s: float | None = None) -> None:
-        span_processors.append(_SpanProcessor(_ForkSafeSpanExporter(span_exporter), delay_s))
+    def add(span_exporter: Any, metric_exporter: MetricExporter, log_exporter: Any) -> None:
+        span_processors.append(_SpanProcessor(_ForkSafeSpanExporter(span_exporter)))
         tracer_provider.add_span_processor(span_processors[-1])
-        logger_provider.add_log_record_processor(_LogProcessor(_ForkSafeLogExporter(log_exporter), delay_s))
+        logger_provider.add_log_record_processor(_LogProcessor(_ForkSafeLogExporter(log_exporter)))
         add_metrics(metric_exporter)
 
     def add_metrics(metric_exporter: MetricExporter) -> None:
@@ -397,6 +399,7 @@ def build_providers(
 
     writers: list[DirectStepWriter] = []  # direct writers of step events
     file_exports: list[QueuedExport] = []
+    run_folder_events: QueuedLogExport | None = None
     if config.file_enabled:
         run_dir = Path(str(config.run_dir))
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -410,6 +413,7 @@ def build_providers(
         # interval): a killed process loses at most that. No thread of their own (file_exports).
         queued_spans, queued_logs = QueuedSpanExport(span_file), QueuedLogExport(log_file)
         file_exports = [queued_spans, queued_logs]
+        run_folder_events = queued_logs
         span_processors.append(_QueuedSpanProcessor(_ForkSafeSpanExporter(queued_spans)))
         tracer_provider.add_span_processor(span_processors[-1])
         logger_provider.add_log_record_processor(_QueuedLogProcessor(_ForkSafeLogExporter(queued_logs)))
@@ -428,8 +432,19 @@ def build_providers(
             writers = []  # an OTLP destination without a direct writer: every event takes the SDK's path
         else:
             writers.append(proto_writer)
-        # With the spool, what lies between log() and the disk obeys the same bound as the files.
-        add(*exporters, config.file_flush_interval_s if spool is not None else None)
+        if spool is not None:
+            # Spans and events reach the spool at the telemetry worker's next drain, as they reach the
+            # run folder: the same bound between log() and the disk, with no SDK thread that wakes
+            # 50 times a second to look for them (half the CPU a rank spent at one step a second).
+            span_exporter, metric_exporter, log_exporter = exporters
+            queued_spans, queued_logs = QueuedSpanExport(span_exporter), QueuedLogExport(log_exporter)
+            file_exports += [queued_spans, queued_logs]
+            span_processors.append(_QueuedSpanProcessor(_ForkSafeSpanExporter(queued_spans)))
+            tracer_provider.add_span_processor(span_processors[-1])
+            logger_provider.add_log_record_processor(_QueuedLogProcessor(_ForkSafeLogExporter(queued_logs)))
+            add_metrics(metric_exporter)
+        else:
+            add(*exporters)  # straight to the network: the SDK's batch threads, off the worker
         destinations.append(
             f"OTLP {config.protocol} to {redact_url(config.endpoint) or 'the OTEL_EXPORTER_OTLP_*_ENDPOINT'}"
             + (f" (spool {spool.directory})" if spool is not None else "")
@@ -451,6 +466,7 @@ def build_providers(
         file_exports,
         events_exported,
         span_limits,
+        run_folder_events=run_folder_events,
     )
 
 
