@@ -28,6 +28,7 @@ BACKEND_REJECTED = A.RlTelemetryDropReasonValues.BACKEND_REJECTED.value
 
 _MIN_BACKOFF_S = 0.25
 _MAX_BACKOFF_S = 5.0
+_IDLE_WAIT_S = 60.0  # an idle sender's wait when nothing wakes it
 
 
 @dataclass
@@ -131,7 +132,9 @@ class SpoolDelivery:
                     record = state.inflight = state.records[0]
                     segment = state.segments.get(record.seq)
             if record is None:
-                state.wake.wait(1.0)
+                # Whatever gives this thread work sets ``wake`` (an append, a shutdown, a close): the
+                # timeout is only a safety net, long because each timed wake-up costs the process CPU.
+                state.wake.wait(_IDLE_WAIT_S)
                 state.wake.clear()
                 continue
             try:

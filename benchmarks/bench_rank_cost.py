@@ -1,0 +1,218 @@
+"""What one training rank pays for its telemetry at the step rate real jobs run: the whole process.
+
+    python benchmarks/bench_rank_cost.py                 # 40 steps at 1 step/s per way (about 5 minutes)
+    python benchmarks/bench_rank_cost.py --steps 20 --json
+
+Each way runs in a process of its own, one after the other, against the same real collector (the
+build of collector-config/builder-config.yaml, forwarding to a counting receiver): a 1 ms step of
+busy work, 250 ROLL keys logged, a step span and 6 stage spans each with a cluster, at one step a
+second, 5 warm-up steps, the default 10 s metric interval. The figure is the process's CPU time
+(every thread: user + system) per step, less the 1 ms of busy work; per thread from
+/proc/self/task, so where it goes is named. Ways:
+
+- ``none``: otel-rl with exporters="none" (the values resolved and held, nothing exported);
+- ``file``: the run folder (the default without a collector);
+- ``otlp-grpc`` / ``otlp-http``: otel-rl's default exporters to the collector (with the disk spool);
+- ``sdk-grpc`` / ``sdk-http``: the OpenTelemetry SDK as its documentation sets it up, doing the same:
+  BatchSpanProcessor, PeriodicExportingMetricReader and BatchLogRecordProcessor with the OTLP
+  exporters, 250 synchronous gauges set per step, 7 spans and one log record of 250 attributes.
+
+The ratios are otel-rl's figure over the SDK's for the same transport. A shared 2-core machine
+is noisy: compare ways within one run, not across runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+WAYS = ("none", "file", "otlp-grpc", "otlp-http", "sdk-grpc", "sdk-http")
+BUSY_MS = 1.0
+
+RANK = r'''
+import json, os, sys, threading, time
+sys.path.insert(0, {bench!r})
+from bench_hotpath import step_values
+
+way, steps, warm, grpc_url, http_url, run_dir = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5], sys.argv[6]
+STAGES = [("generate", "actor_infer"), ("reward", "reward"), ("old_logprob", "actor_train"),
+          ("ref_logprob", "reference"), ("train_step", "actor_train"), ("sync_weights", "actor_train")]
+values = step_values(250)
+
+
+def threads():
+    """{{thread id: (CPU ms, name)}} from /proc (native threads without a Python name: '?comm')."""
+    names = {{t.native_id: t.name for t in threading.enumerate()}}
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {{}}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{{tid}}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/self/task/{{tid}}/comm") as f:
+                comm = f.read().strip()
+        except OSError:
+            continue
+        out[int(tid)] = (1000.0 * (int(fields[11]) + int(fields[12])) / tick, names.get(int(tid), "?" + comm))
+    return out
+
+
+def busy():
+    end = time.perf_counter() + {busy_ms} / 1000.0
+    while time.perf_counter() < end:
+        pass
+
+
+if way.startswith("sdk-"):
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+    try:
+        from opentelemetry.sdk._logs import LoggerProvider
+        from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
+    except ImportError:
+        raise SystemExit("this SDK has no log pipeline")
+    if way == "sdk-grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
+        from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter
+        kw = [dict(endpoint=grpc_url, insecure=True)] * 3
+    else:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+        from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
+        kw = [dict(endpoint=f"{{http_url}}/v1/{{s}}") for s in ("traces", "metrics", "logs")]
+    resource = Resource.create({{"service.name": "bench-rank", "rl.rank": 0}})
+    tracer_provider = TracerProvider(resource=resource)
+    tracer_provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(**kw[0])))
+    meter_provider = MeterProvider(resource=resource, metric_readers=[
+        PeriodicExportingMetricReader(OTLPMetricExporter(**kw[1]), export_interval_millis=10_000)])
+    logger_provider = LoggerProvider(resource=resource)
+    logger_provider.add_log_record_processor(BatchLogRecordProcessor(OTLPLogExporter(**kw[2])))
+    tracer = tracer_provider.get_tracer("bench")
+    meter = meter_provider.get_meter("bench")
+    gauges = {{key: meter.create_gauge(key.replace("/", ".")) for key in values}}
+    logger = logger_provider.get_logger("bench")
+    from opentelemetry._logs import LogRecord  # the API's record: what a program hands the SDK
+
+    def one_step(step):
+        with tracer.start_as_current_span("rl.step", attributes={{"rl.step": step}}):
+            for name, cluster in STAGES:
+                with tracer.start_as_current_span(name, attributes={{"rl.cluster": cluster}}):
+                    pass
+            busy()
+            for key, value in values.items():
+                gauges[key].set(value)
+            logger.emit(LogRecord(timestamp=time.time_ns(), event_name="rl.log", attributes={{**values, "rl.step": step}}))
+
+    def finish():
+        for provider in (tracer_provider, meter_provider, logger_provider):
+            provider.shutdown()
+else:
+    import otel_rl
+    options = dict(service_name="bench-rank", rank=0, world_size=1, run_dir=run_dir, console=False, framework="roll")
+    if way == "none":
+        options["exporters"] = "none"
+    elif way.startswith("otlp-"):
+        grpc = way == "otlp-grpc"
+        options.update(endpoint=grpc_url if grpc else http_url, protocol="grpc" if grpc else "http/protobuf",
+                       spool_dir=os.path.join(run_dir, "spool"))
+    tel = otel_rl.init(**options)
+
+    def one_step(step):
+        with tel.step(step):
+            for name, cluster in STAGES:
+                with tel.stage(name, cluster=cluster):
+                    pass
+            busy()
+            tel.log(values)
+
+    def finish():
+        tel.shutdown()
+
+next_at = time.monotonic()
+for step in range(warm + steps):
+    if step == warm:
+        cpu0, threads0 = sum(os.times()[:2]), threads()
+    one_step(step)
+    next_at += 1.0
+    time.sleep(max(0.0, next_at - time.monotonic()))
+cpu = sum(os.times()[:2]) - cpu0
+threads1 = threads()
+per_thread = {{}}
+for tid, (ms, name) in threads1.items():
+    name = name if not name.startswith("Thread-") else "Thread-*"
+    per_thread[name] = per_thread.get(name, 0.0) + (ms - threads0.get(tid, (0.0, ""))[0]) / steps
+finish()
+print(json.dumps({{"cpu_ms_per_step": 1000.0 * cpu / steps - {busy_ms},
+                  "threads": {{k: round(v, 2) for k, v in sorted(per_thread.items(), key=lambda kv: -kv[1]) if v > 0}}}}))
+'''
+
+
+def run_way(way: str, steps: int, warm: int, grpc_url: str, http_url: str, folder: Path) -> dict[str, Any]:
+    code = RANK.format(bench=str(ROOT / "benchmarks"), busy_ms=BUSY_MS)
+    done = subprocess.run(
+        [sys.executable, "-c", code, way, str(steps), str(warm), grpc_url, http_url, str(folder / way)],
+        capture_output=True,
+        text=True,
+        timeout=steps + warm + 120,
+        cwd=ROOT,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"{way}: exit {done.returncode}: {done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=40, help="measured steps per way (after 5 warm-up steps)")
+    parser.add_argument("--ways", nargs="+", default=list(WAYS), choices=WAYS)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+
+    from go_builds import collector_binary
+    from local_collector import Collector
+    from otlp_sink import OtlpSink
+
+    results: dict[str, Any] = {"steps": args.steps, "step_rate_per_s": 1, "keys": 250, "spans_per_step": 7}
+    with tempfile.TemporaryDirectory(prefix="otel-rl-bench-rank-") as tmp, OtlpSink() as sink:
+        collector = Collector(collector_binary(), sink.endpoint, Path(tmp))
+        collector.start()
+        try:
+            grpc_url, http_url = f"http://127.0.0.1:{collector.grpc_port}", f"http://127.0.0.1:{collector.http_port}"
+            for way in args.ways:
+                print(f"{way}: {args.steps + 5} steps at 1 step/s ...", file=sys.stderr, flush=True)
+                results[way] = run_way(way, args.steps, 5, grpc_url, http_url, Path(tmp))
+        finally:
+            collector.stop(timeout_s=15)
+    for transport in ("grpc", "http"):
+        ours, sdk = results.get(f"otlp-{transport}"), results.get(f"sdk-{transport}")
+        if ours and sdk and sdk["cpu_ms_per_step"] > 0:
+            results[f"ratio_{transport}_otel_rl_over_sdk"] = round(ours["cpu_ms_per_step"] / sdk["cpu_ms_per_step"], 2)
+    if args.json:
+        print(json.dumps(results, indent=2))
+        return 0
+    print(f"CPU per step at 1 step/s, whole process, less the {BUSY_MS:g} ms of busy work ({args.steps} steps each):")
+    for way in args.ways:
+        r = results[way]
+        top = ", ".join(f"{name} {ms:.2f}" for name, ms in list(r["threads"].items())[:5])
+        print(f"  {way:<10} {r['cpu_ms_per_step']:6.2f} ms   ({top})")
+    for transport in ("grpc", "http"):
+        key = f"ratio_{transport}_otel_rl_over_sdk"
+        if key in results:
+            print(f"  otel-rl / SDK over {transport}: {results[key]}x")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
