@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from otel_rl.runs.waterfall import FOLD_MIN_RANKS, rank_list
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_dir", metavar="RUN_DIR", help="a run folder written by otel-rl (traces.jsonl inside)")
@@ -26,10 +28,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--samples", action="store_true", help="print the step's rollout samples (logged with init(log_samples=K)) instead of its trace"
     )
+    add_rank_options(parser)
+
+
+def add_rank_options(parser: argparse.ArgumentParser) -> None:
+    """--rank / --ranks: how a step's trace shows a multi-rank job (show --step, trace --step)."""
+    ranks = parser.add_mutually_exclusive_group()
+    ranks.add_argument(
+        "--rank",
+        type=int,
+        metavar="R",
+        help=f"with --step N: rank R's spans alone, each on its line (by default a stage run by {FOLD_MIN_RANKS} ranks or "
+        "more is one line: its slowest, median and fastest rank and the stragglers)",
+    )
+    ranks.add_argument("--ranks", action="store_true", help="with --step N: every rank's spans on their own lines, unfolded")
+
+
+def step_waterfall(trace: list, args: argparse.Namespace) -> str | None:
+    """The step's waterfall as --rank / --ranks ask; None when --rank names a rank with no span there."""
+    from otel_rl.runs.waterfall import keep_rank, render_waterfall
+
+    if getattr(args, "rank", None) is not None:
+        trace = keep_rank(trace, args.rank)
+        if not trace:
+            return None
+    return render_waterfall(
+        trace, width=args.width, fold_min_ranks=None if getattr(args, "ranks", False) or args.rank is not None else FOLD_MIN_RANKS
+    )
 
 
 def run(args: argparse.Namespace) -> int:
-    from otel_rl.runs.folder import find_step_trace, format_problems, read_spans, render_waterfall
+    from otel_rl.runs.folder import find_step_trace, format_problems, read_spans
     from otel_rl.runs.run_selection import choose_run
 
     run_dir = Path(args.run_dir)
@@ -61,7 +90,11 @@ def run(args: argparse.Namespace) -> int:
     except LookupError as exc:
         print(f"otel-rl show: {exc}", file=sys.stderr)
         return 1
-    print(render_waterfall(trace, width=args.width))
+    text = step_waterfall(trace, args)
+    if text is None:
+        print(f"otel-rl show: no span of rank {args.rank} in step {args.step}'s trace (ranks there: {rank_list(trace)})", file=sys.stderr)
+        return 1
+    print(text)
     return 0
 
 

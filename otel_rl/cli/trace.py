@@ -9,6 +9,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from otel_rl.cli.show import add_rank_options, step_waterfall
+from otel_rl.runs.waterfall import rank_list
+
 DESCRIPTION = (
     "Find step N's trace in a run folder (default: the latest under otel-rl-runs/) or in Jaeger (--jaeger URL; "
     "also when there is no run folder), print its Jaeger link (when that Jaeger holds the trace) and its span tree, and "
@@ -81,6 +84,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "with --format chrome: only those K of each step go on the timeline (default: every kept one). Run folders only",
     )
     parser.add_argument("--width", type=int, default=50, help="bar width in columns (default 50)")
+    add_rank_options(parser)
 
 
 def _fail(message: str, status: int) -> int:
@@ -89,7 +93,7 @@ def _fail(message: str, status: int) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from otel_rl.runs.folder import SpanRecord, find_step_trace, format_problems, read_spans, render_waterfall
+    from otel_rl.runs.folder import SpanRecord, find_step_trace, format_problems, read_spans
     from otel_rl.runs.out_path import out_file_problem, write_error
 
     chrome = args.format == "chrome"
@@ -188,7 +192,10 @@ def run(args: argparse.Namespace) -> int:
     else:
         upload = f"the file --out writes ({args.out})" if args.out else "the file --out FILE writes"
         print(f"  Jaeger:  {client.base_url} does not hold this trace; load {upload} in Jaeger's UI (Search > JSON File)")
-    print(render_waterfall(trace, width=args.width))
+    text = step_waterfall(trace, args)
+    if text is None:
+        return _fail(f"no span of rank {args.rank} in step {args.step}'s trace (ranks there: {rank_list(trace)})", 1)
+    print(text)
     if run_dir is not None:
         from otel_rl.runs.trajectories import step_trajectories
 

@@ -11,7 +11,7 @@ from otel_rl.runs.records import SpanRecord
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import names as N
 
-__all__ = ["find_step_trace", "format_duration", "render_waterfall"]
+__all__ = ["FOLD_MIN_RANKS", "find_step_trace", "format_duration", "keep_rank", "rank_list", "render_waterfall", "span_rank"]
 
 STEP_SPAN_NAME = N.RL_STEP_SPAN
 STEP_ATTRIBUTE = A.RL_STEP
@@ -112,9 +112,9 @@ def _details(span: SpanRecord, parent: SpanRecord | None) -> str:
     # The cluster is shown where it changes (a stage), not again on each of its phases.
     if cluster not in (None, "") and (parent is None or parent.attributes.get(A.RL_CLUSTER) != cluster):
         parts.append(str(cluster))
-    rank = span.attributes.get(A.RL_RANK)
+    rank = span_rank(span)
     # A rank is shown where the work moves to another process (a joined worker's stage).
-    if rank not in (None, 0) and (parent is None or parent.attributes.get(A.RL_RANK) != rank):
+    if rank not in (None, 0) and (parent is None or span_rank(parent) != rank):
         parts.append(f"rank {rank}")
     phase = span.attributes.get(A.RL_STAGE_PHASE)
     if phase not in (None, "") and span.name != f"rl.{phase}":
@@ -167,7 +167,102 @@ def _truncate(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: max(0, limit - 1)] + "…"
 
 
-def render_waterfall(spans: Sequence[SpanRecord], width: int = 60, max_columns: int = 100) -> str:
+# A parent's children from this many ranks or more are folded into one line per stage: a step of a
+# 1,024-rank job holds ~10,000 spans, and what one reads there is the spread and the stragglers.
+FOLD_MIN_RANKS = 8
+# A rank is a straggler when its stage takes this much longer than the median rank's (and 3 robust
+# spreads beyond it): a few percent is noise between GPUs, not a rank to look at.
+STRAGGLER_RATIO = 1.2
+
+
+def span_rank(span: SpanRecord) -> int | None:
+    """The rank that recorded ``span`` (its ``rl.rank``, else its resource's)."""
+    rank = whole_number(span.attributes.get(A.RL_RANK))
+    return rank if rank is not None else whole_number(span.resource.get(A.RL_RANK))
+
+
+def rank_list(spans: Iterable[SpanRecord]) -> str:
+    """The ranks that recorded ``spans``, as ranges: ``"0-1023"``."""
+    return _ranges(rank for span in spans if (rank := span_rank(span)) is not None) or "none named"
+
+
+def keep_rank(spans: Sequence[SpanRecord], rank: int) -> list[SpanRecord]:
+    """The spans of ``rank`` and the spans above them (the step's root on rank 0): one rank's
+    part of a step, unfolded."""
+    by_id = {(s.trace_id, s.span_id): s for s in spans}
+    kept: dict[tuple[str, str], SpanRecord] = {}
+    for span in spans:
+        if span_rank(span) != rank:
+            continue
+        node: SpanRecord | None = span
+        while node is not None and (node.trace_id, node.span_id) not in kept:
+            kept[(node.trace_id, node.span_id)] = node
+            node = by_id.get((node.trace_id, node.parent_span_id)) if node.parent_span_id else None
+    return [s for s in spans if (s.trace_id, s.span_id) in kept]
+
+
+def _fold_text(group: Sequence[SpanRecord]) -> str:
+    """``x1024 ranks: slowest rank 731 4.1 s, median 3.2 s, fastest rank 12 2.9 s; stragglers: ...``"""
+    timed = sorted(((s.duration_ns, span_rank(s)) for s in group), key=lambda t: (t[0], -1 if t[1] is None else t[1]))
+    durations = [d for d, _ in timed]
+    median = (
+        durations[len(durations) // 2] if len(durations) % 2 else (durations[len(durations) // 2 - 1] + durations[len(durations) // 2]) / 2
+    )
+    spread = sorted(abs(d - median) for d in durations)[len(durations) // 2] * 1.4826
+    bound = max(median * STRAGGLER_RATIO, median + 3 * spread)
+    stragglers = [rank for d, rank in reversed(timed) if d > bound]
+    ranks = len({rank for _, rank in timed})
+    (low, low_rank), (high, high_rank) = timed[0], timed[-1]
+    text = (
+        f"x{ranks} ranks: slowest rank {high_rank} {format_duration(high)}, median {format_duration(median)}, "
+        f"fastest rank {low_rank} {format_duration(low)}"
+    )
+    if stragglers:
+        named = ", ".join(str(r) for r in stragglers[:5]) + (f" and {len(stragglers) - 5} more" if len(stragglers) > 5 else "")
+        text += f"; straggler{'s' if len(stragglers) != 1 else ''} (> {format_duration(bound)}): rank{'s' if len(stragglers) != 1 else ''} {named}"
+    return text
+
+
+def _fold(
+    kids: list[SpanRecord],
+    children: dict[tuple[str, str], list[SpanRecord]],
+    notes: dict[int, str],
+    folded_away: set[tuple[str, str]],
+    min_ranks: int,
+) -> list[SpanRecord]:
+    """``kids`` with each (name, cluster) group recorded by ``min_ranks`` ranks or more replaced by one
+    span covering the group (its children: every member's, folded in turn); ``notes`` gets its text,
+    ``folded_away`` the members' keys."""
+    if len(kids) < min_ranks:
+        return kids
+    groups: dict[tuple[str, Any], list[SpanRecord]] = {}
+    for kid in kids:
+        groups.setdefault((kid.name, kid.attributes.get(A.RL_CLUSTER)), []).append(kid)
+    out: list[SpanRecord] = []
+    for (name, _), group in groups.items():
+        if len(group) < min_ranks or len({span_rank(s) for s in group}) < min_ranks:
+            out.extend(group)
+            continue
+        first = group[0]
+        folded = SpanRecord(
+            first.trace_id,
+            f"folded:{first.parent_span_id}:{name}:{len(out)}",
+            first.parent_span_id,
+            name,
+            min(s.start_ns for s in group),
+            max(s.end_ns for s in group),
+            {A.RL_CLUSTER: first.attributes.get(A.RL_CLUSTER)},
+        )
+        notes[id(folded)] = _fold_text(group)
+        folded_away.update((member.trace_id, member.span_id) for member in group)
+        children[(folded.trace_id, folded.span_id)] = [k for s in group for k in children.get((s.trace_id, s.span_id), [])]
+        out.append(folded)
+    return out
+
+
+def render_waterfall(
+    spans: Sequence[SpanRecord], width: int = 60, max_columns: int = 100, fold_min_ranks: int | None = FOLD_MIN_RANKS
+) -> str:
     """A text waterfall of ``spans`` (usually :func:`find_step_trace`'s result).
 
     One line per span in tree order (children by start time): tree-indented name plus details
@@ -176,7 +271,9 @@ def render_waterfall(spans: Sequence[SpanRecord], width: int = 60, max_columns: 
     or ``error.type``), start offset from the root, duration, and a bar placed on the root's
     time span. ``width`` is the widest bar; the bar narrows so lines stay within ``max_columns``
     (names are cut with ``…`` only when they alone would not fit). Spans whose parent is missing
-    are listed under ``(orphans)`` at the end.
+    are listed under ``(orphans)`` at the end. Siblings of one stage from ``fold_min_ranks`` ranks
+    or more are one line: the span they cover, with the slowest, median and fastest rank and the
+    stragglers (``None``: every span its own line).
     """
     if not spans:
         return "(no spans)"
@@ -199,6 +296,7 @@ def render_waterfall(spans: Sequence[SpanRecord], width: int = 60, max_columns: 
 
     # Walk the trees into (prefix, span) rows; a span is visited once even with cyclic parents.
     visited: set[tuple[str, str]] = set()
+    notes: dict[int, str] = {}  # id(folded span) -> its ranks' figures
 
     def walk(span: SpanRecord, lead: str, branch: str, rows: list[tuple[str, SpanRecord]]) -> None:
         key = (span.trace_id, span.span_id)
@@ -206,7 +304,10 @@ def render_waterfall(spans: Sequence[SpanRecord], width: int = 60, max_columns: 
             return
         visited.add(key)
         rows.append((lead + branch, span))
-        kids = [k for k in order(children.get(key, [])) if (k.trace_id, k.span_id) not in visited]
+        kids = children.get(key, [])
+        if fold_min_ranks is not None:
+            kids = _fold(kids, children, notes, visited, fold_min_ranks)
+        kids = [k for k in order(kids) if (k.trace_id, k.span_id) not in visited]
         if branch == "├─ ":
             lead += "│  "
         elif branch == "└─ ":
@@ -231,6 +332,7 @@ def render_waterfall(spans: Sequence[SpanRecord], width: int = 60, max_columns: 
     labels = {
         id(span): f"{prefix}{span.name}"
         + (f"  {d}" if (d := _details(span, by_id.get((span.trace_id, span.parent_span_id or "")))) else "")
+        + ("  (folded)" if id(span) in notes else "")
         for prefix, span in all_rows
     }
     numbers_width = 1 + 8 + 1 + 8 + 2  # " +start" " duration" "  "
@@ -264,11 +366,17 @@ def render_waterfall(spans: Sequence[SpanRecord], width: int = 60, max_columns: 
         step = _step_of(root) if root.name == STEP_SPAN_NAME else None
         if step is not None:
             head += f" {step}"
-        head += f"  {format_duration(root.duration_ns)}  {len(rows)} span{'s' if len(rows) != 1 else ''}"
+        spans_in = sum(1 for span in by_id.values() if span.trace_id == root.trace_id)
+        head += f"  {format_duration(root.duration_ns)}  {spans_in:,} span{'s' if spans_in != 1 else ''}"
+        if any(id(span) in notes for _, span in rows):
+            head += f" on {len(rows)} lines (the ranks of a stage folded)"
         out.append(head)
         scale = f"0{' ' * max(1, bar_width - 1 - len(format_duration(total)))}{format_duration(total)}"
         out.append(f"{'span'.ljust(label_width)} {'start':>8} {'duration':>8}  {scale}".rstrip())
-        out.extend(line(prefix, span, t0, total) for prefix, span in rows)
+        for prefix, span in rows:
+            out.append(line(prefix, span, t0, total))
+            if id(span) in notes:  # the ranks' figures under their line, whole (a label is cut to fit)
+                out.append(f"{prefix[:-3]}{'│  ' if prefix.endswith('├─ ') else '   '}   {notes[id(span)]}".rstrip())
     if orphan_rows:
         group = [span for _, span in orphan_rows]
         if len(sections) == 1 and sections[0][0] is not None:

@@ -1,0 +1,58 @@
+"""A run folder as a multi-rank job writes it: each rank's file, each rank's resource, and every
+rank's stage spans in rank 0's step trace (as workers join it through the propagated context).
+Written through the SDK and the run folder's real span exporter; used by tests and benchmarks."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+from opentelemetry import trace
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+from otel_rl.exporters import OtlpJsonSpanExporter
+from otel_rl.exporters.files import rank_file_name
+from otel_rl.runs.folder import TRACES_FILE
+from otel_rl.semconv import attributes as A
+from otel_rl.semconv import names as N
+
+# (span name, cluster, typical seconds) of one step's stages on every rank
+STAGES = (("rl.generate", "actor_infer", 2.0), ("rl.reward", "reward", 0.5), ("rl.train_step", "actor_train", 3.0))
+SECOND = 1_000_000_000
+
+
+def write_multi_rank_steps(
+    run_dir: Path, ranks: int, steps: tuple[int, ...] = (1,), straggler: tuple[int, str] | None = None, seed: int = 0
+) -> None:
+    """``ranks`` ranks' spans of ``steps``; ``straggler`` (rank, span name): that stage takes twice as
+    long there. Each rank's stage has an ``rl.execute`` phase of half its time."""
+    rng = random.Random(seed)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    providers = []
+    for rank in range(ranks):
+        resource = Resource.create({"service.name": "multi-rank", A.RL_RUN_ID: "run-1", A.RL_RANK: rank})
+        provider = TracerProvider(resource=resource)
+        provider.add_span_processor(SimpleSpanProcessor(OtlpJsonSpanExporter(run_dir / rank_file_name(TRACES_FILE, rank))))
+        providers.append(provider)
+    for n, step in enumerate(steps):
+        start = (1_700_000_000 + 60 * n) * SECOND
+        root = providers[0].get_tracer("otel_rl").start_span(N.RL_STEP_SPAN, attributes={A.RL_STEP: step}, start_time=start)
+        parent = trace.set_span_in_context(root)
+        end = start
+        for rank, provider in enumerate(providers):
+            tracer = provider.get_tracer("otel_rl")
+            at = start
+            for name, cluster, seconds in STAGES:
+                took = int(seconds * rng.uniform(0.9, 1.1) * SECOND) * (2 if straggler == (rank, name) else 1)
+                stage = tracer.start_span(name, context=parent, attributes={A.RL_CLUSTER: cluster}, start_time=at)
+                phase = tracer.start_span("rl.execute", context=trace.set_span_in_context(stage), start_time=at)
+                phase.set_attribute(A.RL_STAGE_PHASE, "execute")
+                phase.end(end_time=at + took // 2)
+                stage.end(end_time=at + took)
+                at += took
+            end = max(end, at)
+        root.end(end_time=end)
+    for provider in providers:
+        provider.shutdown()
