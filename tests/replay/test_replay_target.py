@@ -200,3 +200,17 @@ def test_the_stack_is_recognised_by_its_pid_files(tmp_path):
     assert target_for_endpoint("http://example.invalid:24318", tmp_path / "stack") is None
     assert target_for_endpoint("http://127.0.0.1:24318", tmp_path / "elsewhere") is None
     assert retention_of(["victoria-metrics"]) == "1" and retention_seconds("1") == 31 * 86400  # its default: a month
+
+
+def test_points_are_counted_for_a_read_back_only_when_a_target_reads_them(tmp_path, monkeypatch):
+    """Counting what was sent builds every stamped point again (replay ran at half speed with it):
+    only a replay whose target reads the samples back registers for them."""
+    from otel_rl._sdk.pipeline.aggregation import StampedPoints
+
+    registered = []
+    register = StampedPoints.register
+    monkeypatch.setattr(StampedPoints, "register", lambda self: registered.append(1) or register(self))
+    src = tmp_path / "logging.jsonl"
+    src.write_text(samples.swift(samples.steps(20)))
+    result = replay_file(src, out=io.StringIO(), progress=False, run_dir=tmp_path / "run", exporters="none")
+    assert result.records == 20 and registered == [] and result.samples == 0  # no exporter, no read-back: no consumer
