@@ -48,13 +48,11 @@ def step_waterfall(trace: list, args: argparse.Namespace) -> str | None:
     """The step's waterfall as --rank / --ranks ask; None when --rank names a rank with no span there."""
     from otel_rl.runs.waterfall import keep_rank, render_waterfall
 
-    if getattr(args, "rank", None) is not None:
+    if args.rank is not None:
         trace = keep_rank(trace, args.rank)
         if not trace:
             return None
-    return render_waterfall(
-        trace, width=args.width, fold_min_ranks=None if getattr(args, "ranks", False) or args.rank is not None else FOLD_MIN_RANKS
-    )
+    return render_waterfall(trace, width=args.width, fold_min_ranks=None if args.ranks or args.rank is not None else FOLD_MIN_RANKS)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -66,9 +64,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"otel-rl show: {run_dir} does not exist", file=sys.stderr)
         return 2
     if args.step is None:
-        if args.samples:
-            print("otel-rl show: --samples needs --step N", file=sys.stderr)
-            return 2
+        for given, flag in ((args.samples, "--samples"), (args.rank is not None or args.ranks, "--rank / --ranks")):
+            if given:
+                print(f"otel-rl show: {flag} needs --step N", file=sys.stderr)
+                return 2
         return _show_steps(run_dir, None if args.all else max(2, args.rows), args.run_id)
     if args.samples:
         return _show_samples(run_dir, args.step, args.run_id)

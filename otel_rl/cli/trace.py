@@ -103,6 +103,8 @@ def run(args: argparse.Namespace) -> int:
         return _fail("--profile needs --format chrome --out FILE", 2)
     if chrome and not args.out:
         return _fail("--format chrome needs --out FILE (the .json to open in ui.perfetto.dev)", 2)
+    if (args.rank is not None or args.ranks) and (args.step is None or chrome):
+        return _fail("--rank / --ranks need --step N and the span tree (the Chrome export keeps one process per rank)", 2)
     if args.slowest is not None and args.slowest < 1:
         return _fail(f"--slowest must be >= 1, not {args.slowest}", 2)
     if args.slowest is not None and args.out and not chrome:

@@ -41,6 +41,10 @@ def test_rank_shows_that_ranks_spans_alone_and_ranks_shows_every_span(run_64: Pa
     assert "385 spans" in (out := capsys.readouterr().out) and "(folded)" not in out and len(out.splitlines()) == 2 + 385
     assert main(["show", str(run_64), "--step", "2", "--rank", "99"]) == 1
     assert "no span of rank 99 in step 2's trace (ranks there: 0-63)" in capsys.readouterr().err
+    assert main(["show", str(run_64), "--rank", "3"]) == 2  # the step table has no ranks to expand
+    assert "--rank / --ranks needs --step N" in capsys.readouterr().err
+    assert main(["trace", str(run_64), "--steps", "1-2", "--format", "chrome", "--out", str(run_64.parent / "c.json"), "--ranks"]) == 2
+    assert "--rank / --ranks need --step N" in capsys.readouterr().err
 
 
 def test_fewer_ranks_than_the_fold_threshold_keep_a_line_each(tmp_path: Path) -> None:
