@@ -92,7 +92,8 @@ if way.startswith("sdk-"):
         from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
         from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
         kw = [dict(endpoint=f"{{http_url}}/v1/{{s}}") for s in ("traces", "metrics", "logs")]
-    resource = Resource.create({{"service.name": "bench-rank", "rl.rank": 0}})
+    from otel_rl.semconv import attributes as A, names as N  # the names otel-rl gives them
+    resource = Resource.create({{"service.name": "bench-rank", A.RL_RANK: 0}})
     tracer_provider = TracerProvider(resource=resource)
     tracer_provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(**kw[0])))
     meter_provider = MeterProvider(resource=resource, metric_readers=[
@@ -106,14 +107,14 @@ if way.startswith("sdk-"):
     from opentelemetry._logs import LogRecord  # the API's record: what a program hands the SDK
 
     def one_step(step):
-        with tracer.start_as_current_span("rl.step", attributes={{"rl.step": step}}):
+        with tracer.start_as_current_span(N.RL_STEP_SPAN, attributes={{A.RL_STEP: step}}):
             for name, cluster in STAGES:
-                with tracer.start_as_current_span(name, attributes={{"rl.cluster": cluster}}):
+                with tracer.start_as_current_span(N.RL_STAGE_SPAN_TEMPLATE.replace("<stage>", name), attributes={{A.RL_CLUSTER: cluster}}):
                     pass
             busy()
             for key, value in values.items():
                 gauges[key].set(value)
-            logger.emit(LogRecord(timestamp=time.time_ns(), event_name="rl.log", attributes={{**values, "rl.step": step}}))
+            logger.emit(LogRecord(timestamp=time.time_ns(), event_name=N.RL_LOG_EVENT, attributes={{**values, A.RL_STEP: step}}))
 
     def finish():
         for provider in (tracer_provider, meter_provider, logger_provider):

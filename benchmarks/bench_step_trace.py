@@ -55,13 +55,13 @@ def main() -> int:
     parser.add_argument("--ranks", type=int, default=1024)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    from multi_rank_trace import write_multi_rank_steps
+    from multi_rank_trace import TRAIN_STEP_SPAN, write_multi_rank_steps
 
     results: dict = {"ranks": args.ranks, "target_s": TARGET_SECONDS}
     with tempfile.TemporaryDirectory(prefix="otel-rl-bench-step-trace-") as tmp:
         run = Path(tmp) / "run"
         start = time.perf_counter()
-        write_multi_rank_steps(run, args.ranks, steps=(1, 2, 3), straggler=(args.ranks // 3, "rl.train_step"))
+        write_multi_rank_steps(run, args.ranks, steps=(1, 2, 3), straggler=(args.ranks // 3, TRAIN_STEP_SPAN))
         results["write_s"] = round(time.perf_counter() - start, 1)
         cli = [sys.executable, "-m", "otel_rl.cli"]
         for name, command in (("trace", [*cli, "trace", str(run), "--step", "2"]), ("show", [*cli, "show", str(run), "--step", "2"])):

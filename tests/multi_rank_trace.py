@@ -8,7 +8,7 @@ import random
 from pathlib import Path
 
 from opentelemetry import trace
-from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
@@ -18,8 +18,19 @@ from otel_rl.runs.folder import TRACES_FILE
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import names as N
 
+
+def stage_span(stage: A.RlStageValues) -> str:
+    return N.RL_STAGE_SPAN_TEMPLATE.replace("<stage>", stage.value)
+
+
 # (span name, cluster, typical seconds) of one step's stages on every rank
-STAGES = (("rl.generate", "actor_infer", 2.0), ("rl.reward", "reward", 0.5), ("rl.train_step", "actor_train", 3.0))
+STAGES = (
+    (stage_span(A.RlStageValues.GENERATE), "actor_infer", 2.0),
+    (stage_span(A.RlStageValues.COMPUTE_REWARDS), "reward", 0.5),
+    (stage_span(A.RlStageValues.TRAIN_STEP), "actor_train", 3.0),
+)
+TRAIN_STEP_SPAN = STAGES[2][0]
+EXECUTE = A.RlStagePhaseValues.EXECUTE.value
 SECOND = 1_000_000_000
 
 
@@ -27,12 +38,12 @@ def write_multi_rank_steps(
     run_dir: Path, ranks: int, steps: tuple[int, ...] = (1,), straggler: tuple[int, str] | None = None, seed: int = 0
 ) -> None:
     """``ranks`` ranks' spans of ``steps``; ``straggler`` (rank, span name): that stage takes twice as
-    long there. Each rank's stage has an ``rl.execute`` phase of half its time."""
+    long there. Each rank's stage has an execute phase of half its time."""
     rng = random.Random(seed)
     run_dir.mkdir(parents=True, exist_ok=True)
     providers = []
     for rank in range(ranks):
-        resource = Resource.create({"service.name": "multi-rank", A.RL_RUN_ID: "run-1", A.RL_RANK: rank})
+        resource = Resource.create({SERVICE_NAME: "multi-rank", A.RL_RUN_ID: "run-1", A.RL_RANK: rank})
         provider = TracerProvider(resource=resource)
         provider.add_span_processor(SimpleSpanProcessor(OtlpJsonSpanExporter(run_dir / rank_file_name(TRACES_FILE, rank))))
         providers.append(provider)
@@ -47,8 +58,8 @@ def write_multi_rank_steps(
             for name, cluster, seconds in STAGES:
                 took = int(seconds * rng.uniform(0.9, 1.1) * SECOND) * (2 if straggler == (rank, name) else 1)
                 stage = tracer.start_span(name, context=parent, attributes={A.RL_CLUSTER: cluster}, start_time=at)
-                phase = tracer.start_span("rl.execute", context=trace.set_span_in_context(stage), start_time=at)
-                phase.set_attribute(A.RL_STAGE_PHASE, "execute")
+                phase = tracer.start_span(f"rl.{EXECUTE}", context=trace.set_span_in_context(stage), start_time=at)
+                phase.set_attribute(A.RL_STAGE_PHASE, EXECUTE)
                 phase.end(end_time=at + took // 2)
                 stage.end(end_time=at + took)
                 at += took

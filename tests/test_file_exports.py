@@ -68,16 +68,24 @@ def _started_since(before: set[threading.Thread]) -> list[str]:
     return [t.name for t in threading.enumerate() if t not in before]
 
 
+TEXT_NOTE = "text takes the SDK's event path"
+
+
+def _one_step_with_a_text_event(tel) -> None:
+    """A step span, a stage span, and a log() whose text value takes the SDK's event path."""
+    with tel.step(1):
+        with tel.stage(A.RlStageValues.GENERATE.value):
+            pass
+        tel.log({"actor/pg_loss": 0.5, "note": TEXT_NOTE}, step=1)
+
+
 def test_the_run_folder_gets_spans_and_events_from_the_worker_without_a_flush(tmp_path):
     before = set(threading.enumerate())
     tel = otel_rl.init(service_name="t", run_dir=str(tmp_path / "run"), console=False, framework="roll")
     try:
         started = set(_started_since(before))
         assert not started & set(BATCH_THREADS), started
-        with tel.step(1):
-            with tel.stage("generate"):
-                pass
-            tel.log({"actor/pg_loss": 0.5, "note": "text takes the SDK's event path"}, step=1)
+        _one_step_with_a_text_event(tel)
         run = tmp_path / "run"
         assert _wait_for(lambda: {s.name for s in read_spans(run)} >= {N.RL_STEP_SPAN, GENERATE_SPAN})
         assert _wait_for(lambda: any(r["event_name"] == N.RL_LOG_EVENT for r in read_log_records(run)))
@@ -111,12 +119,9 @@ def test_with_the_spool_a_collectors_spans_and_events_take_the_worker_too(tmp_pa
         try:
             started = set(_started_since(before))
             assert not started & set(BATCH_THREADS), started
-            with tel.step(1):
-                with tel.stage("generate"):
-                    pass
-                tel.log({"actor/pg_loss": 0.5, "note": "text takes the SDK's event path"}, step=1)
+            _one_step_with_a_text_event(tel)
             sink.wait_for(lambda r: {s[2] for s in r.spans} >= {N.RL_STEP_SPAN, GENERATE_SPAN}, 10, "the step's spans")
-            sink.wait_for(lambda r: "text takes the SDK's event path" in str(r.events(N.RL_LOG_EVENT)), 10, "the event")
+            sink.wait_for(lambda r: TEXT_NOTE in str(r.events(N.RL_LOG_EVENT)), 10, "the event")
         finally:
             tel.shutdown()
 

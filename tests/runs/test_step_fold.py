@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from multi_rank_trace import write_multi_rank_steps
+from multi_rank_trace import TRAIN_STEP_SPAN, write_multi_rank_steps
 
 from otel_rl.cli import main
 from otel_rl.runs.folder import find_step_trace, read_spans
@@ -16,7 +16,7 @@ from otel_rl.runs.waterfall import FOLD_MIN_RANKS, keep_rank, render_waterfall
 @pytest.fixture(scope="module")
 def run_64(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run = tmp_path_factory.mktemp("run64")
-    write_multi_rank_steps(run, 64, steps=(1, 2), straggler=(37, "rl.train_step"))
+    write_multi_rank_steps(run, 64, steps=(1, 2), straggler=(37, TRAIN_STEP_SPAN))
     return run
 
 
@@ -25,7 +25,7 @@ def test_each_stage_of_64_ranks_is_one_line_naming_the_straggler(run_64: Path, c
     out = capsys.readouterr().out
     assert "385 spans on 7 lines (the ranks of a stage folded)" in out  # 1 root + 64 x (3 stages + 3 phases)
     lines = out.splitlines()
-    train = next(i for i, line in enumerate(lines) if "rl.train_step" in line)
+    train = next(i for i, line in enumerate(lines) if TRAIN_STEP_SPAN in line)
     assert "(folded)" in lines[train] and "x64 ranks: slowest rank 37" in lines[train + 1]
     assert "straggler" in lines[train + 1] and "rank 37" in lines[train + 1].split("straggler")[1]
     generate = next(line for line in lines if "x64 ranks" in line and "straggler" not in line)
