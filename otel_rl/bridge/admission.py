@@ -4,8 +4,11 @@ A slot is held while a request's body is read, decoded and queued; it bounds the
 bodies in progress take. One address holds at most ``per_client`` slots (its requests waiting
 for one included), so a flood from one host, or senders that stall mid-body, cannot take every
 slot. A request that finds every slot taken waits a short while; a freed slot goes to the
-waiting request whose address holds the fewest slots (the earliest first among equals), so a
-sender that has nothing in flight is served next however busy the others keep the bridge.
+waiting request whose address holds the fewest slots, then whose address held slots the fewest
+seconds lately (decayed, half-life ``USAGE_HALF_LIFE_S``), then the earliest. So a sender that has
+nothing in flight is served next however busy the others keep the bridge, and among those, one
+that sends a small batch now and then goes before hosts that keep asking again the moment they are
+answered (asking first is no advantage: they always have a request waiting).
 
 Slots are held while bodies arrive, so senders that send just fast enough could keep every slot
 for minutes (a 60 MB body at 100 KiB/s). When a request has waited ``cut_after_s`` and no slot is
@@ -27,6 +30,8 @@ __all__ = ["Admission", "ClientSlots", "Slot"]
 
 CUT_AFTER_S = 0.5  # how long a request waits for a free slot before a slow body is cut off for it
 CUT_BELOW_RATE = 1 << 20  # bytes per second: a body arriving slower than this (after a second) may be cut off
+USAGE_HALF_LIFE_S = 10.0  # how fast an address's slot-seconds are forgotten
+_USAGE_KEPT = 1024  # addresses whose usage is remembered before the negligible ones are forgotten
 
 
 @dataclass(eq=False)
@@ -34,6 +39,7 @@ class Slot:
     """One held slot: whose it is and how its body is arriving (the handler updates both)."""
 
     client: str
+    taken_at: float = field(default_factory=time.monotonic)
     reading_since: float | None = None  # time.monotonic() the body began to arrive; None when not reading
     received: int = 0
     cut: Callable[[], None] | None = None  # shuts the body's reading side (set by the handler)
@@ -69,6 +75,7 @@ class ClientSlots:
         self._waiting: list[tuple[int, str]] = []  # (arrival number, address)
         self._arrivals = itertools.count()
         self._slots: list[Slot] = []  # the held slots
+        self._usage: dict[str, tuple[float, float]] = {}  # address -> (slot-seconds, as of this monotonic time)
         self.cut_after_s, self.cut_below_rate = CUT_AFTER_S, CUT_BELOW_RATE
 
     def acquire(self, client: str) -> Admission:
@@ -112,6 +119,10 @@ class ClientSlots:
         client = slot.client
         with self._cond:
             self._slots.remove(slot)
+            now = time.monotonic()
+            self._usage[client] = (self._usage_of(client, now) + now - slot.taken_at, now)
+            if len(self._usage) > _USAGE_KEPT:
+                self._forget_negligible_usage(now)
             self._used -= 1
             self._held[client] -= 1
             if not self._held[client]:
@@ -145,5 +156,18 @@ class ClientSlots:
                 pass
 
     def _next(self) -> tuple[int, str]:
-        """The waiting request a free slot goes to: fewest slots held by its address, then earliest."""
-        return min(self._waiting, key=lambda t: (self._held.get(t[1], 0), t[0]))
+        """The waiting request a free slot goes to: fewest slots held by its address, then least
+        slot-time used lately by it, then earliest."""
+        now = time.monotonic()
+        return min(self._waiting, key=lambda t: (self._held.get(t[1], 0), self._usage_of(t[1], now), t[0]))
+
+    def _usage_of(self, client: str, now: float) -> float:
+        seconds, at = self._usage.get(client, (0.0, now))
+        return seconds * 0.5 ** ((now - at) / USAGE_HALF_LIFE_S)
+
+    def _forget_negligible_usage(self, now: float) -> None:
+        """Bound the table (many addresses, e.g. IPv6 senders): forgetting a small figure only
+        helps that address a little; the busiest are kept."""
+        ranked = sorted(self._usage, key=lambda c: self._usage_of(c, now), reverse=True)
+        for client in ranked[_USAGE_KEPT // 2 :]:
+            del self._usage[client]

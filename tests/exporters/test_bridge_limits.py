@@ -259,6 +259,52 @@ def test_a_freed_slot_goes_to_the_address_holding_fewest() -> None:
     assert order == ["quiet", "busy"]
 
 
+def test_among_addresses_holding_nothing_a_freed_slot_goes_to_the_one_that_used_fewest_slot_seconds_lately() -> None:
+    """A host that asks again the moment it is answered always has a request waiting, so it asked
+    first; a sender with a small batch now and then still goes before it."""
+    from otel_rl.bridge.admission import ClientSlots
+
+    slots = ClientSlots(total=1, per_client=1, wait_s=5)
+    heavy = slots.acquire("heavy").slot
+    assert heavy is not None
+    time.sleep(0.3)  # 0.3 slot-seconds used
+    slots.release(heavy)
+    other = slots.acquire("other").slot
+    assert other is not None
+    order: list[str] = []
+
+    def wait(client: str) -> None:
+        if slots.acquire(client).admitted:
+            order.append(client)
+
+    heavy_again = threading.Thread(target=wait, args=("heavy",))
+    heavy_again.start()
+    time.sleep(0.2)  # heavy waits first
+    light = threading.Thread(target=wait, args=("light",))
+    light.start()
+    time.sleep(0.2)
+    slots.release(other)
+    light.join(5)
+    assert order == ["light"]
+
+
+def test_the_usage_remembered_stays_bounded_over_many_addresses_and_keeps_the_busiest() -> None:
+    from otel_rl.bridge import admission
+    from otel_rl.bridge.admission import ClientSlots
+
+    slots = ClientSlots(total=1, per_client=1, wait_s=5)
+    heavy = slots.acquire("heavy").slot
+    assert heavy is not None
+    time.sleep(0.05)
+    slots.release(heavy)
+    for n in range(3 * admission._USAGE_KEPT):  # one short request from each of many addresses
+        slot = slots.acquire(f"10.0.{n // 256}.{n % 256}").slot
+        assert slot is not None
+        slots.release(slot)
+    assert len(slots._usage) <= admission._USAGE_KEPT
+    assert "heavy" in slots._usage
+
+
 def test_a_slow_body_is_cut_off_for_a_waiting_address_and_a_fast_one_never() -> None:
     from otel_rl.bridge.admission import ClientSlots
 
