@@ -49,6 +49,9 @@ class Received:
     spans: list[tuple[str, str, str, dict]] = field(default_factory=list)  # trace id, span id, name, attributes
     logs: list[tuple[str, dict, Any, dict]] = field(default_factory=list)  # event name, attributes, body, resource
     points: list[tuple[str, tuple, int, Any]] = field(default_factory=list)  # metric, attrs, time_unix_nano, value
+    span_resources: list[dict] = field(default_factory=list)  # the resource of spans[i]
+    span_starts: list[int] = field(default_factory=list)  # the start_time_unix_nano of spans[i]
+    point_resources: list[dict] = field(default_factory=list)  # the resource of points[i]
     requests: Counter = field(default_factory=Counter)
     headers: list[dict[str, str]] = field(default_factory=list)
     bodies: list[bytes] = field(default_factory=list)  # raw bytes as received (for secret scans)
@@ -58,9 +61,12 @@ class Received:
             self.requests[path] += 1
             if path == "/v1/traces":
                 for rs in request.resource_spans:
+                    resource = _attrs(rs.resource.attributes)
                     for ss in rs.scope_spans:
                         for s in ss.spans:
                             self.spans.append((s.trace_id.hex(), s.span_id.hex(), s.name, _attrs(s.attributes)))
+                            self.span_resources.append(resource)
+                            self.span_starts.append(s.start_time_unix_nano)
             elif path == "/v1/logs":
                 for rl in request.resource_logs:
                     resource = _attrs(rl.resource.attributes)
@@ -69,6 +75,7 @@ class Received:
                             self.logs.append((r.event_name, _attrs(r.attributes), _any_value(r.body), resource))
             else:
                 for rm in request.resource_metrics:
+                    resource = _attrs(rm.resource.attributes)
                     for sm in rm.scope_metrics:
                         for m in sm.metrics:
                             kind = m.WhichOneof("data")
@@ -80,6 +87,7 @@ class Received:
                                 )
                                 attrs = tuple(sorted((k, str(v)) for k, v in _attrs(p.attributes).items()))
                                 self.points.append((m.name, attrs, p.time_unix_nano, value))
+                                self.point_resources.append(resource)
 
     def counts(self) -> dict[str, int]:
         with self.lock:

@@ -32,6 +32,8 @@ AGENT = OTELCOL_DIR / "agent.yaml"
 GATEWAY = OTELCOL_DIR / "gateway.yaml"
 BRIDGE_OVERLAY = OTELCOL_DIR / "gateway-bridge.yaml"
 ENGINES_OVERLAY = OTELCOL_DIR / "agent-engines.yaml"
+GATEWAYS_OVERLAY = OTELCOL_DIR / "agent-gateways.yaml"
+BEHIND_AGENTS_OVERLAY = OTELCOL_DIR / "gateway-behind-agents.yaml"
 README = REPO_ROOT / "collector-config" / "README.md"
 
 KINDS = ("receivers", "processors", "exporters", "connectors", "extensions")
@@ -46,6 +48,7 @@ DEPRECATED_TYPES = {
     "resourcedetection": "resource_detection",
     "prometheusremotewrite": "prometheus_remote_write",
     "healthcheck": "health_check",
+    "loadbalancing": "load_balancing",
     "memorylimiter": "memory_limiter",
 }
 
@@ -81,15 +84,23 @@ def configs() -> dict[str, dict[str, Any]]:
         "gateway": gateway,
         "gateway+bridge": merge(gateway, load(BRIDGE_OVERLAY)),
         "agent+engines": merge(agent, load(ENGINES_OVERLAY)),
+        "agent+gateways": merge(agent, load(GATEWAYS_OVERLAY)),
+        "gateway+behind-agents": merge(gateway, load(BEHIND_AGENTS_OVERLAY)),
     }
 
 
-CONFIG_IDS = ["agent", "gateway", "gateway+bridge", "agent+engines"]
+CONFIG_IDS = ["agent", "gateway", "gateway+bridge", "agent+engines", "agent+gateways", "gateway+behind-agents"]
+# What an overlay takes out of its base's pipelines stays defined (the collector builds only what
+# a pipeline uses): the single gateway's exporter, where the agent balances over several.
+REPLACED = {"agent+gateways": {"otlp_grpc/gateway"}}
 
 
 @pytest.fixture(params=CONFIG_IDS)
 def config(request: pytest.FixtureRequest) -> dict[str, Any]:
-    return configs()[request.param]
+    config = configs()[request.param]
+    for component_id in REPLACED.get(request.param, ()):
+        del config["exporters"][component_id]
+    return config
 
 
 def with_defaults(value: Any) -> Any:
@@ -157,7 +168,7 @@ def exporter(config: dict[str, Any], exporter_type: str) -> tuple[str, dict[str,
 
 def test_every_collector_config_yaml_parses() -> None:
     files = sorted((REPO_ROOT / "collector-config").rglob("*.y*ml"))
-    assert {AGENT, GATEWAY, BRIDGE_OVERLAY, ENGINES_OVERLAY} <= set(files)
+    assert {AGENT, GATEWAY, BRIDGE_OVERLAY, ENGINES_OVERLAY, GATEWAYS_OVERLAY, BEHIND_AGENTS_OVERLAY} <= set(files)
     for path in files:
         with path.open(encoding="utf-8") as f:
             assert yaml.safe_load(f) is not None, f"{path} is empty"
@@ -183,7 +194,14 @@ def validate(otelcol: Path, files: list[Path], env: dict[str, str] | None = None
     return subprocess.run(args, capture_output=True, text=True, timeout=60, env={**clean, **(env or {})})
 
 
-SHIPPED = {"agent": [AGENT], "gateway": [GATEWAY], "gateway+bridge": [GATEWAY, BRIDGE_OVERLAY], "agent+engines": [AGENT, ENGINES_OVERLAY]}
+SHIPPED = {
+    "agent": [AGENT],
+    "gateway": [GATEWAY],
+    "gateway+bridge": [GATEWAY, BRIDGE_OVERLAY],
+    "agent+engines": [AGENT, ENGINES_OVERLAY],
+    "agent+gateways": [AGENT, GATEWAYS_OVERLAY],
+    "gateway+behind-agents": [GATEWAY, BEHIND_AGENTS_OVERLAY],
+}
 
 
 @pytest.mark.e2e
@@ -337,6 +355,37 @@ def test_engines_overlay_scrapes_only_engine_families_and_labels_them_with_the_e
     assert f'attributes["{A.SERVER_ADDRESS}"]' in statements and f'attributes["{A.SERVER_PORT}"]' in statements
     pipeline = merged["service"]["pipelines"]["metrics/engines"]
     assert pipeline["receivers"] == ["prometheus/engines"] and pipeline["exporters"] == ["otlp_grpc/gateway"]
+
+
+def test_gateways_overlay_routes_steps_by_trace_and_each_ranks_series_by_resource() -> None:
+    agent = configs()["agent+gateways"]
+    routing = {signal: agent["exporters"][pipelines(agent)[signal]["exporters"][0]]["routing_key"] for signal in SIGNALS}
+    assert routing == {"traces": "traceID", "metrics": "resource", "logs": "resource"}
+    hostnames = with_defaults(agent["exporters"]["load_balancing/traces"]["resolver"]["static"]["hostnames"])
+    assert isinstance(hostnames, list) and len(hostnames) >= 2, hostnames
+
+
+def test_gateways_overlay_keeps_a_down_gateways_batches_on_disk_and_never_acknowledges_them_early() -> None:
+    agent = configs()["agent+gateways"]
+    for exporter_id in (pipelines(agent)[signal]["exporters"][0] for signal in SIGNALS):
+        body = agent["exporters"][exporter_id]
+        per_gateway = body["protocol"]["otlp"]
+        assert per_gateway["sending_queue"]["enabled"] is False, f"{exporter_id}: a per-gateway queue in memory acknowledges early"
+        assert seconds(per_gateway["retry_on_failure"]["max_elapsed_time"]) == 0, exporter_id
+        assert body["sending_queue"]["storage"] in agent["service"]["extensions"], exporter_id
+        # without it the exporter's 5 s default cuts the per-gateway retries short and the batch is dropped
+        assert seconds(body["timeout"]) >= 3600, exporter_id
+        assert body["retry_on_failure"]["enabled"] is True and seconds(body["retry_on_failure"]["max_elapsed_time"]) == 0
+
+
+def test_span_metrics_move_to_the_agents_with_the_gateways_settings_and_the_gateways_count_none() -> None:
+    agent, gateway, behind = configs()["agent+gateways"], load(GATEWAY), configs()["gateway+behind-agents"]
+    assert agent["connectors"]["span_metrics"] == gateway["connectors"]["span_metrics"]
+    assert agent["processors"]["filter/rl_spans"] == gateway["processors"]["filter/rl_spans"]
+    assert "span_metrics" in pipelines(agent)["metrics"]["receivers"]
+    assert pipelines(agent)["traces/span_metrics"]["exporters"] == ["span_metrics"]
+    filters = [behind["processors"][p] for p in pipelines(behind)["traces/span_metrics"]["processors"] if p.startswith("filter/")]
+    assert any(f["traces"]["span"] == ["true"] for f in filters), "the gateway behind agents still counts spans"
 
 
 # --------------------------------------------------------------------------- gateway
