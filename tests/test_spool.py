@@ -92,6 +92,47 @@ def test_outage_keeps_everything_on_disk_and_recovery_delivers_it_in_order(tmp_p
     assert not segments(tmp_path / "spool")  # delivered segments are deleted
 
 
+def test_records_within_send_every_s_go_in_one_request_and_a_flush_sends_them_at_once(tmp_path: Path) -> None:
+    from otel_rl._sdk.spool.delivery import SEND_EVERY_S
+
+    with OtlpSink() as sink:
+        spool = Spool(tmp_path / "spool", 2**20)
+        spool.attach(LOGS, log_transport(sink.endpoint))
+        spool.append(LOGS, log_request(0, 2), 2)  # the first after a quiet spell goes at once
+        wait_until(lambda: len(received_indices(sink)) == 2, 3, "the first record")
+        for k in range(1, 6):  # five steps' records, 0.1 s apart
+            spool.append(LOGS, log_request(2 * k, 2), 2)
+            time.sleep(0.1)
+        time.sleep(min(0.5, SEND_EVERY_S / 4))
+        assert len(received_indices(sink)) == 2, "each record went in a request of its own"
+        start = time.monotonic()
+        assert spool.wait_delivered(LOGS, 5)  # a flush does not wait for the next turn
+        assert time.monotonic() - start < 1.0
+        assert received_indices(sink) == list(range(12))  # all, once, in order
+        assert sink.received.requests["/v1/logs"] == 2
+        spool.close()
+
+
+def test_a_combined_request_refused_is_sent_again_record_by_record_and_only_a_refused_one_is_dropped(tmp_path: Path) -> None:
+    answers = [400]  # the combined request is refused; each record alone is taken
+    asked: list[str] = []
+
+    def status(path: str) -> int | None:
+        asked.append(path)
+        return answers.pop(0) if answers else None
+
+    with OtlpSink(status=status) as sink:
+        spool = Spool(tmp_path / "spool", 2**20)
+        for k in range(3):  # stored before the sender starts: its first request holds all three
+            spool.append(LOGS, log_request(k, 1), 1)
+        spool.attach(LOGS, log_transport(sink.endpoint))
+        assert spool.drain(10)
+        assert received_indices(sink) == [0, 1, 2]
+        assert len(asked) == 4 and sink.received.requests["/v1/logs"] == 3  # the combined one (refused), then one each
+        assert spool.stats()[LOGS].dropped_total == 0
+        spool.close()
+
+
 def test_past_the_bound_the_oldest_is_dropped_and_counted_exactly(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     port = free_port()
     drops: list[tuple[str, str, int]] = []

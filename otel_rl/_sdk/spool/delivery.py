@@ -29,6 +29,13 @@ BACKEND_REJECTED = A.RlTelemetryDropReasonValues.BACKEND_REJECTED.value
 _MIN_BACKOFF_S = 0.25
 _MAX_BACKOFF_S = 5.0
 _IDLE_WAIT_S = 60.0  # an idle sender's wait when nothing wakes it
+# At most one request per signal this often: what arrives meanwhile (a step's spans, a step's
+# events) waits on disk and goes in the next request, so a job at a step a second pays for one
+# request every few seconds, not one per step. The first records after a quiet spell, a flush and
+# a shutdown go at once.
+SEND_EVERY_S = 5.0
+# One request's stored payloads, together: well under the 4 MiB a collector's gRPC receiver takes.
+BATCH_BYTES = 2 << 20
 
 
 @dataclass
@@ -73,7 +80,9 @@ class SignalState:
         self.kick = threading.Event()  # cut a backoff short (shutdown)
         self.idle = threading.Event()  # set while nothing is pending or in flight
         self.idle.set()
-        self.inflight: Record | None = None
+        self.inflight: list[Record] = []  # the records of the request being sent
+        self.hurry = threading.Event()  # a flush or a shutdown waits: send what is pending now
+        self.last_send = float("-inf")  # monotonic time of the last request
         self.failing_since: float | None = None  # monotonic time of the first failure of an outage
         self.last_error = ""
         self.transport: HttpTransport | GrpcTransport | None = None
@@ -117,71 +126,143 @@ class SpoolDelivery:
             if backoff:  # new records do not cut this short: a dead collector is not hammered
                 state.kick.wait(backoff)
                 state.kick.clear()
+            elif self._linger(state):
+                continue
             with self._lock:
                 if self._stopping or state.gave_up:
                     return
-                if not state.records:
-                    state.inflight = None
+                batch = self._take_batch_locked(state)
+                if not batch:
                     state.idle.set()
+                    state.hurry.clear()
                     # Under the lock: append() refuses once closed, so nothing can come after this
                     # check. Read outside it, a last batch appended just before the close was left.
                     if state.closed:
                         return
-                    record = None
-                else:
-                    record = state.inflight = state.records[0]
-                    segment = state.segments.get(record.seq)
-            if record is None:
+                paths = [state.segments[r.seq].path if r.seq in state.segments else None for r in batch]
+            if not batch:
                 # Whatever gives this thread work sets ``wake`` (an append, a shutdown, a close): the
                 # timeout is only a safety net, long because each timed wake-up costs the process CPU.
                 state.wake.wait(_IDLE_WAIT_S)
                 state.wake.clear()
                 continue
-            try:
-                payload = read_payload(segment.path if segment else None, record)
-            except (OSError, ValueError):
-                payload = None
-            if payload is None:  # its file vanished (dropped meanwhile) or is damaged
-                self._ack(state, record, delivered=False, reason=SPOOL_FULL)
+            payloads = self._read_batch(state, batch, paths)
+            if not payloads:
                 continue
             timeout = transport.timeout_s
             if self._deadline is not None:
                 timeout = min(timeout, self._deadline - time.monotonic())
                 if timeout <= 0:
                     with self._lock:
-                        state.inflight = None
+                        state.inflight = []
                         state.gave_up = True
                         state.idle.set()
                     return
+            state.last_send = time.monotonic()
+            # Serialized OTLP requests hold one repeated field each: their bytes put end to end
+            # are one request holding all their resources (protobuf's rule for repeated fields).
+            outcome = self._send(transport, b"".join(payload for _, payload in payloads), timeout)
+            outcomes = [(record, outcome) for record, _ in payloads]
+            if outcome.permanent and len(payloads) > 1:  # one bad record must not take the others with it
+                outcomes = []
+                for record, payload in payloads:
+                    outcomes.append((record, self._send(transport, payload, timeout)))
+                    if not outcomes[-1][1].ok and not outcomes[-1][1].permanent:
+                        break  # the rest stay pending, in order
+            backoff = self._settle(state, [record for record, _ in payloads], outcomes, backoff)
+            if backoff < 0:
+                return
+
+    def _linger(self, state: SignalState) -> bool:
+        """Wait out the rest of SEND_EVERY_S since the last request; True if it waited."""
+        wait = state.last_send + SEND_EVERY_S - time.monotonic()
+        if wait <= 0 or state.hurry.is_set() or self._deadline is not None:
+            return False
+        with self._lock:
+            pending = 0
+            for record in state.records:  # (stops at a request's worth: a backlog can be long)
+                pending += record.length
+                if pending >= BATCH_BYTES:
+                    return False
+            if not pending:
+                return False
+        state.hurry.wait(wait)
+        return True
+
+    def _take_batch_locked(self, state: SignalState) -> list[Record]:
+        """The oldest pending records, up to BATCH_BYTES together (one at least), now in flight."""
+        batch: list[Record] = []
+        size = 0
+        for record in state.records:
+            if batch and size + record.length > BATCH_BYTES:
+                break
+            batch.append(record)
+            size += record.length
+        state.inflight = batch
+        return batch
+
+    def _read_batch(self, state: SignalState, batch: list[Record], paths: list[Any]) -> list[tuple[Record, bytes]]:
+        """The batch's records with their payloads. A first record whose file vanished (dropped
+        meanwhile) or is damaged is acknowledged as lost; past the first, such a record and those
+        after it wait for the next request."""
+        payloads: list[tuple[Record, bytes]] = []
+        for record, path in zip(batch, paths, strict=True):
             try:
-                outcome = transport.send(payload, timeout)
-            except Exception as exc:  # noqa: BLE001 - a transport bug must not kill delivery
-                outcome = Outcome(False, detail=_short(f"{type(exc).__name__}: {exc}"))
+                payload = read_payload(path, record)
+            except (OSError, ValueError):
+                payload = None
+            if payload is None:
+                if not payloads:
+                    self._ack(state, record, delivered=False, reason=SPOOL_FULL)
+                    continue
+                break
+            payloads.append((record, payload))
+        with self._lock:
+            state.inflight = [record for record, _ in payloads]
+        return payloads
+
+    @staticmethod
+    def _send(transport: HttpTransport | GrpcTransport, payload: bytes, timeout: float) -> Outcome:
+        try:
+            return transport.send(payload, timeout)
+        except Exception as exc:  # noqa: BLE001 - a transport bug must not kill delivery
+            return Outcome(False, detail=_short(f"{type(exc).__name__}: {exc}"))
+
+    def _settle(self, state: SignalState, sent: list[Record], outcomes: list[tuple[Record, Outcome]], backoff: float) -> float:
+        """Acknowledge what was delivered or refused of the ``sent`` records; the next backoff
+        (0 after a success, -1: stop, shutting down)."""
+        failure = next((o for _, o in outcomes if not o.ok and not o.permanent), None)
+        settled = 0
+        for record, outcome in outcomes:
             if outcome.ok:
                 self._ack(state, record, delivered=True)
-                self._recovered(state)
-                backoff = 0.0
             elif outcome.permanent:
                 self._report_rejected(state, outcome)
                 self._ack(state, record, delivered=False, reason=BACKEND_REJECTED)
             else:
-                self._failed(state, outcome)
-                with self._lock:
-                    state.inflight = None
-                    if record.orphaned:  # dropped from disk while we tried: it is lost now
-                        self._count_drop(state, SPOOL_FULL, record.items)
-                    if self._deadline is not None:  # shutting down: keep the rest for the next start
-                        state.gave_up = True
-                        state.idle.set()
-                        return
-                    if not state.records:
-                        state.idle.set()
-                backoff = min(max(backoff * 2, _MIN_BACKOFF_S), _MAX_BACKOFF_S)
+                break
+            settled += 1
+        if failure is None:
+            self._recovered(state)
+            return 0.0
+        self._failed(state, failure)
+        with self._lock:
+            state.inflight = []
+            for record in sent[settled:]:
+                if record.orphaned:  # dropped from disk while we tried: it is lost now
+                    self._count_drop(state, SPOOL_FULL, record.items)
+            if self._deadline is not None:  # shutting down: keep the rest for the next start
+                state.gave_up = True
+                state.idle.set()
+                return -1.0
+            if not state.records:
+                state.idle.set()
+        return min(max(backoff * 2, _MIN_BACKOFF_S), _MAX_BACKOFF_S)
 
     def _ack(self, state: SignalState, record: Record, *, delivered: bool, reason: str = "") -> None:
         cursor: tuple[int, int] | None = None
         with self._lock:
-            state.inflight = None
+            state.inflight = [r for r in state.inflight if r is not record]
             if record.orphaned:
                 if not delivered:
                     self._count_drop(state, reason or SPOOL_FULL, record.items)
@@ -274,6 +355,7 @@ class SpoolDelivery:
         is unreachable: a flush must not hold the training loop for the length of an outage."""
         state = self._signals[signal]
         end = time.monotonic() + max(timeout_s, 0.0)
+        state.hurry.set()
         while not state.idle.is_set():
             if state.failing_since is not None or state.thread is None or not state.thread.is_alive():
                 return False
@@ -287,6 +369,8 @@ class SpoolDelivery:
         """Wait until every attached signal has delivered everything, for at most ``timeout_s``;
         with ``give_up_after_s``, stop early once every pending signal has failed that long."""
         end = time.monotonic() + timeout_s
+        for state in self._signals.values():
+            state.hurry.set()
         while True:
             busy = [st for st in self._signals.values() if st.transport is not None and not st.idle.is_set()]
             if not busy:

@@ -265,16 +265,17 @@ class Spool(SpoolDelivery):
         dropped = 0
         while state.records and state.records[0].seq == segment.seq:
             record = state.records.popleft()
-            if record is state.inflight:  # being sent now: its outcome decides (see _ack)
+            if any(record is sent for sent in state.inflight):  # being sent now: its outcome decides (see _ack)
                 record.orphaned = True
                 continue
             dropped += record.items
-        if state.inflight is not None and state.inflight.seq == segment.seq:
-            state.inflight.orphaned = True
+        for sent in state.inflight:
+            if sent.seq == segment.seq:
+                sent.orphaned = True
         self._remove_segment_locked(state, segment)
         if dropped:
             self._count_drop(state, SPOOL_FULL, dropped)
-        if not state.records and state.inflight is None:
+        if not state.records and not state.inflight:
             state.idle.set()
         return True
 
@@ -319,6 +320,7 @@ class Spool(SpoolDelivery):
             self._deadline = time.monotonic() + (self.shutdown_timeout_s if timeout_s is None else timeout_s)
             for state in self._signals.values():
                 state.kick.set()  # skip any backoff: one more try now
+                state.hurry.set()
                 state.wake.set()
 
     def close_signal(self, signal: str, timeout_s: float | None = None) -> bool:
