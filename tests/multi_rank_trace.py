@@ -9,8 +9,8 @@ from pathlib import Path
 
 from opentelemetry import trace
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter
 
 from otel_rl.exporters import OtlpJsonSpanExporter
 from otel_rl.exporters.files import rank_file_name
@@ -34,21 +34,48 @@ EXECUTE = A.RlStagePhaseValues.EXECUTE.value
 SECOND = 1_000_000_000
 
 
+class _Collected(SpanProcessor):
+    """Every span of every rank held, then handed to one exporter in chunks (one request each)."""
+
+    def __init__(self) -> None:
+        self.spans: list[ReadableSpan] = []
+
+    def on_end(self, span: ReadableSpan) -> None:
+        self.spans.append(span)
+
+    def export(self, exporter: SpanExporter, chunk: int = 1000) -> None:
+        for at in range(0, len(self.spans), chunk):
+            exporter.export(self.spans[at : at + chunk])
+        exporter.shutdown()
+
+
 def write_multi_rank_steps(
-    run_dir: Path, ranks: int, steps: tuple[int, ...] = (1,), straggler: tuple[int, str] | None = None, seed: int = 0
+    run_dir: Path,
+    ranks: int,
+    steps: tuple[int, ...] = (1,),
+    straggler: tuple[int, str] | None = None,
+    seed: int = 0,
+    exporter: SpanExporter | None = None,
+    start_s: int = 1_700_000_000,
 ) -> None:
     """``ranks`` ranks' spans of ``steps``; ``straggler`` (rank, span name): that stage takes twice as
-    long there. Each rank's stage has an execute phase of half its time."""
+    long there. Each rank's stage has an execute phase of half its time. Into ``run_dir`` (one
+    traces file per rank), or with ``exporter`` (e.g. OTLP to a trace store) all through it. The
+    first step starts at ``start_s`` (Unix seconds); the next ones a minute apart."""
     rng = random.Random(seed)
     run_dir.mkdir(parents=True, exist_ok=True)
     providers = []
+    collected = _Collected()
     for rank in range(ranks):
         resource = Resource.create({SERVICE_NAME: "multi-rank", A.RL_RUN_ID: "run-1", A.RL_RANK: rank})
         provider = TracerProvider(resource=resource)
-        provider.add_span_processor(SimpleSpanProcessor(OtlpJsonSpanExporter(run_dir / rank_file_name(TRACES_FILE, rank))))
+        if exporter is None:
+            provider.add_span_processor(SimpleSpanProcessor(OtlpJsonSpanExporter(run_dir / rank_file_name(TRACES_FILE, rank))))
+        else:
+            provider.add_span_processor(collected)
         providers.append(provider)
     for n, step in enumerate(steps):
-        start = (1_700_000_000 + 60 * n) * SECOND
+        start = (start_s + 60 * n) * SECOND
         root = providers[0].get_tracer("otel_rl").start_span(N.RL_STEP_SPAN, attributes={A.RL_STEP: step}, start_time=start)
         parent = trace.set_span_in_context(root)
         end = start
@@ -67,3 +94,5 @@ def write_multi_rank_steps(
         root.end(end_time=end)
     for provider in providers:
         provider.shutdown()
+    if exporter is not None:
+        collected.export(exporter)
