@@ -113,6 +113,19 @@ def test_records_within_send_every_s_go_in_one_request_and_a_flush_sends_them_at
         spool.close()
 
 
+def test_closing_ends_a_sender_waiting_for_its_turn_at_once_and_leaves_its_records_on_disk(tmp_path: Path) -> None:
+    with OtlpSink() as sink:
+        spool = Spool(tmp_path / "spool", 2**20)
+        spool.attach(LOGS, log_transport(sink.endpoint))
+        spool.append(LOGS, log_request(0, 1), 1)
+        wait_until(lambda: received_indices(sink) == [0], 3, "the first record")
+        spool.append(LOGS, log_request(1, 1), 1)  # waits for the sender's next turn
+        time.sleep(0.2)
+        spool.close()
+        wait_until(lambda: not [t for t in threading.enumerate() if t.name == "otel-rl-spool-logs"], 1.0, "the sender ended")
+        assert received_indices(sink) == [0] and segments(tmp_path / "spool")
+
+
 def test_a_combined_request_refused_is_sent_again_record_by_record_and_only_a_refused_one_is_dropped(tmp_path: Path) -> None:
     answers = [400]  # the combined request is refused; each record alone is taken
     asked: list[str] = []

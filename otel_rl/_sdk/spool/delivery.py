@@ -176,7 +176,7 @@ class SpoolDelivery:
     def _linger(self, state: SignalState) -> bool:
         """Wait out the rest of SEND_EVERY_S since the last request; True if it waited."""
         wait = state.last_send + SEND_EVERY_S - time.monotonic()
-        if wait <= 0 or state.hurry.is_set() or self._deadline is not None:
+        if wait <= 0 or state.hurry.is_set() or self._deadline is not None or self._stopping:
             return False
         with self._lock:
             pending = 0

@@ -360,6 +360,7 @@ class Spool(SpoolDelivery):
                     self._close_active_locked(state)
         for state in self._signals.values():
             state.kick.set()
+            state.hurry.set()  # a sender waiting for its next turn ends now
             state.wake.set()
         pending = {s: sum(r.items for r in st.records) for s, st in self._signals.items() if st.records}
         if pending and self._announce and os.getpid() == self._pid:
