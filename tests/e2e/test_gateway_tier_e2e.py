@@ -8,7 +8,7 @@ moves its ports onto free loopback ones. The two gateways are the same collector
 config (tests/local_collector.py): what the agent's routing and queue do is under test here; the
 shipped gateway files are checked by `validate` (tests/test_collector_config.py).
 
-While the ranks run, gateway B is stopped (SIGTERM: it forwards what it had accepted) for 7 s and
+Once the ranks step, gateway B is stopped (SIGTERM: it forwards what it had accepted) for 7 s and
 started again on the same ports. Then, across both receivers:
 - every rank's rl.log event of every step arrived exactly once, and every span exactly once;
 - spans of steps sent while B was down reached B (they waited in the agent's queue on disk);
@@ -47,7 +47,7 @@ RANKS = 8
 STEPS = 40
 STEP_PERIOD_S = 0.15
 STAGES = ("generate", "train_step")
-OUTAGE = (1.5, 8.5)  # seconds after the ranks start: B is down in between, longer than an exporter's 5 s default timeout
+OUTAGE_S = 7.0  # B is down this long once the ranks step: longer than an exporter's 5 s default timeout
 SPAN_METRICS_CALLS = "traces.span.metrics.calls"
 
 RANK = """
@@ -137,10 +137,14 @@ def test_a_gateway_stopped_mid_run_loses_nothing_and_the_agent_spreads_and_keeps
     outage: list[float] = []
 
     def stop_and_restart_b() -> None:
-        time.sleep(OUTAGE[0])
+        # once the ranks are stepping (their first events arrived): starting 8 processes on a busy
+        # machine can take longer than the whole run takes afterwards
+        end = time.monotonic() + 60
+        while not (a.events(N.RL_LOG_EVENT) or b.events(N.RL_LOG_EVENT)) and time.monotonic() < end:
+            time.sleep(0.05)
         gateway_b.stop()
         outage.append(time.time())
-        time.sleep(OUTAGE[1] - OUTAGE[0])
+        time.sleep(OUTAGE_S)
         outage.append(time.time())
         gateway_b.start()
 
