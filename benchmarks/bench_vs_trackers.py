@@ -25,7 +25,9 @@ ranks: 16 processes, each an otel-rl rank (RANK=i, WORLD_SIZE=16) logging 250 ke
 spans at one step per second over OTLP/gRPC into one OpenTelemetry Collector (the build of
 collector-config/builder-config.yaml), which forwards to a counting receiver.
 Checked: every rl.log event and span arrived (no drops); reported: each rank's CPU time per step,
-against the same loop with exporters=none (the exporter's share is the difference).
+against the same loop with exporters=none (the exporter's share is the difference), and the
+collector's whole-process CPU and forwarded bytes per rank per step (a forwarding config, not
+the gateway's pipelines: a partial figure for ranks per collector core).
 
 rss: one process logs 100k steps of 250 keys as fast as the worker keeps up (flush every 1000
 steps), exporting over OTLP/HTTP to a receiver in another process; RSS is sampled at 10k steps
@@ -269,6 +271,7 @@ print(json.dumps({{"rank": rank, "cpu_s": cpu, "rss_mb": proc.memory_info().rss 
 
 
 def bench_ranks(steps: int = 30, ranks: int = 16) -> dict[str, Any]:
+    import psutil
     from go_builds import collector_binary
     from local_collector import Collector
     from otlp_sink import OtlpSink
@@ -281,7 +284,10 @@ def bench_ranks(steps: int = 30, ranks: int = 16) -> dict[str, Any]:
         collector.start()
         grpc_port = collector.grpc_port
         try:
+            collector_proc = psutil.Process(collector.process.pid) if collector.process else None
             for mode in ("none", "otlp"):
+                cpu0 = sum(collector_proc.cpu_times()[:2]) if collector_proc else 0.0
+                bytes0 = sum(len(body) for body in sink.received.bodies)
                 procs = [
                     subprocess.Popen(
                         [
@@ -306,6 +312,13 @@ def bench_ranks(steps: int = 30, ranks: int = 16) -> dict[str, Any]:
             while len(sink.received.events(N.RL_LOG_EVENT)) < ranks * steps and time.monotonic() < deadline:
                 time.sleep(0.2)
             time.sleep(1.0)
+            # The collector's whole process while it took the otlp ranks' data (a forwarding config,
+            # not the gateway's pipelines: partial), and what it forwarded (gzip, after batching).
+            if collector_proc:
+                cpu_ms = (sum(collector_proc.cpu_times()[:2]) - cpu0) * 1e3
+                results["collector_cpu_ms_per_rank_step"] = round(cpu_ms / (ranks * steps), 3)
+                results["ranks_per_collector_core_at_1_step_per_s"] = int(1000 / max(cpu_ms / (ranks * steps), 1e-9))
+            results["forwarded_bytes_per_rank_step"] = int((sum(len(b) for b in sink.received.bodies) - bytes0) / (ranks * steps))
         finally:
             collector.stop(timeout_s=15)
         events = sink.received.events(N.RL_LOG_EVENT)
