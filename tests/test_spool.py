@@ -126,6 +126,30 @@ def test_closing_ends_a_sender_waiting_for_its_turn_at_once_and_leaves_its_recor
         assert received_indices(sink) == [0] and segments(tmp_path / "spool")
 
 
+def test_a_record_dropped_from_disk_while_its_request_is_read_is_counted_as_dropped(tmp_path: Path, monkeypatch) -> None:
+    from otel_rl._sdk.spool import delivery
+
+    real_read, reads = delivery.read_payload, []
+    with OtlpSink() as sink:
+        spool = Spool(tmp_path / "spool", 3300, segment_bytes=1)  # a segment per record
+        for k in range(3):  # stored before the sender starts: its first request takes all three
+            spool.append(LOGS, log_request(k, 1, pad=900), 1)
+
+        def read_while_the_bound_is_hit(path: Any, record: Any) -> bytes | None:
+            reads.append(record)
+            if len(reads) == 2:  # a new record past the bound drops the two oldest, both in flight
+                spool.append(LOGS, log_request(3, 1, pad=1900), 1)
+            return real_read(path, record)
+
+        monkeypatch.setattr(delivery, "read_payload", read_while_the_bound_is_hit)
+        spool.attach(LOGS, log_transport(sink.endpoint))
+        assert spool.drain(10)
+        stats = spool.stats()[LOGS]
+        assert received_indices(sink) == [0, 2, 3]
+        assert (stats.appended, stats.delivered, stats.dropped.get(SPOOL_FULL, 0)) == (4, 3, 1)
+        spool.close()
+
+
 def test_a_combined_request_refused_is_sent_again_record_by_record_and_only_a_refused_one_is_dropped(tmp_path: Path) -> None:
     answers = [400]  # the combined request is refused; each record alone is taken
     asked: list[str] = []

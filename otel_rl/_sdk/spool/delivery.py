@@ -155,6 +155,7 @@ class SpoolDelivery:
                 if timeout <= 0:
                     with self._lock:
                         state.inflight = []
+                        self._count_orphans_locked(state, [record for record, _ in payloads])
                         state.gave_up = True
                         state.idle.set()
                     return
@@ -206,7 +207,8 @@ class SpoolDelivery:
         meanwhile) or is damaged is acknowledged as lost; past the first, such a record and those
         after it wait for the next request."""
         payloads: list[tuple[Record, bytes]] = []
-        for record, path in zip(batch, paths, strict=True):
+        left: list[Record] = []
+        for at, (record, path) in enumerate(zip(batch, paths, strict=True)):
             try:
                 payload = read_payload(path, record)
             except (OSError, ValueError):
@@ -215,11 +217,20 @@ class SpoolDelivery:
                 if not payloads:
                     self._ack(state, record, delivered=False, reason=SPOOL_FULL)
                     continue
+                left = batch[at:]
                 break
             payloads.append((record, payload))
         with self._lock:
             state.inflight = [record for record, _ in payloads]
+            self._count_orphans_locked(state, left)
         return payloads
+
+    def _count_orphans_locked(self, state: SignalState, records: list[Record]) -> None:
+        """Records taken off the request whose segment was dropped meanwhile (the drop left their
+        count to whoever sent them): lost now, counted."""
+        for record in records:
+            if record.orphaned:
+                self._count_drop(state, SPOOL_FULL, record.items)
 
     @staticmethod
     def _send(transport: HttpTransport | GrpcTransport, payload: bytes, timeout: float) -> Outcome:
@@ -248,9 +259,7 @@ class SpoolDelivery:
         self._failed(state, failure)
         with self._lock:
             state.inflight = []
-            for record in sent[settled:]:
-                if record.orphaned:  # dropped from disk while we tried: it is lost now
-                    self._count_drop(state, SPOOL_FULL, record.items)
+            self._count_orphans_locked(state, sent[settled:])  # dropped from disk while we tried
             if self._deadline is not None:  # shutting down: keep the rest for the next start
                 state.gave_up = True
                 state.idle.set()
