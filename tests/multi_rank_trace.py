@@ -32,6 +32,7 @@ STAGES = (
 TRAIN_STEP_SPAN = STAGES[2][0]
 EXECUTE = A.RlStagePhaseValues.EXECUTE.value
 SECOND = 1_000_000_000
+SERVICE = "multi-rank"  # every rank's service.name
 
 
 class _Collected(SpanProcessor):
@@ -67,7 +68,7 @@ def write_multi_rank_steps(
     providers = []
     collected = _Collected()
     for rank in range(ranks):
-        resource = Resource.create({SERVICE_NAME: "multi-rank", A.RL_RUN_ID: "run-1", A.RL_RANK: rank})
+        resource = Resource.create({SERVICE_NAME: SERVICE, A.RL_RUN_ID: "run-1", A.RL_RANK: rank})
         provider = TracerProvider(resource=resource)
         if exporter is None:
             provider.add_span_processor(SimpleSpanProcessor(OtlpJsonSpanExporter(run_dir / rank_file_name(TRACES_FILE, rank))))

@@ -30,6 +30,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from go_builds import collector_binary  # noqa: E402
@@ -46,9 +47,12 @@ OTELCOL = REPO / "collector-config" / "otelcol"
 RANKS = 8
 STEPS = 40
 STEP_PERIOD_S = 0.15
-STAGES = ("generate", "train_step")
+STAGES = (A.RlStageValues.GENERATE.value, A.RlStageValues.TRAIN_STEP.value)
 OUTAGE_S = 7.0  # B is down this long once the ranks step: longer than an exporter's 5 s default timeout
-SPAN_METRICS_CALLS = "traces.span.metrics.calls"
+# The span_metrics connector's names: its namespace in the shipped files, its own calls counter and
+# span name dimension (the connector's, not otel-rl's conventions).
+SPAN_METRICS_CALLS = yaml.safe_load((OTELCOL / "agent-gateways.yaml").read_text())["connectors"]["span_metrics"]["namespace"] + ".calls"
+SPAN_NAME = "span.name"
 
 RANK = """
 import sys, time
@@ -108,7 +112,7 @@ def calls_by_rank(received: Received) -> dict[tuple[int, str], int]:
     with received.lock:
         for (name, attrs, at, value), resource in zip(received.points, received.point_resources, strict=True):
             if name == SPAN_METRICS_CALLS:
-                key = (rank_of(resource), dict(attrs)["span.name"])
+                key = (rank_of(resource), dict(attrs)[SPAN_NAME])
                 if key not in latest or at >= latest[key][0]:
                     latest[key] = (at, int(value))
     return {key: value for key, (_, value) in latest.items()}
@@ -157,7 +161,11 @@ def test_a_gateway_stopped_mid_run_loses_nothing_and_the_agent_spreads_and_keeps
     assert len(outage) == 2
 
     expected_events = {(r, s) for r in range(RANKS) for s in range(STEPS)}
-    expected_calls = {(r, name): STEPS for r in range(RANKS) for name in (N.RL_STEP_SPAN, *(f"rl.{s}" for s in STAGES))}
+    expected_calls = {
+        (r, name): STEPS
+        for r in range(RANKS)
+        for name in (N.RL_STEP_SPAN, *(N.RL_STAGE_SPAN_TEMPLATE.replace("<stage>", s) for s in STAGES))
+    }
 
     def step_events(received: Received) -> list[tuple[int, int]]:
         return [(rank_of(resource), int(attrs[A.RL_STEP])) for _, attrs, _, resource in received.events(N.RL_LOG_EVENT)]

@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from multi_rank_trace import TRAIN_STEP_SPAN, write_multi_rank_steps
+from multi_rank_trace import SERVICE, TRAIN_STEP_SPAN, write_multi_rank_steps
 
 pytestmark = pytest.mark.e2e
 
 RANKS = 64
 STRAGGLER = 21
-SERVICE = "multi-rank"  # the service write_multi_rank_steps names: only this test writes it here
+# (SERVICE: the service write_multi_rank_steps names; only this test writes it into the stack's Jaeger)
 
 
 def trace_command(*args: str) -> subprocess.CompletedProcess[str]:
