@@ -35,7 +35,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
 TARGET_SECONDS = 3.0
-PORT_OFFSET = 23000  # the benchmark's Jaeger, away from a local stack on the default ports
 _PEAK = (
     "import resource, subprocess, sys; done = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
     "sys.stdout.write(done.stdout); print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(done.returncode)"
@@ -63,8 +62,11 @@ def jaeger_trace(ranks: int, tmp: Path) -> dict:
     from multi_rank_trace import TRAIN_STEP_SPAN, write_multi_rank_steps
     from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 
+    from otel_rl.stack import free_port_offset
+
     cli = [sys.executable, "-m", "otel_rl.cli"]
-    stack = ["--dir", str(tmp / "stack"), "--port-offset", str(PORT_OFFSET)]
+    # (an offset at which every stack port is free: away from a local stack a user runs)
+    stack = ["--dir", str(tmp / "stack"), "--port-offset", str(free_port_offset())]
     subprocess.run([*cli, "stack", "up", "--only", "jaeger", *stack], check=True, capture_output=True, text=True, cwd=ROOT, timeout=600)
     try:
         # (status exits 1 while any component is down: here all but Jaeger are)

@@ -286,8 +286,9 @@ def bench_ranks(steps: int = 30, ranks: int = 16) -> dict[str, Any]:
         try:
             collector_proc = psutil.Process(collector.process.pid) if collector.process else None
             for mode in ("none", "otlp"):
-                cpu0 = sum(collector_proc.cpu_times()[:2]) if collector_proc else 0.0
-                bytes0 = sum(len(body) for body in sink.received.bodies)
+                if mode == "otlp":  # the collector's share from here on: only the otlp ranks send
+                    cpu0 = sum(collector_proc.cpu_times()[:2]) if collector_proc else 0.0
+                    bytes0 = sum(len(body) for body in sink.received.bodies)
                 procs = [
                     subprocess.Popen(
                         [
