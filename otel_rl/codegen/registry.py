@@ -61,6 +61,11 @@ ATTRIBUTE_FIELDS = {
 NAMESPACES = ("rl.", "hw.", "process.", "gen_ai.", "host.", "server.", "service.", "telemetry.", "error.")
 HISTOGRAM_BUCKET_SETS = ("duration", "tokens", "signed", "ratio", "count")
 DIRECTIONS = ("higher", "lower", "range")
+# Which ranks of a multi-rank job export a metric (see docs/overhead.md, "The series budget"):
+# copy (the default) - the same job-level value on every rank: the lead rank's only;
+# own - each rank's own state (its GPU, its process, its stage time): every rank;
+# share - each rank's part of the job's observations (samples, trajectories, engines): every rank.
+RANK_SCOPES = ("copy", "own", "share")
 DANGER_FIELDS = ("above", "below", "why")
 SCALE_FIELDS = ("notable", "relative_to", "why")
 # Settings a scale may be stated in units of (the analyzer reads them from the log, with a default).
@@ -456,6 +461,9 @@ def _check_metric(g: Group, seen: dict[str, Group]) -> Iterable[Problem]:
     direction = g.otel_rl.get("direction")
     if direction is not None and direction not in DIRECTIONS:
         yield Problem(g.file, g.line, "direction", f"metric `{name}`: direction `{direction}` is not one of {DIRECTIONS}")
+    ranks = g.otel_rl.get("ranks", "copy")
+    if ranks not in RANK_SCOPES:
+        yield Problem(g.file, g.line, "ranks", f"metric `{name}`: ranks `{ranks}` is not one of {RANK_SCOPES}")
     floor = g.otel_rl.get("floor")
     if floor is not None and not (_is_number(floor) and floor > 0):
         yield Problem(

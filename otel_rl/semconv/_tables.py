@@ -27,6 +27,10 @@ class MetricDef:
     notable: float | None = None
     notable_relative_to: str | None = None
     notable_why: str | None = None
+    # Which ranks of a multi-rank job export it: "copy" (a job-level value every rank holds: the
+    # lead rank's only), "own" (each rank's own state) or "share" (each rank's part of the job's
+    # observations). See docs/overhead.md, "The series budget".
+    ranks: str = "copy"
 
 
 BUCKETS: dict[str, tuple[float, ...]] = {
@@ -46,6 +50,7 @@ METRICS: dict[str, MetricDef] = {
         attributes=('server.address', 'server.port'),
         buckets='duration',
         direction='lower',
+        ranks='share',
     ),
     "gen_ai.server.time_per_output_token": MetricDef(
         name="gen_ai.server.time_per_output_token",
@@ -55,6 +60,7 @@ METRICS: dict[str, MetricDef] = {
         attributes=('server.address', 'server.port'),
         buckets='duration',
         direction='lower',
+        ranks='share',
     ),
     "gen_ai.server.time_to_first_token": MetricDef(
         name="gen_ai.server.time_to_first_token",
@@ -64,6 +70,7 @@ METRICS: dict[str, MetricDef] = {
         attributes=('server.address', 'server.port'),
         buckets='duration',
         direction='lower',
+        ranks='share',
     ),
     "hw.gpu.memory.limit": MetricDef(
         name="hw.gpu.memory.limit",
@@ -73,6 +80,7 @@ METRICS: dict[str, MetricDef] = {
         attributes=('hw.id',),
         buckets=None,
         direction=None,
+        ranks='own',
     ),
     "hw.gpu.memory.usage": MetricDef(
         name="hw.gpu.memory.usage",
@@ -82,6 +90,7 @@ METRICS: dict[str, MetricDef] = {
         attributes=('hw.id',),
         buckets=None,
         direction=None,
+        ranks='own',
     ),
     "hw.gpu.utilization": MetricDef(
         name="hw.gpu.utilization",
@@ -91,6 +100,7 @@ METRICS: dict[str, MetricDef] = {
         attributes=('hw.id', 'hw.type'),
         buckets=None,
         direction='higher',
+        ranks='own',
     ),
     "hw.power": MetricDef(
         name="hw.power",
@@ -100,6 +110,7 @@ METRICS: dict[str, MetricDef] = {
         attributes=('hw.id', 'hw.type'),
         buckets=None,
         direction=None,
+        ranks='own',
     ),
     "hw.temperature": MetricDef(
         name="hw.temperature",
@@ -109,6 +120,7 @@ METRICS: dict[str, MetricDef] = {
         attributes=('hw.id', 'hw.type'),
         buckets=None,
         direction='lower',
+        ranks='own',
     ),
     "process.cpu.utilization": MetricDef(
         name="process.cpu.utilization",
@@ -118,6 +130,7 @@ METRICS: dict[str, MetricDef] = {
         attributes=(),
         buckets=None,
         direction=None,
+        ranks='own',
     ),
     "process.memory.usage": MetricDef(
         name="process.memory.usage",
@@ -127,6 +140,7 @@ METRICS: dict[str, MetricDef] = {
         attributes=('rl.stage', 'rl.cluster', 'rl.memory.when'),
         buckets=None,
         direction=None,
+        ranks='own',
     ),
     "process.memory.virtual": MetricDef(
         name="process.memory.virtual",
@@ -136,6 +150,7 @@ METRICS: dict[str, MetricDef] = {
         attributes=('rl.stage', 'rl.cluster', 'rl.memory.when'),
         buckets=None,
         direction=None,
+        ranks='own',
     ),
     "rl.advantage": MetricDef(
         name="rl.advantage",
@@ -154,6 +169,7 @@ METRICS: dict[str, MetricDef] = {
         attributes=('rl.alert.name', 'rl.alert.severity'),
         buckets=None,
         direction='lower',
+        ranks='own',
     ),
     "rl.async.policy_lag": MetricDef(
         name="rl.async.policy_lag",
@@ -181,6 +197,7 @@ METRICS: dict[str, MetricDef] = {
         attributes=('rl.stage',),
         buckets=None,
         direction='lower',
+        ranks='own',
     ),
     "rl.batch.samples": MetricDef(
         name="rl.batch.samples",
@@ -199,6 +216,7 @@ METRICS: dict[str, MetricDef] = {
         attributes=('rl.stage',),
         buckets=None,
         direction='lower',
+        ranks='own',
     ),
     "rl.batch.valid_ratio": MetricDef(
         name="rl.batch.valid_ratio",
@@ -235,6 +253,7 @@ METRICS: dict[str, MetricDef] = {
         attributes=('rl.compute.op', 'rl.stage'),
         buckets='duration',
         direction='lower',
+        ranks='own',
     ),
     "rl.critic.error": MetricDef(
         name="rl.critic.error",
@@ -271,6 +290,7 @@ METRICS: dict[str, MetricDef] = {
         attributes=('rl.stage', 'hw.id'),
         buckets=None,
         direction=None,
+        ranks='own',
     ),
     "rl.gpu.memory.comm_buffer_peak": MetricDef(
         name="rl.gpu.memory.comm_buffer_peak",
@@ -280,6 +300,7 @@ METRICS: dict[str, MetricDef] = {
         attributes=('hw.id',),
         buckets=None,
         direction=None,
+        ranks='own',
     ),
     "rl.gpu.memory.fragmentation": MetricDef(
         name="rl.gpu.memory.fragmentation",
@@ -289,6 +310,7 @@ METRICS: dict[str, MetricDef] = {
         attributes=('rl.stage', 'hw.id'),
         buckets=None,
         direction='lower',
+        ranks='own',
     ),
     "rl.gpu.memory.kv_cache_peak": MetricDef(
         name="rl.gpu.memory.kv_cache_peak",
@@ -298,6 +320,7 @@ METRICS: dict[str, MetricDef] = {
         attributes=('hw.id',),
         buckets=None,
         direction=None,
+        ranks='own',
     ),
     "rl.gpu.memory.usage": MetricDef(
         name="rl.gpu.memory.usage",
@@ -307,6 +330,7 @@ METRICS: dict[str, MetricDef] = {
         attributes=('rl.memory.kind', 'rl.stage', 'rl.cluster', 'rl.memory.when', 'rl.memory.state', 'hw.id'),
         buckets=None,
         direction=None,
+        ranks='own',
     ),
     "rl.gpu.memory.utilization": MetricDef(
         name="rl.gpu.memory.utilization",
@@ -316,6 +340,7 @@ METRICS: dict[str, MetricDef] = {
         attributes=('rl.memory.kind', 'rl.stage', 'rl.cluster', 'rl.memory.when', 'rl.memory.state', 'hw.id'),
         buckets=None,
         direction=None,
+        ranks='own',
     ),
     "rl.grad_norm": MetricDef(
         name="rl.grad_norm",
@@ -365,6 +390,7 @@ METRICS: dict[str, MetricDef] = {
         attributes=('rl.stage',),
         buckets='tokens',
         direction=None,
+        ranks='share',
     ),
     "rl.logprob.shape": MetricDef(
         name="rl.logprob.shape",
@@ -657,6 +683,7 @@ METRICS: dict[str, MetricDef] = {
         attributes=(),
         buckets='duration',
         direction='lower',
+        ranks='share',
     ),
     "rl.reward.exceptions": MetricDef(
         name="rl.reward.exceptions",
@@ -666,6 +693,7 @@ METRICS: dict[str, MetricDef] = {
         attributes=('rl.reward.function',),
         buckets=None,
         direction='lower',
+        ranks='share',
     ),
     "rl.reward.throughput": MetricDef(
         name="rl.reward.throughput",
@@ -702,6 +730,7 @@ METRICS: dict[str, MetricDef] = {
         attributes=('server.address', 'server.port'),
         buckets=None,
         direction='lower',
+        ranks='share',
     ),
     "rl.rollout.kv_cache.utilization": MetricDef(
         name="rl.rollout.kv_cache.utilization",
@@ -711,6 +740,7 @@ METRICS: dict[str, MetricDef] = {
         attributes=('server.address', 'server.port'),
         buckets=None,
         direction=None,
+        ranks='share',
     ),
     "rl.rollout.preemptions": MetricDef(
         name="rl.rollout.preemptions",
@@ -729,6 +759,7 @@ METRICS: dict[str, MetricDef] = {
         attributes=('rl.rollout.request.state', 'server.address', 'server.port'),
         buckets=None,
         direction=None,
+        ranks='share',
     ),
     "rl.rollout.sample.duration": MetricDef(
         name="rl.rollout.sample.duration",
@@ -756,6 +787,7 @@ METRICS: dict[str, MetricDef] = {
         attributes=('gen_ai.token.type', 'server.address', 'server.port'),
         buckets=None,
         direction=None,
+        ranks='share',
     ),
     "rl.run.elapsed_time": MetricDef(
         name="rl.run.elapsed_time",
@@ -801,6 +833,7 @@ METRICS: dict[str, MetricDef] = {
         attributes=(),
         buckets='signed',
         direction=None,
+        ranks='share',
     ),
     "rl.sample.policy_lag": MetricDef(
         name="rl.sample.policy_lag",
@@ -810,6 +843,7 @@ METRICS: dict[str, MetricDef] = {
         attributes=(),
         buckets='count',
         direction='lower',
+        ranks='share',
     ),
     "rl.sample.prompt_length": MetricDef(
         name="rl.sample.prompt_length",
@@ -819,6 +853,7 @@ METRICS: dict[str, MetricDef] = {
         attributes=(),
         buckets='tokens',
         direction=None,
+        ranks='share',
     ),
     "rl.sample.response_length": MetricDef(
         name="rl.sample.response_length",
@@ -828,6 +863,7 @@ METRICS: dict[str, MetricDef] = {
         attributes=(),
         buckets='tokens',
         direction=None,
+        ranks='share',
     ),
     "rl.sample.reward": MetricDef(
         name="rl.sample.reward",
@@ -837,6 +873,7 @@ METRICS: dict[str, MetricDef] = {
         attributes=(),
         buckets='signed',
         direction='higher',
+        ranks='share',
     ),
     "rl.sample.weight": MetricDef(
         name="rl.sample.weight",
@@ -865,6 +902,7 @@ METRICS: dict[str, MetricDef] = {
         attributes=('rl.stage',),
         buckets=None,
         direction='lower',
+        ranks='own',
     ),
     "rl.sm_activity": MetricDef(
         name="rl.sm_activity",
@@ -874,6 +912,7 @@ METRICS: dict[str, MetricDef] = {
         attributes=('hw.id',),
         buckets=None,
         direction='higher',
+        ranks='own',
     ),
     "rl.stage.duration": MetricDef(
         name="rl.stage.duration",
@@ -883,6 +922,7 @@ METRICS: dict[str, MetricDef] = {
         attributes=('rl.stage', 'rl.cluster', 'rl.stage.phase'),
         buckets='duration',
         direction='lower',
+        ranks='own',
     ),
     "rl.stage.time_per_token": MetricDef(
         name="rl.stage.time_per_token",
@@ -955,6 +995,7 @@ METRICS: dict[str, MetricDef] = {
         attributes=('rl.telemetry.signal', 'rl.telemetry.drop_reason'),
         buckets=None,
         direction='lower',
+        ranks='own',
     ),
     "rl.telemetry.rejected": MetricDef(
         name="rl.telemetry.rejected",
@@ -964,6 +1005,7 @@ METRICS: dict[str, MetricDef] = {
         attributes=('rl.telemetry.reason',),
         buckets=None,
         direction='lower',
+        ranks='own',
     ),
     "rl.telemetry.spool.usage": MetricDef(
         name="rl.telemetry.spool.usage",
@@ -973,6 +1015,7 @@ METRICS: dict[str, MetricDef] = {
         attributes=(),
         buckets=None,
         direction='lower',
+        ranks='own',
     ),
     "rl.tensor.checksum": MetricDef(
         name="rl.tensor.checksum",
@@ -982,6 +1025,7 @@ METRICS: dict[str, MetricDef] = {
         attributes=('rl.tensor.name', 'rl.stage'),
         buckets=None,
         direction=None,
+        ranks='own',
     ),
     "rl.tensor.nonfinite": MetricDef(
         name="rl.tensor.nonfinite",
@@ -991,6 +1035,7 @@ METRICS: dict[str, MetricDef] = {
         attributes=('rl.tensor.name', 'rl.nonfinite.kind'),
         buckets=None,
         direction='lower',
+        ranks='own',
     ),
     "rl.throughput.samples": MetricDef(
         name="rl.throughput.samples",
@@ -1027,6 +1072,7 @@ METRICS: dict[str, MetricDef] = {
         attributes=('gen_ai.tool.name',),
         buckets='duration',
         direction='lower',
+        ranks='share',
     ),
     "rl.trajectory.count": MetricDef(
         name="rl.trajectory.count",
@@ -1036,6 +1082,7 @@ METRICS: dict[str, MetricDef] = {
         attributes=('rl.trajectory.kept', 'rl.trajectory.reason'),
         buckets=None,
         direction=None,
+        ranks='share',
     ),
     "rl.trajectory.duration": MetricDef(
         name="rl.trajectory.duration",
@@ -1045,6 +1092,7 @@ METRICS: dict[str, MetricDef] = {
         attributes=(),
         buckets='duration',
         direction='lower',
+        ranks='share',
     ),
     "rl.trajectory.tool_calls": MetricDef(
         name="rl.trajectory.tool_calls",
@@ -1054,6 +1102,7 @@ METRICS: dict[str, MetricDef] = {
         attributes=(),
         buckets='count',
         direction=None,
+        ranks='share',
     ),
     "rl.trajectory.turns": MetricDef(
         name="rl.trajectory.turns",
@@ -1063,6 +1112,7 @@ METRICS: dict[str, MetricDef] = {
         attributes=(),
         buckets='count',
         direction=None,
+        ranks='share',
     ),
     "rl.turn.duration": MetricDef(
         name="rl.turn.duration",
@@ -1072,6 +1122,7 @@ METRICS: dict[str, MetricDef] = {
         attributes=(),
         buckets='duration',
         direction='lower',
+        ranks='share',
     ),
     "rl.unmapped": MetricDef(
         name="rl.unmapped",
