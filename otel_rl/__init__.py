@@ -73,6 +73,7 @@ def init(
     spool_dir: str | None = None,
     spool_max_bytes: int | str | None = None,
     series_limit: int | None = None,
+    per_rank_metrics: str | list[str] | None = None,
     attribute_value_limit: int | None = None,
     export_text: bool | None = None,
     log_samples: int | None = None,
@@ -134,6 +135,10 @@ def init(
     ``series_limit`` series per metric (``OTEL_RL_SERIES_LIMIT``, 2000), attribute values cut at
     ``attribute_value_limit`` characters (``OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT``, 1024), and text
     (prompts, completions, long strings) kept out of exported events unless ``export_text``.
+    The series budget: a rank other than 0 sends the metrics store its own state (GPU, process,
+    stage time as sum and count) and its share of the job's observations, not copies of the job's
+    values; ``per_rank_metrics`` (``OTEL_RL_PER_RANK_METRICS``: ``"all"`` or registry metric names)
+    asks for whole per-rank copies (docs/overhead.md, "The series budget").
 
     ``log_samples`` (``OTEL_RL_LOG_SAMPLES``, 0: off): ``Telemetry.log_samples`` keeps up to this many
     rollout samples (prompt, response, reward and its parts) per step as ``rl.sample`` events, which

@@ -58,6 +58,11 @@ OTEL_RL_UNMAPPED_KEY_LIMIT = "OTEL_RL_UNMAPPED_KEY_LIMIT"
 OTEL_RL_SERIES_LIMIT = "OTEL_RL_SERIES_LIMIT"
 """Attribute sets per metric and process (0: no cap). Default 2000."""
 
+OTEL_RL_PER_RANK_METRICS = "OTEL_RL_PER_RANK_METRICS"
+"""Metrics a rank other than rank 0 sends whole to the metrics store, beyond the series budget:
+``all``, or registry metric names separated by commas. Default: none (docs/overhead.md, "The
+series budget")."""
+
 OTEL_RL_MAX_QUEUE = "OTEL_RL_MAX_QUEUE"
 """Items the worker may lag behind the loop before ``log()`` / ``record()`` drop (counted). Default 1000."""
 

@@ -52,6 +52,7 @@ class Received:
     span_resources: list[dict] = field(default_factory=list)  # the resource of spans[i]
     span_starts: list[int] = field(default_factory=list)  # the start_time_unix_nano of spans[i]
     point_resources: list[dict] = field(default_factory=list)  # the resource of points[i]
+    point_bounds: list[tuple[float, ...] | None] = field(default_factory=list)  # a histogram point's bucket bounds
     requests: Counter = field(default_factory=Counter)
     headers: list[dict[str, str]] = field(default_factory=list)
     bodies: list[bytes] = field(default_factory=list)  # raw bytes as received (for secret scans)
@@ -88,6 +89,7 @@ class Received:
                                 attrs = tuple(sorted((k, str(v)) for k, v in _attrs(p.attributes).items()))
                                 self.points.append((m.name, attrs, p.time_unix_nano, value))
                                 self.point_resources.append(resource)
+                                self.point_bounds.append(tuple(p.explicit_bounds) if kind == "histogram" else None)
 
     def counts(self) -> dict[str, int]:
         with self.lock:

@@ -41,6 +41,7 @@ from otel_rl._sdk.otlp.sdk_compat import (
 )
 from otel_rl._sdk.otlp.settings import check_otlp_environment, resolve_otlp_settings, sdk_exporter
 from otel_rl._sdk.pipeline.aggregation import BulkHistograms, LatestValues, MergingMetricExporter, SeriesGuard, StampedPoints
+from otel_rl._sdk.pipeline.series_budget import SeriesBudget, series_budget
 from otel_rl._sdk.pipeline.utf8 import OnBadText, clean_mapping, clean_text, encodes, plain_ascii
 from otel_rl._sdk.settings.config import TelemetryConfig
 from otel_rl._sdk.settings.redaction import redact_library_logs, redact_url
@@ -383,16 +384,19 @@ def build_providers(
     destinations = []
     interval_ms = config.metric_export_interval_s * 1000.0
 
+    # What this rank sends the metrics store (the run folder keeps every metric).
+    budget = series_budget(config.rank, config.per_rank_metrics)
+
     def add(span_exporter: Any, metric_exporter: MetricExporter, log_exporter: Any) -> None:
         span_processors.append(_SpanProcessor(_ForkSafeSpanExporter(span_exporter)))
         tracer_provider.add_span_processor(span_processors[-1])
         logger_provider.add_log_record_processor(_LogProcessor(_ForkSafeLogExporter(log_exporter)))
-        add_metrics(metric_exporter)
+        add_metrics(metric_exporter, budget)
 
-    def add_metrics(metric_exporter: MetricExporter) -> None:
+    def add_metrics(metric_exporter: MetricExporter, budget: SeriesBudget | None = None) -> None:
         readers.append(
             PeriodicExportingMetricReader(
-                _ForkSafeMetricExporter(MergingMetricExporter(metric_exporter, histograms, resource, scope, stamped)),
+                _ForkSafeMetricExporter(MergingMetricExporter(metric_exporter, histograms, resource, scope, stamped, budget)),
                 export_interval_millis=interval_ms,
             )
         )
@@ -442,7 +446,7 @@ def build_providers(
             span_processors.append(_QueuedSpanProcessor(_ForkSafeSpanExporter(queued_spans)))
             tracer_provider.add_span_processor(span_processors[-1])
             logger_provider.add_log_record_processor(_QueuedLogProcessor(_ForkSafeLogExporter(queued_logs)))
-            add_metrics(metric_exporter)
+            add_metrics(metric_exporter, budget)
         else:
             add(*exporters)  # straight to the network: the SDK's batch threads, off the worker
         destinations.append(

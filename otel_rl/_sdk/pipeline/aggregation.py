@@ -35,6 +35,8 @@ from opentelemetry.sdk.metrics.export import (
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
+from otel_rl._sdk.pipeline.series_budget import SeriesBudget
+
 Attrs = tuple[tuple[str, Any], ...]
 
 DEFAULT_SERIES_LIMIT = 2000
@@ -483,7 +485,8 @@ class StampedPoints:
 
 
 class MergingMetricExporter(MetricExporter):
-    """Wraps a metric exporter and adds the bulk histograms to each export, under otel-rl's scope."""
+    """Wraps a metric exporter and adds the bulk histograms to each export, under otel-rl's scope;
+    ``budget`` then keeps what this rank sends a metrics store (series_budget.py)."""
 
     def __init__(
         self,
@@ -492,6 +495,7 @@ class MergingMetricExporter(MetricExporter):
         resource: Resource,
         scope: InstrumentationScope,
         stamped: StampedPoints | None = None,
+        budget: SeriesBudget | None = None,
     ) -> None:
         super().__init__(
             preferred_temporality=getattr(inner, "_preferred_temporality", None),
@@ -503,6 +507,7 @@ class MergingMetricExporter(MetricExporter):
         self._scope = scope
         self._stamped = stamped
         self._consumer = stamped.register() if stamped is not None else -1
+        self._budget = budget
 
     def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any) -> MetricExportResult:
         extra = self._histograms.to_metrics()
@@ -525,6 +530,8 @@ class MergingMetricExporter(MetricExporter):
                 scope_metrics = ScopeMetrics(scope=self._scope, metrics=extra, schema_url="")
                 resource_metrics = [ResourceMetrics(resource=self._resource, scope_metrics=[scope_metrics], schema_url="")]
             metrics_data = MetricsData(resource_metrics=resource_metrics)
+        if self._budget is not None and metrics_data is not None:
+            metrics_data = self._budget.apply(metrics_data)
         return self._inner.export(metrics_data, timeout_millis=timeout_millis, **kwargs)
 
     def force_flush(self, timeout_millis: float = 10_000) -> bool:

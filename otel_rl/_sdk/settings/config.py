@@ -22,9 +22,10 @@ import yaml
 
 import otel_rl.environment_variables as ENV
 from otel_rl._sdk.settings.env_names import warn_unknown_names
-from otel_rl._sdk.settings.parsers import parse_endpoints, parse_profile_steps
+from otel_rl._sdk.settings.parsers import comma_list, parse_endpoints, parse_profile_steps
 from otel_rl._sdk.settings.redaction import redact_url as redact_url  # re-exported: the one URL redaction (redaction.py)
 from otel_rl.reporting import ReportOnce
+from otel_rl.semconv import METRICS
 
 logger = logging.getLogger("otel_rl")
 
@@ -47,13 +48,8 @@ def _parse_bool(raw: Any) -> bool:
 
 
 def _parse_exporters(raw: Any) -> tuple[str, ...]:
-    if isinstance(raw, str):
-        items = raw.split(",")
-    elif isinstance(raw, (list, tuple)) and all(isinstance(i, str) for i in raw):
-        items = list(raw)
-    else:
-        raise ValueError(f"expected a comma-separated subset of {', '.join(EXPORTER_CHOICES)}")
-    names = tuple(dict.fromkeys(i.strip().lower() for i in items if i.strip()))
+    items = comma_list(raw, f"expected a comma-separated subset of {', '.join(EXPORTER_CHOICES)}")
+    names = tuple(dict.fromkeys(i.lower() for i in items))
     bad = [n for n in names if n not in EXPORTER_CHOICES]
     if bad or not names:
         raise ValueError(f"expected a comma-separated subset of {', '.join(EXPORTER_CHOICES)}")
@@ -205,6 +201,17 @@ def _parse_byte_size(raw: Any) -> int:
     return int(value)
 
 
+def _parse_per_rank_metrics(raw: Any) -> tuple[str, ...]:
+    names = tuple(dict.fromkeys(comma_list(raw, 'expected "all" or registry metric names separated by commas')))
+    unknown = [n for n in names if n != "all" and n not in METRICS]
+    if unknown:
+        raise ValueError(
+            f"{', '.join(repr(n) for n in unknown)} is not a registry metric name (e.g. rl.stage.duration; "
+            "otel-rl semconv resolve KEY names the metric a framework key maps to), or write all"
+        )
+    return names
+
+
 @dataclass(frozen=True, kw_only=True)
 class TelemetryConfig:
     """Everything ``otel_rl.init`` accepts. Each field's metadata names its environment variable."""
@@ -249,6 +256,9 @@ class TelemetryConfig:
     # Per process: at most series_limit attribute sets per metric (0: no cap), string attribute
     # values cut at attribute_value_limit characters (spans, events, metrics; 0: no cap).
     series_limit: int = field(default=2000, metadata={"env": ENV.OTEL_RL_SERIES_LIMIT, "parse": _parse_non_negative_int})
+    # The series budget (_sdk/pipeline/series_budget.py): a rank other than 0 sends the store its
+    # own state only; these metrics ("all", or registry names) it sends whole as well.
+    per_rank_metrics: tuple[str, ...] = field(default=(), metadata={"env": ENV.OTEL_RL_PER_RANK_METRICS, "parse": _parse_per_rank_metrics})
     # Items (log() / record() calls, stage and step ends) the worker may lag behind the training
     # loop; past it log() / record() calls are dropped, never blocking (0: no bound).
     max_queue: int = field(default=1000, metadata={"env": ENV.OTEL_RL_MAX_QUEUE, "parse": _parse_non_negative_int})

@@ -48,6 +48,7 @@ class LimitOptions:
     and the agent trajectories kept as traces."""
 
     series_limit: int | None = None
+    per_rank_metrics: str | list[str] | None = None
     unmapped_key_limit: int | None = None
     max_queue: int | None = None
     attribute_value_limit: int | None = None

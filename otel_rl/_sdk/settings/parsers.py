@@ -34,15 +34,22 @@ def endpoint_url(endpoint: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, parts.path if parts.path not in ("", "/") else "/metrics", parts.query, ""))
 
 
-def parse_endpoints(raw: Any) -> tuple[str, ...]:
-    """``init(engine_endpoints=...)``: a comma-separated string or a list of endpoints."""
+def comma_list(raw: Any, expected: str) -> list[str]:
+    """The stripped, non-empty items of a comma-separated string or a list of strings (else
+    ValueError saying what was ``expected``)."""
     if isinstance(raw, str):
         items = raw.split(",")
     elif isinstance(raw, (list, tuple)) and all(isinstance(i, str) for i in raw):
         items = list(raw)
     else:
-        raise ValueError("expected a comma-separated list of engine endpoints (http://127.0.0.1:8000/metrics)")
-    return tuple(dict.fromkeys(endpoint_url(i) for i in items if i.strip()))
+        raise ValueError(expected)
+    return [i.strip() for i in items if i.strip()]
+
+
+def parse_endpoints(raw: Any) -> tuple[str, ...]:
+    """``init(engine_endpoints=...)``: a comma-separated string or a list of endpoints."""
+    items = comma_list(raw, "expected a comma-separated list of engine endpoints (http://127.0.0.1:8000/metrics)")
+    return tuple(dict.fromkeys(endpoint_url(i) for i in items))
 
 
 Window = tuple[int, int]
