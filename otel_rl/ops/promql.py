@@ -71,9 +71,24 @@ def mean_per_call(histogram_sum: str, histogram_count: str, group: Sequence[str]
 
 
 def quantile(q: float, buckets: str, by: Sequence[str] = ()) -> str:
-    """histogram_quantile over a histogram's _bucket selector, grouped by the given attributes."""
+    """histogram_quantile over a histogram's _bucket selector, grouped by the given attributes.
+
+    Only series that have finite buckets count: under the series budget a rank other than the
+    lead sends an ``own`` histogram as its sum and count (one +Inf bucket), which would otherwise
+    pile its calls into the top bucket of the sum.
+    """
     labels = ", ".join(["le", *(label(a) for a in by)])
-    return f"histogram_quantile({q}, sum by ({labels}) ({rate(buckets)}))"
+    finite = with_matcher(buckets, 'le!="+Inf"')
+    bucketed = f"{rate(buckets)} and ignoring (le) {finite}"
+    return f"histogram_quantile({q}, sum by ({labels}) ({bucketed}))"
+
+
+def with_matcher(selector: str, matcher: str) -> str:
+    """``selector`` (``name`` or ``name{...}``) with one more label matcher."""
+    if selector.endswith("}"):
+        head = selector[:-1].rstrip()
+        return f"{head}{'' if head.endswith('{') else ', '}{matcher}}}"
+    return f"{selector}{{{matcher}}}"
 
 
 def by(*attributes: str) -> str:
