@@ -34,6 +34,7 @@ BRIDGE_OVERLAY = OTELCOL_DIR / "gateway-bridge.yaml"
 ENGINES_OVERLAY = OTELCOL_DIR / "agent-engines.yaml"
 GATEWAYS_OVERLAY = OTELCOL_DIR / "agent-gateways.yaml"
 BEHIND_AGENTS_OVERLAY = OTELCOL_DIR / "gateway-behind-agents.yaml"
+SERIES_BUDGET_OVERLAY = OTELCOL_DIR / "gateway-series-budget.yaml"
 README = REPO_ROOT / "collector-config" / "README.md"
 
 KINDS = ("receivers", "processors", "exporters", "connectors", "extensions")
@@ -86,10 +87,11 @@ def configs() -> dict[str, dict[str, Any]]:
         "agent+engines": merge(agent, load(ENGINES_OVERLAY)),
         "agent+gateways": merge(agent, load(GATEWAYS_OVERLAY)),
         "gateway+behind-agents": merge(gateway, load(BEHIND_AGENTS_OVERLAY)),
+        "gateway+series-budget": merge(gateway, load(SERIES_BUDGET_OVERLAY)),
     }
 
 
-CONFIG_IDS = ["agent", "gateway", "gateway+bridge", "agent+engines", "agent+gateways", "gateway+behind-agents"]
+CONFIG_IDS = ["agent", "gateway", "gateway+bridge", "agent+engines", "agent+gateways", "gateway+behind-agents", "gateway+series-budget"]
 # What an overlay takes out of its base's pipelines stays defined (the collector builds only what
 # a pipeline uses): the single gateway's exporter, where the agent balances over several.
 REPLACED = {"agent+gateways": {"otlp_grpc/gateway"}}
@@ -201,6 +203,7 @@ SHIPPED = {
     "agent+engines": [AGENT, ENGINES_OVERLAY],
     "agent+gateways": [AGENT, GATEWAYS_OVERLAY],
     "gateway+behind-agents": [GATEWAY, BEHIND_AGENTS_OVERLAY],
+    "gateway+series-budget": [GATEWAY, SERIES_BUDGET_OVERLAY],
 }
 
 
@@ -505,3 +508,19 @@ def test_readme_documents_every_variable_and_component_file() -> None:
     missing = sorted(v for v in variables if v not in text)
     assert not missing, f"README does not document {missing}"
     assert "builder-config.yaml" in text, "README must name the collector build's manifest"
+
+
+def test_the_series_budget_overlay_is_the_one_the_registry_gives() -> None:
+    """Which metrics are job-level copies and which histograms are folded come from the registry."""
+    from otel_rl.ops.series_budget_overlay import render
+
+    assert SERIES_BUDGET_OVERLAY.read_text() == render(), (
+        "gateway-series-budget.yaml differs from the registry's rank scopes: run "
+        "python -m otel_rl.ops.series_budget_overlay > collector-config/otelcol/gateway-series-budget.yaml"
+    )
+    config = load(SERIES_BUDGET_OVERLAY)
+    assert config["service"]["pipelines"]["metrics"]["processors"][:3] == [
+        "memory_limiter",
+        "filter/series_budget",
+        "transform/series_budget",
+    ]
