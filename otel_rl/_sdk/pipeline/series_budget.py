@@ -40,9 +40,10 @@ def is_lead_rank(rank: int | None) -> bool:
 class SeriesBudget:
     """Filters one non-lead rank's metric exports by each metric's rank scope (module docstring).
 
-    ``scopes`` maps metric names to ``copy`` / ``own`` / ``share``; a name it does not hold (a
-    framework key kept under its own name) is sent as it is. ``whole`` names the metrics kept
-    whole on this rank.
+    ``scopes`` maps metric names to ``copy`` / ``own`` / ``share``; a metric it does not hold (an
+    instrument of the program's own) is sent as it is. Framework keys with no registry meaning
+    are ``rl.unmapped`` points, a copy like the keys around them. ``whole`` names the metrics
+    kept whole on this rank.
     """
 
     def __init__(self, scopes: Mapping[str, str], whole: frozenset[str] = frozenset()) -> None:
