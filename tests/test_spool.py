@@ -19,8 +19,10 @@ from typing import Any
 
 import pytest
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
+from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
 from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.logs.v1 import logs_pb2
+from opentelemetry.proto.metrics.v1 import metrics_pb2
 from otlp_sink import OtlpSink
 
 import otel_rl
@@ -28,7 +30,7 @@ import otel_rl.runs.push as _push
 from otel_rl._sdk.export.providers import open_spool
 from otel_rl._sdk.otlp.settings import OtlpSettings
 from otel_rl._sdk.settings.config import resolve_config
-from otel_rl._sdk.spool.store import BACKEND_REJECTED, LOGS, SEGMENT_SUFFIX, SPOOL_FULL, TRACES, Spool, SpoolBusy, transport_for
+from otel_rl._sdk.spool.store import BACKEND_REJECTED, LOGS, METRICS, SEGMENT_SUFFIX, SPOOL_FULL, TRACES, Spool, SpoolBusy, transport_for
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import metrics as M
 from otel_rl.semconv import names as N
@@ -110,6 +112,31 @@ def test_records_within_send_every_s_go_in_one_request_and_a_flush_sends_them_at
         assert time.monotonic() - start < 1.0
         assert received_indices(sink) == list(range(12))  # all, once, in order
         assert sink.received.requests["/v1/logs"] == 2
+        spool.close()
+
+
+def metric_request(value: int) -> bytes:
+    """A real ExportMetricsServiceRequest of one gauge point."""
+    point = metrics_pb2.NumberDataPoint(time_unix_nano=1, as_int=value)
+    metric = metrics_pb2.Metric(name="m", gauge=metrics_pb2.Gauge(data_points=[point]))
+    request = metrics_service_pb2.ExportMetricsServiceRequest(
+        resource_metrics=[metrics_pb2.ResourceMetrics(scope_metrics=[metrics_pb2.ScopeMetrics(metrics=[metric])])]
+    )
+    return request.SerializeToString()
+
+
+def test_metric_exports_go_at_once_while_spans_and_events_wait_their_turn(tmp_path: Path) -> None:
+    """A metric export is already one request per interval: held for the spans' cadence, it would
+    reach the store a scrape or two late."""
+    with OtlpSink() as sink:
+        spool = Spool(tmp_path / "spool", 2**20)
+        spool.attach(METRICS, transport_for(OtlpSettings(METRICS, "http/protobuf", f"{sink.endpoint}/v1/metrics", timeout_s=2)))
+        for value in range(3):  # three exports 0.2 s apart: each its own request, none held
+            spool.append(METRICS, metric_request(value), 1)
+            wait_until(lambda v=value: len(sink.received.points) == v + 1, 1.5, f"metric export {value}")
+            time.sleep(0.2)
+        assert [p[3] for p in sink.received.points] == [0, 1, 2]
+        assert sink.received.requests["/v1/metrics"] == 3
         spool.close()
 
 

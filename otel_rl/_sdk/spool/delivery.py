@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from otel_rl._sdk.spool.files import CURSOR_FILE, Record, Segment, format_bytes, read_payload, write_cursor
+from otel_rl._sdk.spool.files import CURSOR_FILE, LOGS, TRACES, Record, Segment, format_bytes, read_payload, write_cursor
 from otel_rl._sdk.spool.transports import GrpcTransport, HttpTransport, Outcome, _short, ca_setting, redact_endpoint
 from otel_rl.semconv import attributes as A
 
@@ -34,6 +34,10 @@ _IDLE_WAIT_S = 60.0  # an idle sender's wait when nothing wakes it
 # request every few seconds, not one per step. The first records after a quiet spell, a flush and
 # a shutdown go at once.
 SEND_EVERY_S = 5.0
+# Metric exports do not wait: each is already one request per metric interval (10 s by default),
+# and a held export would reach the store a scrape or two late, so a short run's counters and
+# histograms could first appear complete, with no increase for rate() to see.
+LINGERING = (TRACES, LOGS)
 # One request's stored payloads, together: well under the 4 MiB a collector's gRPC receiver takes.
 BATCH_BYTES = 2 << 20
 
@@ -177,7 +181,7 @@ class SpoolDelivery:
     def _linger(self, state: SignalState) -> bool:
         """Wait out the rest of SEND_EVERY_S since the last request; True if it waited."""
         wait = state.last_send + SEND_EVERY_S - time.monotonic()
-        if wait <= 0 or state.hurry.is_set() or self._deadline is not None or self._stopping:
+        if state.signal not in LINGERING or wait <= 0 or state.hurry.is_set() or self._deadline is not None or self._stopping:
             return False
         with self._lock:
             pending = 0
