@@ -27,6 +27,7 @@ from otlp_sink import OtlpSink, Received  # noqa: E402
 import otel_rl  # noqa: E402
 from otel_rl.semconv import METRICS  # noqa: E402
 from otel_rl.semconv import attributes as A  # noqa: E402
+from otel_rl.semconv import metrics as M  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 
@@ -53,7 +54,7 @@ def send_as_rank(rank: int, endpoint: str, folder: Path) -> None:
             with tel.stage(A.RlStageValues.GENERATE.value):
                 pass
             tel.log({"actor/pg_loss": 0.01 * step, "critic/score/mean": 0.5})
-            tel.record("rl.sample.reward", [0.1, 0.5, 0.9])
+            tel.record(M.RL_SAMPLE_REWARD, [0.1, 0.5, 0.9])
     tel.shutdown()
 
 
@@ -88,20 +89,20 @@ def test_the_gateway_drops_copies_and_folds_per_rank_buckets_of_ranks_other_than
                 send_as_rank(rank, gateway.endpoint("grpc"), tmp_path)
             sink.wait_for(lambda r: {0, 3} <= {res.get(A.RL_RANK) for res in r.point_resources}, 20, "both ranks' metrics")
             # The gateway's batch: 1 s. The second rank's last export may follow its first points.
-            sink.wait_for(lambda r: "rl.sample.reward" in by_rank(r, 3) and "rl.stage.duration" in by_rank(r, 3), 20, "rank 3's points")
+            sink.wait_for(lambda r: M.RL_SAMPLE_REWARD in by_rank(r, 3) and M.RL_STAGE_DURATION in by_rank(r, 3), 20, "rank 3's points")
             # The span metrics the gateway makes from both ranks' spans: flushed every 15 s.
             sink.wait_for(lambda r: all(SPAN_DURATION in by_rank(r, rank) for rank in (0, 3)), 40, "both ranks' span metrics")
         finally:
             gateway.stop(timeout_s=15)
         lead, other = by_rank(sink.received, 0), by_rank(sink.received, 3)
-    assert {"rl.loss", "rl.score"} <= set(lead)
+    assert {M.RL_LOSS, M.RL_SCORE} <= set(lead)
     copies = sorted(n for n in other if n in METRICS and METRICS[n].ranks == "copy")
     assert not copies, f"job-level copies from rank 3 passed the gateway: {copies}"
-    assert all(bounds for bounds, _ in lead["rl.stage.duration"])
+    assert all(bounds for bounds, _ in lead[M.RL_STAGE_DURATION])
     # Folded, with its count kept: every stage call of rank 3 is still counted.
-    assert all(bounds == () for bounds, _ in other["rl.stage.duration"])
-    assert max(count for _, count in other["rl.stage.duration"]) == STEPS
-    assert all(bounds for bounds, _ in other["rl.sample.reward"])
+    assert all(bounds == () for bounds, _ in other[M.RL_STAGE_DURATION])
+    assert max(count for _, count in other[M.RL_STAGE_DURATION]) == STEPS
+    assert all(bounds for bounds, _ in other[M.RL_SAMPLE_REWARD])
     # gateway.yaml's own part of the budget: span-metric buckets from rank 0 only.
     assert all(bounds for bounds, _ in lead[SPAN_DURATION])
     assert all(bounds == () for bounds, _ in other[SPAN_DURATION])
