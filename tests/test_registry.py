@@ -203,6 +203,11 @@ rl.tool.duration histogram s
 rl.trajectory.turns histogram {turn}
 rl.trajectory.tool_calls histogram {call}
 rl.trajectory.count counter {trajectory}
+rl.train_infer.logprob.abs_diff gauge 1
+rl.train_infer.prob.abs_diff gauge 1
+rl.train_infer.kl gauge 1
+rl.train_infer.importance_ratio gauge 1
+rl.train_infer.nonfinite_ratio gauge 1
 """
 
 

@@ -23,6 +23,7 @@ tensors (CPU or GPU), numpy arrays and Python numbers are all accepted::
             ledger.record(dfx.batch_id(step), "compute_log_probs", {"input_ids": ids, "old_log_probs": old_logp})
             dfx.count_nonfinite(stats, {"old_log_probs": old_logp})
             dfx.logprob_stage(stats, "compute_log_probs", old_logp, response_mask)
+            dfx.train_infer_mismatch(stats, old_logp, rollout_logp, response_mask)  # trainer vs engine
             ...
             dfx.pipeline_bubble(stats, timeline)
             stats.flush()                                             # the step's one transfer
@@ -72,6 +73,7 @@ from otel_rl.dfx.performance import (
 )
 from otel_rl.dfx.reward import GuardedReward, guard_reward, reward_batch
 from otel_rl.dfx.rollout import RequestStats, from_sglang, from_vllm, record_requests, request_stats
+from otel_rl.dfx.train_infer import train_infer_mismatch
 from otel_rl.dfx.training import ComputeTimer, grad_norm, logprob_stage, losses
 
 __all__ = [
@@ -127,4 +129,5 @@ __all__ = [
     "tensors_nbytes",
     "throughput",
     "token_alignment",
+    "train_infer_mismatch",
 ]

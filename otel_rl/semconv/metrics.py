@@ -2044,6 +2044,114 @@ def create_rl_tool_duration(meter: Meter) -> Histogram:
         explicit_bucket_boundaries_advisory=BUCKETS["duration"],
     )
 
+RL_TRAIN_INFER_IMPORTANCE_RATIO: Final = "rl.train_infer.importance_ratio"
+"""Per-token importance ratio pi_train / pi_infer between the trainer and the rollout engine, by statistic.
+
+Instrument: gauge
+Unit: 1
+Attributes: rl.model.role (required), rl.statistic (required)
+
+exp(log pi_train - log pi_infer) per response token, summarized as mean, min and max (the
+tails): 1 when the engines agree. Truncated importance sampling (TIS) and rejection
+sampling correct the update with it; its tails say how much they have to.
+Keys: verl `rollout_corr/rollout_is_{mean,min,max,std}` (these are the weights after
+verl's truncation when it applies one); AReaL `ppo_actor/update/behave_imp_weight/{avg,min,max}`
+(the recomputed proximal policy over the inference engine's, with rejection sampling on);
+`otel_rl.dfx.train_infer_mismatch` computes it from the two tensors. Best in a range around 1."""
+
+
+def create_rl_train_infer_importance_ratio(meter: Meter, callbacks: Sequence[CallbackT] | None = None) -> ObservableGauge:
+    """Create the `rl.train_infer.importance_ratio` observable gauge (1)."""
+    return meter.create_observable_gauge(
+        name=RL_TRAIN_INFER_IMPORTANCE_RATIO, callbacks=callbacks, description='Per-token importance ratio pi_train / pi_infer between the trainer and the rollout engine, by statistic.', unit="1"
+    )
+
+RL_TRAIN_INFER_KL: Final = "rl.train_infer.kl"
+"""KL divergence between the rollout engine's and the trainer's token distributions, estimated on the sampled tokens.
+
+Instrument: gauge
+Unit: 1
+Attributes: rl.model.role (required), rl.kl.estimator (required)
+
+KL(pi_infer || pi_train) estimated from the sampled tokens' log-probs, by rl.kl.estimator:
+`k1` is the mean of log pi_infer - log pi_train (signed), `k3` the mean of
+(r - 1) - log r with r = pi_train / pi_infer (never negative). Unlike rl.policy.kl this
+compares two engines holding the same weights, not two policies.
+Keys: verl `rollout_corr/kl` (k1), `rollout_corr/k3_kl` (k3); AReaL
+`ppo_actor/update/compute_logp/kl_div_direct/avg` (k1) and `.../kl_div_dual/avg` (k3), which
+compare the inference engine's log-probs with the training engine's for the policy being
+trained (exact on a batch's first, on-policy update; later minibatches add the update's own
+drift); NeMo-RL `generation_kl_error`.
+Lower is better; healthy runs sit near 0.001."""
+
+
+def create_rl_train_infer_kl(meter: Meter, callbacks: Sequence[CallbackT] | None = None) -> ObservableGauge:
+    """Create the `rl.train_infer.kl` observable gauge (1)."""
+    return meter.create_observable_gauge(
+        name=RL_TRAIN_INFER_KL, callbacks=callbacks, description="KL divergence between the rollout engine's and the trainer's token distributions, estimated on the sampled tokens.", unit="1"
+    )
+
+RL_TRAIN_INFER_LOGPROB_ABS_DIFF: Final = "rl.train_infer.logprob.abs_diff"
+"""Absolute difference between the trainer's and the rollout engine's log-prob of each response token, by statistic.
+
+Instrument: gauge
+Unit: 1
+Attributes: rl.model.role (required), rl.statistic (required)
+
+|log pi_train(t) - log pi_infer(t)| over the batch's response tokens (mean, max, std), where
+pi_infer is the log-prob the rollout engine returned while sampling and pi_train the one the
+trainer recomputes for the same token before the update. 0 when both engines agree; it
+grows with precision or kernel differences, a stale weight sync or an engine bug, and a
+growing gap biases every update that treats the rollout as on-policy.
+Keys: verl `rollout_corr/log_ppl_abs_diff` (mean over sequences of the per-sequence
+log-perplexity gap), slime `train_rollout_logprob_abs_diff`; `otel_rl.dfx.train_infer_mismatch`
+computes it from the two tensors. Lower is better."""
+
+
+def create_rl_train_infer_logprob_abs_diff(meter: Meter, callbacks: Sequence[CallbackT] | None = None) -> ObservableGauge:
+    """Create the `rl.train_infer.logprob.abs_diff` observable gauge (1)."""
+    return meter.create_observable_gauge(
+        name=RL_TRAIN_INFER_LOGPROB_ABS_DIFF, callbacks=callbacks, description="Absolute difference between the trainer's and the rollout engine's log-prob of each response token, by statistic.", unit="1"
+    )
+
+RL_TRAIN_INFER_NONFINITE_RATIO: Final = "rl.train_infer.nonfinite_ratio"
+"""Share of response tokens whose trainer or rollout-engine log-prob is not finite.
+
+Instrument: gauge
+Unit: 1
+Attributes: rl.model.role (required)
+
+NaN or infinite log-probs on either side (a token the engine sampled that the trainer
+gives probability 0, an overflow in one kernel); they poison the importance ratio and the
+loss. `otel_rl.dfx.train_infer_mismatch` counts them and leaves them out of the other
+statistics. Lower is better; anything above 0 is a bug to find."""
+
+
+def create_rl_train_infer_nonfinite_ratio(meter: Meter, callbacks: Sequence[CallbackT] | None = None) -> ObservableGauge:
+    """Create the `rl.train_infer.nonfinite_ratio` observable gauge (1)."""
+    return meter.create_observable_gauge(
+        name=RL_TRAIN_INFER_NONFINITE_RATIO, callbacks=callbacks, description='Share of response tokens whose trainer or rollout-engine log-prob is not finite.', unit="1"
+    )
+
+RL_TRAIN_INFER_PROB_ABS_DIFF: Final = "rl.train_infer.prob.abs_diff"
+"""Absolute difference between the trainer's and the rollout engine's probability of each response token, by statistic.
+
+Instrument: gauge
+Unit: 1
+Attributes: rl.model.role (required), rl.statistic (required)
+
+|pi_train(t) - pi_infer(t)| in probability space (mean, max, std over response tokens):
+bounded by 1, so one token the engines disagree on completely shows as a max of ~1.
+Keys: verl `training/rollout_probs_diff_{mean,max,std}` (with
+`actor_rollout_ref.rollout.calculate_log_probs=True`). Lower is better."""
+
+
+def create_rl_train_infer_prob_abs_diff(meter: Meter, callbacks: Sequence[CallbackT] | None = None) -> ObservableGauge:
+    """Create the `rl.train_infer.prob.abs_diff` observable gauge (1)."""
+    return meter.create_observable_gauge(
+        name=RL_TRAIN_INFER_PROB_ABS_DIFF, callbacks=callbacks, description="Absolute difference between the trainer's and the rollout engine's probability of each response token, by statistic.", unit="1"
+    )
+
 RL_TRAJECTORY_COUNT: Final = "rl.trajectory.count"
 """Agent trajectories recorded, by whether their spans were kept and why.
 
@@ -2304,6 +2412,11 @@ __all__ = [
     "RL_THROUGHPUT_STEPS",
     "RL_THROUGHPUT_TOKENS",
     "RL_TOOL_DURATION",
+    "RL_TRAIN_INFER_IMPORTANCE_RATIO",
+    "RL_TRAIN_INFER_KL",
+    "RL_TRAIN_INFER_LOGPROB_ABS_DIFF",
+    "RL_TRAIN_INFER_NONFINITE_RATIO",
+    "RL_TRAIN_INFER_PROB_ABS_DIFF",
     "RL_TRAJECTORY_COUNT",
     "RL_TRAJECTORY_DURATION",
     "RL_TRAJECTORY_TOOL_CALLS",
@@ -2420,6 +2533,11 @@ __all__ = [
     "create_rl_throughput_steps",
     "create_rl_throughput_tokens",
     "create_rl_tool_duration",
+    "create_rl_train_infer_importance_ratio",
+    "create_rl_train_infer_kl",
+    "create_rl_train_infer_logprob_abs_diff",
+    "create_rl_train_infer_nonfinite_ratio",
+    "create_rl_train_infer_prob_abs_diff",
     "create_rl_trajectory_count",
     "create_rl_trajectory_duration",
     "create_rl_trajectory_tool_calls",
