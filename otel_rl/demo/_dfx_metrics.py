@@ -136,6 +136,8 @@ class DemoDfx:
         mask = rollout.response_mask
         dfx.logprob_stage(self.stats, stage, log_probs, mask, micro_batch_tokens=[rollout.attention_mask.sum()])
         dfx.token_alignment(self.stats, stage, mask, logprobs=log_probs, response_lengths=self.engine_lengths)
+        if stage == "compute_log_probs" and rollout.rollout_log_probs is not None:
+            dfx.train_infer_mismatch(self.stats, log_probs, rollout.rollout_log_probs, mask)
         name = "old_log_probs" if stage == "compute_log_probs" else "ref_log_probs"
         self.ledger.record(
             self.batch, stage, {"input_ids": rollout.input_ids, "response_mask": mask, name: log_probs}, sample_ids=rollout.sample_ids

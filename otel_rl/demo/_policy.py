@@ -103,6 +103,8 @@ class Rollout:
     generated tokens up to and including EOS; truncated [B] marks responses that used the
     whole token budget without EOS; sample_ids [B] number the samples in generation order
     (with G samples per prompt, sample_id // G is the GRPO group) and travel with the rows.
+    rollout_log_probs [B, R]: the log-prob the generating model gave each sampled token (as vLLM
+    returns it), 0 past the response; None for greedy decoding.
     """
 
     input_ids: torch.Tensor
@@ -111,6 +113,7 @@ class Rollout:
     response_mask: torch.Tensor
     truncated: torch.Tensor
     sample_ids: torch.Tensor | None = None
+    rollout_log_probs: torch.Tensor | None = None
 
     def select(self, idx: torch.Tensor) -> Rollout:
         """The sub-batch of rows ``idx`` (a mini-batch)."""
@@ -121,6 +124,7 @@ class Rollout:
             response_mask=self.response_mask[idx],
             truncated=self.truncated[idx],
             sample_ids=None if self.sample_ids is None else self.sample_ids[idx],
+            rollout_log_probs=None if self.rollout_log_probs is None else self.rollout_log_probs[idx],
         )
 
     @property
@@ -156,6 +160,7 @@ def generate(
     """
     ids, mask = prompt_ids, prompt_mask
     finished = torch.zeros(ids.shape[0], dtype=torch.bool)
+    sampled_logp: list[torch.Tensor] = []
     if token_times is not None:
         token_times.append(time.perf_counter())
     for _ in range(max_new_tokens):
@@ -165,6 +170,9 @@ def generate(
         else:
             probs = torch.softmax(logits / temperature, dim=-1)
             tok = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+            # the sampler's own log-prob of the token (vLLM's logprobs): the trainer recomputes it
+            taken = torch.log_softmax(logits / temperature, dim=-1).gather(-1, tok[:, None]).squeeze(-1)
+            sampled_logp.append(torch.where(finished, torch.zeros_like(taken), taken))
         tok = torch.where(finished, torch.full_like(tok, PAD), tok)
         ids = torch.cat([ids, tok[:, None]], dim=1)
         mask = torch.cat([mask, (~finished).long()[:, None]], dim=1)
@@ -178,6 +186,9 @@ def generate(
     if pad:
         ids = F.pad(ids, (0, pad), value=PAD)
         mask = F.pad(mask, (0, pad), value=0)
+    rollout_logp = None
+    if sampled_logp:
+        rollout_logp = F.pad(torch.stack(sampled_logp, dim=1), (0, max_new_tokens - len(sampled_logp)), value=0.0)
     return Rollout(
         input_ids=ids,
         attention_mask=mask,
@@ -185,6 +196,7 @@ def generate(
         response_mask=mask[:, width:].clone(),
         truncated=~finished,
         sample_ids=torch.arange(ids.shape[0]),
+        rollout_log_probs=rollout_logp,
     )
 
 

@@ -104,6 +104,12 @@ def test_the_demos_dfx_values_are_those_of_a_healthy_synchronous_run(demo_run):
     ):
         assert set(values(run, metric)) == {0}, metric
     assert values(run, M.RL_ASYNC_POLICY_LAG, **{A.RL_STATISTIC: "max"}) == [0]  # on-policy
+    # the sampler's log-probs and the trainer's recomputed ones: one model in float32, so they agree
+    # to rounding on every response token (an off-by-one position would put them nats apart)
+    assert values(run, M.RL_TRAIN_INFER_NONFINITE_RATIO) == [0]
+    assert 0 < values(run, M.RL_TRAIN_INFER_LOGPROB_ABS_DIFF, **{A.RL_STATISTIC: "max"})[0] < 1e-4
+    assert abs(values(run, M.RL_TRAIN_INFER_KL, **{A.RL_KL_ESTIMATOR: "k1"})[0]) < 1e-6
+    assert values(run, M.RL_TRAIN_INFER_IMPORTANCE_RATIO, **{A.RL_STATISTIC: "mean"})[0] == pytest.approx(1.0, abs=1e-5)
     stages = {p.attributes[A.RL_STAGE] for p in run[M.RL_SHAPE_LEDGER_MISMATCHES]}
     assert stages == {"generate", "compute_log_probs", "compute_ref_log_probs", "advantage", "train_step"}
     # the same tensor checksums the same at every stage that sees it
