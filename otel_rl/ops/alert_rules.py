@@ -38,6 +38,11 @@ KL_QUANTILE, ENTROPY_QUANTILE = 0.9, 0.5  # p90 baseline ignores a short earlier
 KL_THRESHOLD = 10
 CLIPPED_RATIO_THRESHOLD = 0.3
 
+# The training-inference mismatch (KL between the rollout engine's and the trainer's token
+# distributions): matched bf16 engines sit near 0.001; verl's rollout-correction guidance alarms
+# above 0.1. Growth alone counts from 0.01 up, at 5x its baseline.
+TRAIN_INFER_KL_THRESHOLD = 0.1
+TRAIN_INFER_KL_FACTOR, TRAIN_INFER_KL_FLOOR = 5, 0.01
 # Rollout ratios (0..1) rising: by 10 points and by half again over the baseline average.
 RATIO_RISE_MIN, RATIO_RISE_FACTOR = 0.1, 1.5
 # Tokens per step: the recent average twice the baseline median and 1000 tokens more.
@@ -302,6 +307,36 @@ def _clipped_threshold(t: Timing) -> Rule:
     )
 
 
+def _train_infer_mismatch(t: Timing) -> Rule:
+    sel = Selector(M.RL_TRAIN_INFER_KL)
+    recent_w, base_w = t(RECENT_S), t(BASELINE_S)
+    above = f"{_agg('max', _over('max', sel, recent_w))} > {_number(TRAIN_INFER_KL_THRESHOLD)}"
+    growing = _spike(sel, (), t, TRAIN_INFER_KL_FACTOR, TRAIN_INFER_KL_FLOOR, KL_QUANTILE)
+    return Rule(
+        alert="RLTrainInferMismatch",
+        uid="otel-rl-train-infer-mismatch",
+        expr=_agg("max", "\n" + _indent(_either([above, growing])) + "\n"),
+        for_s=t.seconds(120),
+        severity="warning",
+        category="stability",
+        summary=(
+            "Run {{ $labels.rl_run_id }} ({{ $labels.service_name }}): the rollout engine and the trainer disagree "
+            'on the sampled tokens (KL {{ $value | printf "%.3g" }})'
+        ),
+        description=(
+            f"The largest KL between the rollout engine's and the trainer's token log-probs ({sel}) in the last "
+            f"{recent_w} is above {_number(TRAIN_INFER_KL_THRESHOLD)}, or above {_number(TRAIN_INFER_KL_FLOOR)} and "
+            f"{TRAIN_INFER_KL_FACTOR}x its p90 of the {base_w} before. Matched engines sit near 0.001; a growing gap "
+            "biases every update that treats the rollout as on-policy and can precede a collapse."
+        ),
+        runbook=(
+            "Check the weight sync to the rollout engine (a failed or partial sync), the engine's dtype and kernels "
+            "against the trainer's, and recent engine upgrades; enable truncated importance sampling or rejection "
+            "sampling (verl rollout_correction, AReaL's decoupled loss) while you look."
+        ),
+    )
+
+
 def _inference_anomaly(t: Timing) -> Rule:
     sources = [Selector(M.RL_ROLLOUT_ABORT_RATIO), Selector(M.RL_ROLLOUT_TIMEOUT_RATIO), Selector(M.RL_RESPONSE_CLIPPED_RATIO)]
     recent_w, base_w = t(RECENT_S), t(BASELINE_S)
@@ -458,7 +493,7 @@ def build_groups(time_scale: int = 1) -> list[Group]:
     t = Timing(time_scale)
     interval = t.seconds(INTERVAL_S)
     return [
-        Group("otel-rl-training-stability", interval, (_divergence(t), _kl_threshold(t), _clipped_threshold(t))),
+        Group("otel-rl-training-stability", interval, (_divergence(t), _kl_threshold(t), _clipped_threshold(t), _train_infer_mismatch(t))),
         Group("otel-rl-rollout", interval, (_inference_anomaly(t), _batch_runaway(t))),
         Group("otel-rl-resources", interval, (_memory_risk(t), _rank_imbalance(t))),
     ]

@@ -12,6 +12,8 @@ The rules (the RL DFX composite alerts first, then the fixed thresholds of a 600
 - RLTrainingDivergence: KL, actor grad norm and entropy anomalous together, each against the run's
   own recent baseline and above an absolute floor;
 - RLKLAboveThreshold / RLResponseClippedRatioAboveThreshold: kl > 10, clipped_ratio > 0.3;
+- RLTrainInferMismatch: the rollout engine's and the trainer's log-probs apart (their KL above 0.1,
+  or growing 5x over its baseline from 0.01 up);
 - RLInferenceAnomaly: abort, timeout or response clip ratio rising;
 - RLDynamicBatchRunaway: tokens per step jumping;
 - RLGPUMemoryRisk: reserved memory near the device limit while the allocated/reserved gap widens;

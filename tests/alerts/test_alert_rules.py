@@ -181,6 +181,7 @@ def test_every_rule_has_for_severity_and_annotations_naming_the_run_and_metrics(
         "RLDynamicBatchRunaway",
         "RLGPUMemoryRisk",
         "RLRankImbalance",
+        "RLTrainInferMismatch",
     }
     for name, rule in rules.items():
         assert _alerts.parse_duration(rule["for"]) > 0, name
@@ -387,6 +388,8 @@ WEAKENED = {
         "kl-and-grad-norm",
     ),
     "kl-threshold-moved": ("thresholds.test.yml", "RLKLAboveThreshold", "> 10", "> 20", "kl-spike"),
+    # the mismatch's growth floor lowered: a gap still under 0.01 would fire
+    "train-infer-floor-moved": ("train_infer.test.yml", "RLTrainInferMismatch", "> 0.01\n", "> 0.001\n", "under-floor"),
 }
 
 
