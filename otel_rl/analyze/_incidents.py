@@ -49,6 +49,10 @@ WATCHED: tuple[tuple[str, Mapping[str, str], str, float], ...] = (
     (M.RL_POLICY_KL, {}, "kl", 0.7),
     (M.RL_LOSS, {A.RL_LOSS_TYPE: A.RlLossTypeValues.KL.value}, "kl", 0.65),
     (M.RL_GRAD_NORM, {}, "grad", 0.7),
+    # the rollout engine and the trainer disagreeing on the sampled tokens: an optimizer-side signal
+    # (the update is biased), named when it moves with the outcome or past its registry scale
+    (M.RL_TRAIN_INFER_KL, {}, "mismatch", 0.6),
+    (M.RL_TRAIN_INFER_LOGPROB_ABS_DIFF, {A.RL_STATISTIC: _MEAN}, "mismatch", 0.6),
     (M.RL_POLICY_ENTROPY, {A.RL_STATISTIC: _MEAN}, "entropy", 0.85),
     (M.RL_RESPONSE_LENGTH, {A.RL_STATISTIC: _MEAN}, "length", 0.85),
     (M.RL_RESPONSE_CLIPPED_RATIO, {}, "length", 0.8),

@@ -118,7 +118,7 @@ def plot_incident(series: dict[str, Series], incident: Any, path: Path, *, limit
             order.append(part.series)
     order += [label for label in dict.fromkeys(p.series for p in ranked) if label not in order]
     # The outcome on top, then the policy's state, then the optimizer's signals: the order a person reads.
-    reading = ("reward", "validation", "signal", "length", "entropy", "kl", "grad")
+    reading = ("reward", "validation", "signal", "length", "entropy", "kl", "grad", "mismatch")
     order = sorted(order[:5], key=lambda label: reading.index(f) if (f := incident.families.get(label)) in reading else len(reading))
     fig, axes = plt.subplots(len(order), 1, figsize=(7.5, 1.6 * len(order) + 0.5), dpi=90, sharex=True, squeeze=False)
     colour = _SEVERITY_COLOURS.get(incident.severity, "#555555")

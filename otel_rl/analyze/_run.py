@@ -55,6 +55,7 @@ KEY_FAMILIES: tuple[tuple[str, dict[str, str]], ...] = (
     (M.RL_POLICY_KL, {}),
     (M.RL_LOSS, {A.RL_LOSS_TYPE: A.RlLossTypeValues.KL.value}),
     (M.RL_GRAD_NORM, {}),
+    (M.RL_TRAIN_INFER_KL, {}),
     (M.RL_LOSS, {A.RL_LOSS_TYPE: A.RlLossTypeValues.TOTAL.value}),
     (M.RL_STEP_DURATION, {}),
     (M.RL_LEARNING_RATE, {}),

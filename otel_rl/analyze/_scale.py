@@ -24,7 +24,7 @@ from otel_rl.semconv import METRICS
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import metrics as M
 
-OPTIMIZER = frozenset({"kl", "grad"})  # families that are signals of the update, not its outcome
+OPTIMIZER = frozenset({"kl", "grad", "mismatch"})  # families that are signals of the update, not its outcome
 CONTEXT = frozenset({"reward", "validation", "entropy", "length", RUN_END})  # outcome and policy state
 DEFAULT_GRAD_CLIP = 1.0  # the Trainer's, verl's and OpenRLHF's default max_grad_norm
 
@@ -45,8 +45,12 @@ def grad_clip(settings: Mapping[str, Any]) -> tuple[float, str]:
     return DEFAULT_GRAD_CLIP, "default"
 
 
-def notable_level(family: str, settings: Mapping[str, Any]) -> float | None:
-    """The level at which a move of an optimizer family matters on its own (registry ``scale``)."""
+def notable_level(family: str, settings: Mapping[str, Any], metric: str | None = None) -> float | None:
+    """The level at which a move of an optimizer family matters on its own (registry ``scale``); the
+    training-inference mismatch's metrics each have their own (``metric``)."""
+    if family == "mismatch":
+        mdef = METRICS.get(metric or "")
+        return mdef.notable if mdef is not None else None
     if family == "kl":
         mdef = METRICS.get(M.RL_POLICY_KL)
         return mdef.notable if mdef is not None else None
@@ -69,7 +73,7 @@ def is_large(p: Change, family: str, settings: Mapping[str, Any], typical: float
     A one-step KL spike needs the registry's danger level and 20x its baseline (healthy runs blip to
     ~1, or from ~1 to ~12, and come back); a level the KL settles at needs the notable level. A gradient norm needs the notable level (10x the
     clip) and, for a spike, a tenfold rise over its own baseline."""
-    level = notable_level(family, settings)
+    level = notable_level(family, settings, p.metric)
     if level is None or p.direction != "up":
         return True  # no scale in the registry: the size of the change decides, as before
     if family == "kl":

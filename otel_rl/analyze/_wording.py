@@ -22,6 +22,7 @@ FAMILY_WORDS = {  # how a report names each family
     "signal": "reward spread",
     "kl": "KL",
     "grad": "gradient norm",
+    "mismatch": "training-inference mismatch",
     "entropy": "entropy",
     "length": "response length",
     "loss": "loss",
@@ -127,6 +128,8 @@ def _phrases(i: Incident) -> list[tuple[str, str]]:
         out.append(("grad", "gradient norm logged as 0 while the loss is not"))
     elif _part(i, "grad", "down", ("sustained",)):
         out.append(("grad", "no gradient on many steps"))
+    if _part(i, "mismatch", "up") or _part(i, "mismatch", "up", ("spike",)):
+        out.append(("mismatch", "training-inference mismatch climbs"))
     if _part(i, "kl", kinds=("sustained",)):
         out.append(("kl", "KL above its danger threshold"))
     if _part(i, "grad", "up", ("sustained",)):

@@ -437,3 +437,29 @@ def test_a_kl_spike_hundreds_of_times_its_level_past_the_notable_level_is_a_warn
     kl *= 0.05 / 0.015
     kl[83] = 1.0
     assert not [i.text for i in incidents_of(series("kl", M.RL_POLICY_KL, kl, {A.RL_POLICY: "reference"})) if i.severity != "info"]
+
+
+def test_a_training_inference_mismatch_that_moves_with_a_reward_collapse_is_named_in_it() -> None:
+    rng = np.random.default_rng(11)
+    n, at = 120, 60
+    reward = np.concatenate([noisy(rng, 0.6, at, 0.05), noisy(rng, 0.05, n - at, 0.05)])
+    mismatch = np.concatenate([noisy(rng, 0.001, at - 2, 0.1), noisy(rng, 0.05, n - at + 2, 0.1)])  # grows two steps before
+    found = incidents_of(
+        series("critic/score/mean", M.RL_REWARD, reward, MEAN),
+        series("rollout_corr/k3_kl", M.RL_TRAIN_INFER_KL, mismatch, {A.RL_MODEL_ROLE: "actor", A.RL_KL_ESTIMATOR: "k3"}),
+    )
+    top = found[0]
+    assert top.severity == "critical" and top.name.startswith("reward collapse"), top.text
+    assert M.RL_TRAIN_INFER_KL in top.metrics, top.text
+    assert "training-inference mismatch" in top.text, top.text
+
+
+def test_a_small_mismatch_rise_on_a_healthy_run_is_no_alarm() -> None:
+    rng = np.random.default_rng(12)
+    n, at = 120, 60
+    mismatch = np.concatenate([noisy(rng, 0.0005, at, 0.1), noisy(rng, 0.003, n - at, 0.1)])  # 6x, but under 0.01
+    found = incidents_of(
+        series("reward", M.RL_REWARD, noisy(rng, 0.5, n, 0.05), MEAN),
+        series("rollout_corr/kl", M.RL_TRAIN_INFER_KL, mismatch, {A.RL_MODEL_ROLE: "actor", A.RL_KL_ESTIMATOR: "k1"}),
+    )
+    assert found and all(i.severity == "info" for i in found), [i.text for i in found]
