@@ -41,6 +41,8 @@ NOT_IN_DEMO = "not emitted by the reference run (the demo), so a panel could not
 NOT_ON_A_BOARD: Mapping[str, str] = {
     M.RL_TENSOR_CHECKSUM: "a checksum is compared across stages (rl.shape_ledger.mismatches is on the data-quality board), not read as a curve",
     M.RL_UNMAPPED: "one series per unknown framework key: a fallback to find in Explore, not a panel",
+    M.RL_TRAIN_INFER_PROB_ABS_DIFF: "the probability-space twin of rl.train_infer.logprob.abs_diff, which the "
+    "training-stability board shows",
     M.RL_TELEMETRY_REJECTED: "only present after bad values arrived; the alert rules watch it",
     M.RL_TELEMETRY_DROPPED: NOT_IN_DEMO + " (it counts only when delivery to the collector fails)",
     M.RL_TELEMETRY_SPOOL_USAGE: NOT_IN_DEMO + " (it is non-zero only while the collector is unreachable)",
@@ -352,6 +354,20 @@ def training_stability(m: Metrics) -> Board:
                      Panel("timeseries", "Clip fraction",
                            [Target(f"avg {by(A.RL_CLIP_KIND)} ({m.sel(M.RL_CLIP_FRACTION, clip_stat)})", legend(A.RL_CLIP_KIND))],
                            m.unit(M.RL_CLIP_FRACTION), min=0, max=1, **full),
+                     Panel("timeseries", "Training-inference mismatch (rollout engine vs trainer log-probs)",
+                           [Target(f"max {by(A.RL_MODEL_ROLE, A.RL_KL_ESTIMATOR)} ({m.sel(M.RL_TRAIN_INFER_KL)})",
+                                   legend(A.RL_MODEL_ROLE, A.RL_KL_ESTIMATOR, prefix="KL ")),
+                            Target(f"max {by(A.RL_MODEL_ROLE)} "
+                                   f"({m.sel(M.RL_TRAIN_INFER_LOGPROB_ABS_DIFF, eq(STAT, enum_value(R.MEAN)))})",
+                                   legend(A.RL_MODEL_ROLE, prefix="mean |log-prob gap| ")),
+                            Target(f"max {by(A.RL_MODEL_ROLE)} ({m.sel(M.RL_TRAIN_INFER_NONFINITE_RATIO)})",
+                                   legend(A.RL_MODEL_ROLE, prefix="non-finite share "))],
+                           m.unit(M.RL_TRAIN_INFER_KL), w=12, h=6,
+                           note="Matched engines sit near 0.001; a growing gap biases every update "
+                                "(alert RLTrainInferMismatch). Importance-ratio tails: rl.train_infer.importance_ratio."),
+                     Panel("timeseries", "Importance ratio trainer / engine (min / mean / max)",
+                           [_stats(m, M.RL_TRAIN_INFER_IMPORTANCE_RATIO, extra=(A.RL_MODEL_ROLE,))],
+                           m.unit(M.RL_TRAIN_INFER_IMPORTANCE_RATIO), w=12, h=6),
                      Panel("timeseries", "Learning rate",
                            [Target(f"avg {by(A.RL_MODEL_ROLE)} ({m.sel(M.RL_LEARNING_RATE)})", legend(A.RL_MODEL_ROLE))],
                            m.unit(M.RL_LEARNING_RATE), w=12, h=6),
