@@ -42,6 +42,10 @@ pip_install "${cons[@]}" "ray==2.60.0" "trl==1.16.0" "transformers==5.23.0" "acc
 pip_install --no-deps "verl==0.9.1" "ms-swift==4.6.0"
 pip_install "${cons[@]}" "tensordict==0.8.3" "omegaconf==2.3.1" "hydra-core==1.3.8" "orjson" "codetiming==1.4.0" \
   "modelscope==1.40.2" "modelscope-hub==0.5.1" "json_repair" "msgspec" "dacite" "aiohttp" "einops" "peft==0.21.2"
+# OpenRLHF pins DeepSpeed, flash-attn, vLLM and Ray builds for GPUs: it goes in without them, with
+# DeepSpeed itself (its ops build on first use, never here) and the light modules its trainer imports.
+pip_install --no-deps "openrlhf==0.11.2" "deepspeed==0.19.6" "torchdata==0.11.0" "pylatexenc==2.11" "hjson==3.1.0" \
+  "py-cpuinfo==9.0.0" "msgpack==1.2.4" "ninja==1.13.2"
 rm -f "$constraints"
 rm -f "$log"
 "$venv/bin/python" -c "import otel_rl, torch, pytest" || { echo "otel-rl: set-up failed (see pip output above)" >&2; exit 1; }

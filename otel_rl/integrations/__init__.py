@@ -1,4 +1,4 @@
-"""Framework adapters, one framework per module (ROLL, verl, TRL, ms-swift, Ray), one protocol.
+"""Framework adapters, one framework per module (ROLL, verl, TRL, ms-swift, OpenRLHF, Ray), one protocol.
 
 Each module has an instrumentor on the model of OpenTelemetry's ``BaseInstrumentor``
 (:mod:`otel_rl.integrations.base`)::
@@ -26,6 +26,7 @@ INSTRUMENTORS = {
     "TrlInstrumentor": "trl",
     "VerlInstrumentor": "verl",
     "VerlAgentLoopInstrumentor": "verl_agent_loop",
+    "OpenRLHFInstrumentor": "openrlhf",
 }
 
 

@@ -29,12 +29,17 @@ from __future__ import annotations
 
 import importlib.metadata
 import logging
+import os
 import re
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, MutableMapping, MutableSequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
+
+from opentelemetry.sdk.environment_variables import OTEL_SERVICE_NAME
+
+from otel_rl import environment_variables as ENV
 
 logger = logging.getLogger("otel_rl")
 
@@ -324,4 +329,50 @@ class Instrumentor(ABC):
             self._is_instrumented = self._on_import = False
 
 
-__all__ = ["DependencyConflict", "DependencyConflictError", "Instrumentor", "Patches", "get_dependency_conflicts", "version_satisfies"]
+def framework_init_options(framework: str, project_name: Any, experiment_name: Any) -> dict[str, Any]:
+    """``otel_rl.init()`` options for a framework's process: its project as ``service.name`` and its
+    run or experiment as ``rl.experiment.name``, only as defaults (``OTEL_SERVICE_NAME`` and
+    ``OTEL_RL_EXPERIMENT`` win)."""
+    options: dict[str, Any] = {"framework": framework}
+    if experiment_name and not os.environ.get(ENV.OTEL_RL_EXPERIMENT):
+        options["experiment"] = str(experiment_name)
+    if project_name and not os.environ.get(OTEL_SERVICE_NAME):
+        options["service_name"] = str(project_name)
+    return options
+
+
+class GuardedCalls:
+    """Calls from a framework's hook into otel-rl that never raise into the framework: a failure is
+    reported once per kind of call through the ``otel_rl`` logger, naming ``source`` (``"the verl
+    'otel' backend"``); a ``ValueError`` is raised in strict mode, which asks for exactly that."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.reported: set[str] = set()
+
+    def __call__(self, what: str, strict: bool, function: Callable[..., Any], *args: Any) -> None:
+        try:
+            function(*args)
+        except ValueError:
+            if strict:
+                raise
+            self.report(what)
+        except Exception:
+            self.report(what)
+
+    def report(self, what: str) -> None:
+        if what not in self.reported:
+            self.reported.add(what)
+            logger.warning("otel-rl: %s failed in %s; later calls go on (reported once)", self.source, what, exc_info=True)
+
+
+__all__ = [
+    "DependencyConflict",
+    "DependencyConflictError",
+    "GuardedCalls",
+    "Instrumentor",
+    "framework_init_options",
+    "Patches",
+    "get_dependency_conflicts",
+    "version_satisfies",
+]

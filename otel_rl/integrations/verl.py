@@ -52,7 +52,7 @@ from typing import Any
 
 import otel_rl
 from otel_rl.integrations._import_hooks import when_imported
-from otel_rl.integrations.base import Instrumentor, Patches
+from otel_rl.integrations.base import GuardedCalls, Instrumentor, Patches
 from otel_rl.integrations.verl_agent_loop import BACKEND, VerlAgentLoopInstrumentor, init_options
 from otel_rl.integrations.verl_timers import step_stages
 
@@ -81,7 +81,7 @@ class OtelBackend:
         telemetry: otel_rl.Telemetry | None = None,
         reconstruct_spans: bool = True,
     ) -> None:
-        self._reported: set[str] = set()
+        self._calls = GuardedCalls(f"the verl {BACKEND!r} backend")
         self._reconstruct_spans = reconstruct_spans
         self._closed = False
         current = otel_rl.get_telemetry()
@@ -118,19 +118,7 @@ class OtelBackend:
             self._guard("flush", self.telemetry.flush)
 
     def _guard(self, what: str, function: Any, *args: Any) -> None:
-        try:
-            function(*args)
-        except ValueError:
-            if self.telemetry.config.strict:
-                raise
-            self._report(what)
-        except Exception:
-            self._report(what)
-
-    def _report(self, what: str) -> None:
-        if what not in self._reported:
-            self._reported.add(what)
-            logger.warning("otel-rl: the verl %r backend failed in %s; later calls go on (reported once)", BACKEND, what, exc_info=True)
+        self._calls(what, self.telemetry.config.strict, function, *args)
 
 
 def _finish_backend(tracking: Any) -> None:

@@ -40,17 +40,13 @@ from __future__ import annotations
 import functools
 import logging
 import numbers
-import os
 from collections.abc import Callable, Collection, Mapping
 from contextvars import ContextVar
 from typing import Any
 
-from opentelemetry.sdk.environment_variables import OTEL_SERVICE_NAME
-
 import otel_rl
-from otel_rl import environment_variables as ENV
 from otel_rl._sdk.spans.trajectory_spans import TRUNCATED_FINISH_REASON
-from otel_rl.integrations.base import Instrumentor, Patches
+from otel_rl.integrations.base import Instrumentor, Patches, framework_init_options
 from otel_rl.reporting import LOGGER_NAME, ReportOnce
 from otel_rl.semconv import attributes as A
 
@@ -134,12 +130,7 @@ class TelemetrySource:
 def init_options(project_name: Any, experiment_name: Any) -> dict[str, Any]:
     """``otel_rl.init()`` options for a verl process (the trainer's backend, integrations/verl.py,
     and an agent-loop worker): verl's names only as defaults, the environment wins over them."""
-    options: dict[str, Any] = {"framework": FRAMEWORK}
-    if experiment_name and not os.environ.get(ENV.OTEL_RL_EXPERIMENT):
-        options["experiment"] = str(experiment_name)
-    if project_name and not os.environ.get(OTEL_SERVICE_NAME):
-        options["service_name"] = str(project_name)
-    return options
+    return framework_init_options(FRAMEWORK, project_name, experiment_name)
 
 
 def _section(config: Any, key: str) -> Any:

@@ -168,7 +168,7 @@ Type: string. Examples: qwen2.5-7b-grpo-math."""
 RL_FRAMEWORK: Final = "rl.framework"
 """RL framework that produced the telemetry (resource attribute).
 
-Type: enum. Values: roll, verl, trl, swift, areal, nemo_rl, custom. Examples: roll, verl.
+Type: enum. Values: roll, verl, trl, swift, areal, openrlhf, nemo_rl, custom. Examples: roll, verl.
 
 Open enum: other framework names are allowed."""
 
@@ -407,7 +407,7 @@ in the run appear one after another)."""
 RL_STAGE: Final = "rl.stage"
 """The training stage a measurement belongs to.
 
-Type: enum. Values: rollout, generate, compute_rewards, tool_calls, compute_log_probs, compute_ref_log_probs, compute_values, ref_log_probs_values_reward, old_log_probs_values, advantage, train_step, model_update, do_checkpoint, validation. Examples: generate, compute_log_probs.
+Type: enum. Values: rollout, generate, compute_rewards, tool_calls, compute_log_probs, compute_ref_log_probs, compute_values, ref_log_probs_values_reward, make_experience, old_log_probs_values, advantage, train_step, model_update, do_checkpoint, validation. Examples: generate, compute_log_probs.
 
 A step runs rollout -> reward -> old/ref log-prob -> values/advantage -> actor
 update -> weight sync -> checkpoint. The values are ROLL's `metric_infix` stage
@@ -710,6 +710,9 @@ class RlFrameworkValues(str, Enum):
     AREAL = 'areal'
     """inclusionAI AReaL."""
 
+    OPENRLHF = 'openrlhf'
+    """OpenRLHF."""
+
     NEMO_RL = 'nemo_rl'
     """NVIDIA NeMo-RL."""
 
@@ -904,6 +907,9 @@ class RlStageValues(str, Enum):
 
     REF_LOG_PROBS_VALUES_REWARD = 'ref_log_probs_values_reward'
     """ROLL combined stage: reference log-probs, values and reward (`time/ref_log_probs_values_reward`)."""
+
+    MAKE_EXPERIENCE = 'make_experience'
+    """OpenRLHF's combined phase: old and reference log-probs, values, reward-model scores and advantages (`timing/make_experience`)."""
 
     OLD_LOG_PROBS_VALUES = 'old_log_probs_values'
     """ROLL combined stage: old-policy log-probs and values (`time/old_log_probs_values`)."""
