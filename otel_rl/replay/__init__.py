@@ -58,7 +58,7 @@ CLI_DESCRIPTION = """\
 Send every step of a training log through otel-rl telemetry, as if the run were happening now,
 but with each step's original time: the rl.log event of each step carries the exact key -> value
 map and the step's time, and every metric point is stamped with the step's time; keys map to registry metrics through the framework's mapping (swift,
-trl, verl, roll, areal, nemo_rl). With OTEL_EXPORTER_OTLP_ENDPOINT or --endpoint the data goes to a collector,
+trl, verl, roll, areal, nemo_rl, openrlhf). With OTEL_EXPORTER_OTLP_ENDPOINT or --endpoint the data goes to a collector,
 otherwise into a run folder (otel-rl-runs/<run id>/, OTLP-JSON lines).
 
 Formats (detected from the content unless --format says):
@@ -71,6 +71,7 @@ Formats (detected from the content unless --format says):
   roll-stdout   ROLL's stdout tracker (metrics_tag: {"step": N, "metrics": {...}})
   hf-notebook   a Jupyter notebook's Trainer progress table (Step | Training Loss | reward | ...)
   nemo-rl-console  NeMo-RL's per-step GRPO summary (===== Step N/M =====, • Avg Reward: ...)
+  openrlhf-console  OpenRLHF's PPO trainer log (✨ Global step N: {'policy_loss': ...}; eval_metrics lines)
   metric-table  a CSV of metrics by step (a W&B "Export CSV", a tracker's history, AReaL's keys)
   key-value     a hand-written loop's progress lines (Step: N | Loss: x | KL: y, Epoch:[1/1](N/M), Reward: x, ...)
   metrics-jsonl a hand-written loop's JSON lines of metrics ({"type": "rollout", "grpo_step": N, "reward": x, ...}; eval lines: validation)

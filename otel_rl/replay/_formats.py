@@ -59,6 +59,7 @@ from otel_rl.replay._metric_table import header_of, read_metric_table
 from otel_rl.replay._metrics_jsonl import read_metrics_jsonl
 from otel_rl.replay._nemo_rl import is_nemo_rl_header, read_nemo_rl_console
 from otel_rl.replay._notebook import is_notebook, notebook_console, read_notebook_table
+from otel_rl.replay._openrlhf import is_openrlhf_line, read_openrlhf_console
 from otel_rl.replay._settings import apply_settings, hf_settings
 from otel_rl.replay._verl import is_easyr1_row, is_step_line, read_easyr1_jsonl, read_verl_console, read_verl_jsonl
 from otel_rl.runs.folder import LOGS_FILE, Problem, read_log_records
@@ -79,6 +80,7 @@ FRAMEWORK_OF: dict[str, str | None] = {
     "verl-console": "verl",
     "roll-stdout": "roll",
     "nemo-rl-console": A.RlFrameworkValues.NEMO_RL.value,
+    "openrlhf-console": A.RlFrameworkValues.OPENRLHF.value,
     "metric-table": None,  # a CSV of metrics by step: the reader tells the framework from the keys
     "key-value": "trl",  # a hand-written loop's progress lines: names read by meaning into TRL's
     "metrics-jsonl": "trl",  # a hand-written loop's JSON lines of metrics: names read by meaning into TRL's
@@ -313,6 +315,7 @@ _READERS: dict[str, Callable[[Path, str, ParsedLog], None]] = {
     "roll-stdout": _read_roll_stdout,
     "hf-notebook": read_notebook_table,
     "nemo-rl-console": read_nemo_rl_console,
+    "openrlhf-console": read_openrlhf_console,
     "metric-table": read_metric_table,
     "key-value": read_key_value_console,
     "metrics-jsonl": read_metrics_jsonl,
@@ -376,6 +379,9 @@ def format_scores(text: str) -> dict[str, int]:
             continue
         if line[0] == "=" and is_nemo_rl_header(line):
             scores["nemo-rl-console"] += _STRONG
+            continue
+        if "lobal step" in line and is_openrlhf_line(line):
+            scores["openrlhf-console"] += _STRONG
             continue
         if "step:" in line:
             clean = ANSI_RE.sub("", line) if "\x1b" in line else line

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib.machinery
 import importlib.util
+import logging
 import math
 import sys
 import types
@@ -35,6 +36,7 @@ import torch  # noqa: E402
 
 import otel_rl  # noqa: E402
 from otel_rl.integrations.openrlhf import OpenRLHFInstrumentor, OtelLogger  # noqa: E402
+from otel_rl.replay import parse_file  # noqa: E402
 from otel_rl.runs.folder import read_log_records, read_metrics, read_spans  # noqa: E402
 from otel_rl.semconv import attributes as A  # noqa: E402
 from otel_rl.semconv import metrics as M  # noqa: E402
@@ -227,10 +229,15 @@ def test_fit_logs_the_same_values_with_otel_rl_and_every_key_arrives_resolved(
     run_dir = tmp_path / "run"
     telemetry = otel_rl.init(run_dir=str(run_dir), console=False, framework="openrlhf", log_samples=4)
     OpenRLHFInstrumentor().instrument()
+    console = logging.FileHandler(tmp_path / "console.log")  # what OpenRLHF prints, as it prints it
+    console.setFormatter(logging.getLogger("openrlhf").handlers[0].formatter)
+    logging.getLogger(ppo_trainer_module.__name__).addHandler(console)
     try:
         trainer = run_fit(ppo_trainer_module, local_ray, tokenizer, tmp_path / "tb-otel")
         assert isinstance(trainer.tensorboard_logger, OtelLogger)
     finally:
+        logging.getLogger(ppo_trainer_module.__name__).removeHandler(console)
+        console.close()
         OpenRLHFInstrumentor().uninstrument()
         telemetry.shutdown()
     plain, with_otel = tensorboard_scalars(tmp_path / "tb-plain"), tensorboard_scalars(tmp_path / "tb-otel")
@@ -244,6 +251,12 @@ def test_fit_logs_the_same_values_with_otel_rl_and_every_key_arrives_resolved(
     for (tag, step), value in with_otel.items():
         key = tag.removeprefix("train/") if tag.startswith("train/") else tag
         assert logged[(key, step)] == pytest.approx(value, rel=1e-6), (key, step)
+
+    # its console, replayed: the same values at the same steps (the generated sample is not printed)
+    parsed = parse_file(tmp_path / "console.log")
+    assert (parsed.format, parsed.framework, parsed.problems) == ("openrlhf-console", "openrlhf", [])
+    replayed = {(k, r.step): v for r in parsed.records for k, v in r.values.items()}
+    assert replayed == {k: v for k, v in logged.items() if k[0] != "generated_samples"}
 
     # the keys as metrics: the registry's where it has a meaning, the rest under their own name
     points = read_metrics(run_dir)

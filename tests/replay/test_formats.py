@@ -405,6 +405,7 @@ def test_every_format_is_covered_here():
         "verl-jsonl",
         "easyr1-jsonl",
         "nemo-rl-console",
+        "openrlhf-console",
         "metric-table",
         "key-value",
         "metrics-jsonl",
