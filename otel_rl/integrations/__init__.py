@@ -27,6 +27,7 @@ INSTRUMENTORS = {
     "VerlInstrumentor": "verl",
     "VerlAgentLoopInstrumentor": "verl_agent_loop",
     "OpenRLHFInstrumentor": "openrlhf",
+    "OpenRLHFAgentInstrumentor": "openrlhf_agent",
 }
 
 

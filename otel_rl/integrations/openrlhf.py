@@ -27,7 +27,8 @@ Installing only watches for ``openrlhf.trainer.ppo_trainer``: a Ray worker that 
 the step's trace, rebuilt after the fact from ``timing/generation``, ``timing/make_experience``,
 ``timing/ppo_train`` and ``timing/broadcast`` (``rl.span.reconstructed``); and the step's sample
 (``generated_samples``: the decoded sequence, prompt included, as the response, and its reward) to ``log_samples`` when
-``OTEL_RL_LOG_SAMPLES`` asks for samples. The telemetry is that of an earlier ``otel_rl.init()`` in
+``OTEL_RL_LOG_SAMPLES`` asks for samples. With ``--train.agent_func_path``, each agent rollout in
+the vLLM engines is a trajectory (:mod:`otel_rl.integrations.openrlhf_agent`). The telemetry is that of an earlier ``otel_rl.init()`` in
 the process, or one started with ``framework="openrlhf"``, the W&B run name as
 ``rl.experiment.name`` and the W&B project as ``service.name`` (the environment wins), and shut
 down at ``close()``.
@@ -183,13 +184,13 @@ class OpenRLHFInstrumentor(Instrumentor):
 
 
 def install() -> None:
-    """Instrument OpenRLHF's trainer when this process imports it (now, if it has): the Ray
-    ``worker_process_setup_hook``. Never imports OpenRLHF itself."""
+    """Instrument OpenRLHF's trainer, and its agent executor (:mod:`.openrlhf_agent`), when this
+    process imports them (now, if it has): the Ray ``worker_process_setup_hook``. Never imports
+    OpenRLHF itself."""
+    from otel_rl.integrations.openrlhf_agent import AGENT_MODULE, OpenRLHFAgentInstrumentor
 
-    def on_import(_module: Any) -> None:
-        OpenRLHFInstrumentor().instrument_on_import()
-
-    when_imported(TRAINER_MODULE, on_import)
+    when_imported(TRAINER_MODULE, lambda _module: OpenRLHFInstrumentor().instrument_on_import())
+    when_imported(AGENT_MODULE, lambda _module: OpenRLHFAgentInstrumentor().instrument_on_import())
 
 
 def main(argv: Sequence[str] | None = None) -> None:

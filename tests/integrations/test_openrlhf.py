@@ -319,3 +319,65 @@ def test_the_ray_setup_hook_instruments_the_trainer_module_when_it_is_imported(p
     finally:
         instrumentor.uninstrument()
     assert ppo_trainer_module.BasePPOTrainer.__init__ is original
+
+
+class RequestOutput(SimpleNamespace):
+    """STAND-IN for vLLM's RequestOutput: ``outputs[0]`` with token_ids, text, finish_reason, logprobs."""
+
+
+class Engine:
+    """STAND-IN for the vLLM engine an agent executor generates with: answers "7" and then "8", as
+    OpenRLHF's RolloutRayActor hands it to ``execute`` (``await llm_engine.generate(tokens, params)``)."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer, self.answers = tokenizer, iter(["7", "8"])
+
+    async def generate(self, prompt_token_ids: list[int], sampling_params: Any, multi_modal_data: Any = None) -> Any:
+        text = next(self.answers)
+        ids = self.tokenizer.encode(text)
+        logprobs = [{t: SimpleNamespace(logprob=-0.5)} for t in ids]
+        return RequestOutput(outputs=[SimpleNamespace(token_ids=ids, text=text, finish_reason="stop", logprobs=logprobs)])
+
+
+def test_an_agent_rollout_is_one_trajectory_and_its_result_is_unchanged(ppo_trainer_module: Any, hf_tiny_lm: Any, tmp_path: Path) -> None:
+    """OpenRLHF's own MultiTurnAgentExecutor with an AgentInstance written as its examples write
+    them: a wrong answer gets feedback and a second turn, the right one ends the episode."""
+    import asyncio
+
+    from openrlhf.utils.agent import AgentInstanceBase, MultiTurnAgentExecutor
+
+    from otel_rl.integrations.openrlhf_agent import OpenRLHFAgentInstrumentor
+
+    class AgentInstance(AgentInstanceBase):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            self.turns = 0
+
+        async def step(self, state_dict: dict, **kwargs: Any) -> dict:
+            self.turns += 1
+            right = state_dict["action_text"].strip() == state_dict["label"]
+            return {"rewards": torch.tensor(1.0 if right else 0.0), "scores": torch.tensor(1.0 if right else 0.0),
+                    "environment_feedback": "" if right else " wrong, again:", "done": right, "extra_logs": {"turns": self.turns}}  # fmt: skip
+
+    _, tokenizer = hf_tiny_lm
+
+    def rollout() -> dict:
+        params = SamplingParams(max_tokens=8, logprobs=1)
+        return asyncio.run(MultiTurnAgentExecutor(AgentInstance).execute("4+4=", "8", params, 48, tokenizer, Engine(tokenizer)))
+
+    plain = rollout()
+    run_dir = tmp_path / "run"
+    telemetry = otel_rl.init(run_dir=str(run_dir), console=False, framework="openrlhf", trajectory_sample_ratio=1.0)
+    OpenRLHFAgentInstrumentor().instrument()
+    try:
+        recorded = rollout()
+    finally:
+        OpenRLHFAgentInstrumentor().uninstrument()
+        telemetry.shutdown()
+    assert recorded == plain and plain["reward"] == 1.0 and len(plain["action_ranges"]) == 2
+
+    spans = read_spans(run_dir)
+    (root,) = [s for s in spans if s.name == N.RL_TRAJECTORY_SPAN]
+    children = sorted((s for s in spans if s.parent_span_id == root.span_id), key=lambda s: s.start_ns)
+    assert [s.name for s in children] == [N.RL_TURN_SPAN, N.RL_TOOL_SPAN, N.RL_TURN_SPAN, N.RL_TOOL_SPAN]
+    assert root.attributes[A.RL_TRAJECTORY_REWARD] == 1.0
+    assert {s.attributes[A.GEN_AI_TOOL_NAME] for s in children if s.name == N.RL_TOOL_SPAN} == {"environment"}
