@@ -63,6 +63,7 @@ class SamplingParams:  # STAND-IN: vllm.SamplingParams takes keyword arguments
 
 @pytest.fixture(scope="module")
 def ppo_trainer_module() -> Any:
+    before = set(sys.modules)
     if importlib.util.find_spec("vllm") is None:
         _stand_in_module("vllm", SamplingParams=SamplingParams)
         _stand_in_module("vllm.inputs", TokensPrompt=dict)
@@ -72,8 +73,14 @@ def ppo_trainer_module() -> Any:
         _stand_in_module("flash_attn.bert_padding", index_first_axis=None, pad_input=None, rearrange=None, unpad_input=None)
         _stand_in_module("flash_attn.utils")
         _stand_in_module("flash_attn.utils.distributed", all_gather=None)
-    from openrlhf.trainer import ppo_trainer
-
+    try:
+        from openrlhf.trainer import ppo_trainer
+        from openrlhf.utils import agent  # noqa: F401 - imported while the stand-ins are there
+    finally:
+        # the stand-ins leave with the import: later tests in this process (ms-swift's checks for
+        # vLLM, say) must find vLLM and flash-attn as absent as they are
+        for name in [n for n in sys.modules if n not in before and n.split(".")[0] in ("vllm", "flash_attn")]:
+            del sys.modules[name]
     return ppo_trainer
 
 
