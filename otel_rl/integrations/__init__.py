@@ -28,6 +28,7 @@ INSTRUMENTORS = {
     "VerlAgentLoopInstrumentor": "verl_agent_loop",
     "OpenRLHFInstrumentor": "openrlhf",
     "OpenRLHFAgentInstrumentor": "openrlhf_agent",
+    "AReaLInstrumentor": "areal",
 }
 
 

@@ -280,6 +280,9 @@ def test_the_instrumentors_are_reachable_from_the_package():
         "VerlAgentLoopInstrumentor",
         "RollInstrumentor",
         "RayInstrumentor",
+        "OpenRLHFInstrumentor",
+        "OpenRLHFAgentInstrumentor",
+        "AReaLInstrumentor",
     }
     assert integrations.RollInstrumentor is importlib.import_module("otel_rl.integrations.roll").RollInstrumentor
     with pytest.raises(AttributeError):
