@@ -70,7 +70,8 @@ S = A.RlStageValues
 STAGE_GROUPS: tuple[tuple[str, tuple[Any, ...]], ...] = (
     ("rollout", (S.ROLLOUT, S.GENERATE, S.TOOL_CALLS)),
     ("reward", (S.COMPUTE_REWARDS,)),
-    ("logprob / ref", (S.COMPUTE_LOG_PROBS, S.COMPUTE_REF_LOG_PROBS, S.OLD_LOG_PROBS_VALUES, S.REF_LOG_PROBS_VALUES_REWARD)),
+    ("logprob / ref", (S.COMPUTE_LOG_PROBS, S.COMPUTE_REF_LOG_PROBS, S.OLD_LOG_PROBS_VALUES, S.REF_LOG_PROBS_VALUES_REWARD,
+                       S.MAKE_EXPERIENCE)),
     ("values / advantage", (S.COMPUTE_VALUES, S.ADVANTAGE)),
     ("update", (S.TRAIN_STEP,)),
     ("weight sync", (S.MODEL_UPDATE,)),

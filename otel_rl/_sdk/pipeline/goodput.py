@@ -52,6 +52,7 @@ STAGE_BUCKETS: Mapping[str, str] = {
             _S.COMPUTE_VALUES,
             _S.REF_LOG_PROBS_VALUES_REWARD,
             _S.OLD_LOG_PROBS_VALUES,
+            _S.MAKE_EXPERIENCE,
             _S.ADVANTAGE,
             _S.TRAIN_STEP,
         )
