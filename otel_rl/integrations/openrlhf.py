@@ -58,7 +58,7 @@ SETUP_HOOK = f"{__name__}.install"
 SAMPLES_KEY = "generated_samples"  # [decoded sequence, reward]: a sample, not a metric
 EVAL_PREFIX = "eval/"
 # The timed phases of BasePPOTrainer.train_step / PPOTrainer.fit, in the order a step runs them,
-# with the stage and cluster each becomes (rl.stage is an open enum: make_experience keeps its name).
+# with the stage and cluster each becomes (make_experience is OpenRLHF's combined phase: its own stage).
 STEP_TIMERS: tuple[tuple[str, str, str | None], ...] = (
     ("timing/generation", "generate", "actor_infer"),
     ("timing/make_experience", "make_experience", None),
