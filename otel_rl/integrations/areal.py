@@ -29,6 +29,7 @@ from typing import Any
 import otel_rl
 from otel_rl.integrations._import_hooks import when_imported
 from otel_rl.integrations.base import GuardedCalls, Instrumentor, Patches, framework_init_options
+from otel_rl.integrations.stage_timers import timed_stages
 from otel_rl.semconv import attributes as A
 
 logger = logging.getLogger("otel_rl")
@@ -57,21 +58,10 @@ STEP_TIMERS = (
 
 def step_stages(values: Mapping[str, Any]) -> list[tuple[str, Any, str | None]]:
     """``[(rl.stage, seconds, rl.cluster), ...]`` of one committed step, in ``train()``'s order."""
-    stages = []
-    for timer in STEP_TIMERS:
-        seconds = values.get(TIMER_PREFIX + timer)
-        if seconds is not None:
-            stages.append((_stage_of(timer), seconds, None))
-    return stages
+    return timed_stages(values, _TIMER_KEYS, FRAMEWORK)
 
 
-@functools.cache
-def _stage_of(timer: str) -> str:
-    """rl.stage of an AReaL timer, through the AReaL mapping (rollout -> generate, ...)."""
-    from otel_rl._sdk.keys.resolver import KeyResolver
-
-    attributes = dict(KeyResolver.default().resolve(TIMER_PREFIX + timer, FRAMEWORK).attributes)
-    return str(attributes.get(A.RL_STAGE, timer))
+_TIMER_KEYS = tuple(TIMER_PREFIX + timer for timer in STEP_TIMERS)
 
 
 class _Sink:

@@ -47,6 +47,7 @@ from typing import Any
 import otel_rl
 from otel_rl.integrations._import_hooks import when_imported
 from otel_rl.integrations.base import GuardedCalls, Instrumentor, Patches, framework_init_options
+from otel_rl.integrations.stage_timers import timed_stages
 from otel_rl.semconv import attributes as A
 
 logger = logging.getLogger("otel_rl")
@@ -57,14 +58,9 @@ CLI_MODULE = "openrlhf.cli.train_ppo_ray"
 SETUP_HOOK = f"{__name__}.install"
 SAMPLES_KEY = "generated_samples"  # [decoded sequence, reward]: a sample, not a metric
 EVAL_PREFIX = "eval/"
-# The timed phases of BasePPOTrainer.train_step / PPOTrainer.fit, in the order a step runs them,
-# with the stage and cluster each becomes (make_experience is OpenRLHF's combined phase: its own stage).
-STEP_TIMERS: tuple[tuple[str, str, str | None], ...] = (
-    ("timing/generation", "generate", "actor_infer"),
-    ("timing/make_experience", "make_experience", None),
-    ("timing/ppo_train", "train_step", "actor_train"),
-    ("timing/broadcast", "model_update", None),
-)
+# The timed phases of BasePPOTrainer.train_step / PPOTrainer.fit, in the order a step runs them;
+# their stages and clusters come from semconv/mappings/openrlhf.yaml.
+STEP_TIMERS = ("timing/generation", "timing/make_experience", "timing/ppo_train", "timing/broadcast")
 STEP_TOTAL = "timing/step_total"
 USAGE = (
     "usage: python -m otel_rl.integrations.openrlhf [OpenRLHF's train_ppo_ray options]\n\n"
@@ -77,8 +73,7 @@ USAGE = (
 def step_stages(logs: Mapping[str, Any]) -> tuple[list[tuple[str, Any, str | None]], Any]:
     """``([(rl.stage, seconds, rl.cluster), ...], timing/step_total)`` of one logged step, for
     ``Telemetry.trace_finished_step``; no stages when the step logged no timer."""
-    stages = [(stage, logs[key], cluster) for key, stage, cluster in STEP_TIMERS if logs.get(key) is not None]
-    return stages, logs.get(STEP_TOTAL)
+    return timed_stages(logs, STEP_TIMERS, FRAMEWORK), logs.get(STEP_TOTAL)
 
 
 class OtelLogger:

@@ -6,10 +6,10 @@ needs no verl. Used by the verl backend after each logged step and by ``otel-rl 
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
 from typing import Any
 
+from otel_rl.integrations.stage_timers import timed_stages
 from otel_rl.semconv import attributes as A
 
 FRAMEWORK = A.RlFrameworkValues.VERL.value
@@ -36,24 +36,7 @@ TIMING_PREFIX = "timing_s/"
 def step_stages(data: Mapping[str, Any]) -> tuple[list[tuple[str, Any, str | None]], Any]:
     """``([(rl.stage, seconds, rl.cluster), ...] in fit()'s order, timing_s/step)`` of one logged step,
     for ``Telemetry.trace_finished_step``; no stages when the step logged no timer."""
-    stages = []
-    for timer in STEP_TIMERS:
-        seconds = data.get(TIMING_PREFIX + timer)
-        if seconds is not None:
-            stage, cluster = _stage_of(timer)
-            stages.append((stage, seconds, cluster))
-    return stages, data.get(TIMING_PREFIX + "step")
+    return timed_stages(data, _TIMER_KEYS, FRAMEWORK), data.get(TIMING_PREFIX + "step")
 
 
-@functools.cache
-def _stage_of(timer: str) -> tuple[str, str | None]:
-    """(rl.stage, rl.cluster) of a verl timer, through the verl mapping (gen -> generate, ...)."""
-    attributes = dict(_resolver().resolve(TIMING_PREFIX + timer, FRAMEWORK).attributes)
-    return str(attributes.get(A.RL_STAGE, timer)), attributes.get(A.RL_CLUSTER)
-
-
-@functools.lru_cache(maxsize=1)
-def _resolver() -> Any:
-    from otel_rl._sdk.keys.resolver import KeyResolver
-
-    return KeyResolver.default()
+_TIMER_KEYS = tuple(TIMING_PREFIX + timer for timer in STEP_TIMERS)
