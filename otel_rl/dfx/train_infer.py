@@ -76,23 +76,26 @@ def _summary(train: Any, infer: Any, mask: Any) -> Any:
         xp = np
     finite = mask & xp.isfinite(train) & xp.isfinite(infer)
     zero = xp.zeros_like(train)
-    log_ratio = xp.where(finite, train - infer, zero).clip(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)
+    # Every token left out (padding, non-finite) gets equal log-probs: a gap of 0, adding nothing to
+    # the sums and never above a real gap; only the ratio's sum and extremes need the mask again.
+    train, infer = xp.where(finite, train, zero), xp.where(finite, infer, zero)
+    log_ratio = (train - infer).clip(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)
     ratio = xp.exp(log_ratio)
     abs_log = xp.abs(log_ratio)
-    abs_prob = xp.where(finite, xp.abs(xp.exp(xp.where(finite, train, zero)) - xp.exp(xp.where(finite, infer, zero))), zero)
+    abs_prob = xp.abs(xp.exp(train) - xp.exp(infer))
     # (r - 1) - log r is never negative; expm1 and the floor keep float32 rounding from making it so
-    k3 = xp.where(finite, xp.maximum(xp.expm1(log_ratio) - log_ratio, zero), zero)
+    k3 = xp.maximum(xp.expm1(log_ratio) - log_ratio, zero)
     inf = xp.full_like(train, float("inf"))
     parts = [
         mask.sum(),
         finite.sum(),
         abs_log.sum(),
         (abs_log * abs_log).sum(),
-        xp.where(finite, abs_log, -inf).max(),
+        abs_log.max(),
         abs_prob.sum(),
         (abs_prob * abs_prob).sum(),
-        xp.where(finite, abs_prob, -inf).max(),
-        (-log_ratio).sum(),  # zero where not finite
+        abs_prob.max(),
+        (-log_ratio).sum(),
         k3.sum(),
         xp.where(finite, ratio, zero).sum(),
         xp.where(finite, ratio, inf).min(),
