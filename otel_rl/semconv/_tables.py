@@ -1093,9 +1093,9 @@ METRICS: dict[str, MetricDef] = {
         direction='lower',
         floor=0.0001,
         danger_above=0.1,
-        danger_why="Above 0.1 the rollout is no longer the trainer's policy: importance weights spread, the effective sample size falls and runs that trained on it collapsed (verl's rollout-correction guidance alarms at KL > 0.1).",
+        danger_why="Above 0.1 the rollout is no longer the trainer's policy: importance weights spread and the effective sample size falls; public monitoring notes for verl's rollout correction alarm at KL > 0.1.",
         notable=0.01,
-        notable_why="Matched engines in bf16 give a per-token KL of about 0.001 (verl's release checks accept 1e-4 to 1e-2); ten times that is a mismatch on its own.",
+        notable_why="Public verl runs with matched engines log a rollout_corr/kl of about 0.0007-0.0014, and one team's release check accepts 1e-4 to 1e-2; past 1e-2 is a mismatch on its own.",
     ),
     "rl.train_infer.logprob.abs_diff": MetricDef(
         name="rl.train_infer.logprob.abs_diff",
@@ -1107,7 +1107,7 @@ METRICS: dict[str, MetricDef] = {
         direction='lower',
         floor=0.001,
         notable=0.05,
-        notable_why='Rollout and trainer in bf16 on the same weights differ by about 0.005-0.02 nats per token; drift tools mark 0.01 as the drift line and 5-20x it as severe, so a mean gap above 0.05 is a mismatch worth a look on its own.',
+        notable_why='A public rollout-vs-training drift checker marks a 0.01-nat token gap as drift and 5x / 20x that as severe; a mean gap above 0.05 is past its first severe line, worth a look on its own.',
     ),
     "rl.train_infer.nonfinite_ratio": MetricDef(
         name="rl.train_infer.nonfinite_ratio",

@@ -127,7 +127,7 @@ def test_commits_log_the_same_values_with_otel_rl_and_every_key_arrives(tmp_path
 
     # each step is one trace, its stages in the order AReaL's trainer runs them
     spans = read_spans(run_dir)
-    steps = [s for s in spans if s.name == "rl.step"]
+    steps = [s for s in spans if s.name == N.RL_STEP_SPAN]
     assert sorted(s.attributes[A.RL_STEP] for s in steps) == list(range(STEPS))
     for step in steps:
         children = sorted((s for s in spans if s.parent_span_id == step.span_id), key=lambda s: s.start_ns)

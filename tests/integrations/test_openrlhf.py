@@ -282,7 +282,7 @@ def test_fit_logs_the_same_values_with_otel_rl_and_every_key_arrives_resolved(
 
     # each step is one trace: rl.step with the four timed phases in the order the trainer runs them
     spans = read_spans(run_dir)
-    steps = [s for s in spans if s.name == "rl.step"]
+    steps = [s for s in spans if s.name == N.RL_STEP_SPAN]
     assert sorted(s.attributes[A.RL_STEP] for s in steps) == [1, 2, 3]
     for step in steps:
         children = sorted((s for s in spans if s.parent_span_id == step.span_id), key=lambda s: s.start_ns)
