@@ -50,6 +50,7 @@ def make_batch(batch: int, response_len: int, prompt_len: int, seed: int = 0) ->
     input_ids = torch.randint(0, 32_000, attention.shape, generator=g) * attention
     old_logp = -torch.rand(batch, response_len, generator=g) * mask
     ref_logp = old_logp + 0.01 * torch.randn(batch, response_len, generator=g) * mask
+    rollout_logp = old_logp + 0.001 * torch.randn(batch, response_len, generator=g) * mask  # the engine's, for the mismatch
     advantages = torch.randn(batch, 1, generator=g) * mask
     rewards = torch.randn(batch, generator=g)
     now = time.time()
@@ -72,6 +73,7 @@ def make_batch(batch: int, response_len: int, prompt_len: int, seed: int = 0) ->
         "input_ids": input_ids,
         "old_logp": old_logp,
         "ref_logp": ref_logp,
+        "rollout_logp": rollout_logp,
         "advantages": advantages,
         "rewards": rewards,
         "resp_lens": resp_lens,
@@ -143,6 +145,7 @@ def families(b: dict[str, Any]) -> dict[str, Callable[[dfx.StepStats, Any], None
     def training(stats, ctx):
         for stage, logp in (("compute_log_probs", b["old_logp"]), ("compute_ref_log_probs", b["ref_logp"])):
             dfx.logprob_stage(stats, stage, logp, mask, micro_batch_tokens=micro)
+        dfx.train_infer_mismatch(stats, b["old_logp"], b["rollout_logp"], mask)
         dfx.response_mask_ratio(stats, "train_step", mask)
         for _ in range(16):  # 16 micro-batches of forward / backward
             with ctx.timer.op("forward"):

@@ -14,6 +14,7 @@ batched transfer at ``flush()``; nothing here waits for the device.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -58,7 +59,8 @@ def train_infer_mismatch(
     if T.numel(train_logprobs) == 0:
         return
     summary = _summary(train_logprobs, infer_logprobs, response_mask)
-    stats.defer([summary], lambda v: _record(stats, role, v[0]))
+    size = T.numel(train_logprobs)
+    stats.defer([summary], lambda v: _record(stats, role, size, v[0]))
 
 
 def _summary(train: Any, infer: Any, mask: Any) -> Any:
@@ -74,32 +76,33 @@ def _summary(train: Any, infer: Any, mask: Any) -> Any:
         train, infer = np.asarray(train, dtype=np.float64), np.asarray(infer, dtype=np.float64)
         mask = np.ones(train.shape, dtype=bool) if mask is None else np.asarray(mask) != 0
         xp = np
-    finite = mask & xp.isfinite(train) & xp.isfinite(infer)
-    zero = xp.zeros_like(train)
-    # Every token left out (padding, non-finite) gets equal log-probs: a gap of 0, adding nothing to
-    # the sums and never above a real gap; only the ratio's sum and extremes need the mask again.
-    train, infer = xp.where(finite, train, zero), xp.where(finite, infer, zero)
-    log_ratio = (train - infer).clip(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)
-    ratio = xp.exp(log_ratio)
+    # train - infer is finite exactly where both are: one isfinite pass instead of two
+    gap = train - infer
+    finite = mask & xp.isfinite(gap)
+    kept = finite.to(train.dtype) if xp is not np else finite.astype(np.float64)
+    # Every token left out (padding, non-finite) gets a gap of 0: it adds nothing to the sums and is
+    # never above a real gap, so only the ratio's extremes need the mask again.
+    log_ratio = xp.where(finite, gap, 0.0).clip(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)
     abs_log = xp.abs(log_ratio)
-    abs_prob = xp.abs(xp.exp(train) - xp.exp(infer))
+    abs_prob = xp.where(finite, xp.abs(xp.exp(train) - xp.exp(infer)), 0.0)
     # (r - 1) - log r is never negative; expm1 and the floor keep float32 rounding from making it so
-    k3 = xp.maximum(xp.expm1(log_ratio) - log_ratio, zero)
-    inf = xp.full_like(train, float("inf"))
+    k3 = xp.maximum(xp.expm1(log_ratio) - log_ratio, xp.zeros_like(log_ratio))
+    outside = (1.0 - kept) * (2 * LOG_RATIO_BOUND + 1)  # pushes left-out tokens past either extreme
+    flat_log, flat_prob = abs_log.reshape(-1), abs_prob.reshape(-1)
     parts = [
-        mask.sum(),
-        finite.sum(),
-        abs_log.sum(),
-        (abs_log * abs_log).sum(),
-        abs_log.max(),
-        abs_prob.sum(),
-        (abs_prob * abs_prob).sum(),
-        abs_prob.max(),
-        (-log_ratio).sum(),
+        (mask if xp is np else mask.to(train.dtype)).sum(),
+        kept.sum(),
+        flat_log.sum(),
+        flat_log @ flat_log,
+        flat_log.max(),
+        flat_prob.sum(),
+        flat_prob @ flat_prob,
+        flat_prob.max(),
+        -log_ratio.sum(),
         k3.sum(),
-        xp.where(finite, ratio, zero).sum(),
-        xp.where(finite, ratio, inf).min(),
-        xp.where(finite, ratio, -inf).max(),
+        xp.exp(log_ratio).sum(),  # left-out tokens add exp(0) = 1 each: taken off on the host
+        (log_ratio + outside).min(),
+        (log_ratio - outside).max(),
     ]
     if xp is np:
         return np.array([float(p) for p in parts])
@@ -107,7 +110,7 @@ def _summary(train: Any, infer: Any, mask: Any) -> Any:
     return xp.stack([p.to(wide) for p in parts])
 
 
-def _record(stats: StepStats, role: str, v: Any) -> None:
+def _record(stats: StepStats, role: str, size: int, v: Any) -> None:
     tokens, n = float(v[0]), float(v[1])
     if tokens <= 0:
         return
@@ -125,5 +128,6 @@ def _record(stats: StepStats, role: str, v: Any) -> None:
             stats.record(metric, float(value), {**by_role, A.RL_STATISTIC: statistic})
     stats.record(M.RL_TRAIN_INFER_KL, float(v[8]) / n, {**by_role, A.RL_KL_ESTIMATOR: _K1})
     stats.record(M.RL_TRAIN_INFER_KL, float(v[9]) / n, {**by_role, A.RL_KL_ESTIMATOR: _K3})
-    for statistic, value in ((_MEAN, float(v[10]) / n), (_MIN, v[11]), (_MAX, v[12])):
-        stats.record(M.RL_TRAIN_INFER_IMPORTANCE_RATIO, float(value), {**by_role, A.RL_STATISTIC: statistic})
+    ratio_sum = float(v[10]) - (size - n)  # less the 1 each left-out token added
+    for statistic, value in ((_MEAN, ratio_sum / n), (_MIN, math.exp(float(v[11]))), (_MAX, math.exp(float(v[12])))):
+        stats.record(M.RL_TRAIN_INFER_IMPORTANCE_RATIO, value, {**by_role, A.RL_STATISTIC: statistic})
