@@ -15,6 +15,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections import Counter
 from pathlib import Path
 
 import psutil
@@ -188,7 +189,10 @@ def test_multiprocessing_fork_workers_log_dropped_and_one_that_inits_exports_its
         written = file_events(tmp_path / "run", worker_file.name) if worker_file.exists() else "no file"
         assert steps_received(sink, "worker") == list(range(900, 905)), f"in the run folder: {written}\n{out['stderr'][-4000:]}"
         assert not [s for s in steps_received(sink) if s >= 5000]
-        assert len({s[1] for s in sink.received.spans}) == len(sink.received.spans) == 2 * 10 + 2 * 5
+        spans = sink.received.spans
+        by_service = Counter(r.get("service.name") for r in sink.received.span_resources)
+        # 10 spans (a step and a stage for each of 5 steps) per process per train() call, once each
+        assert len({s[1] for s in spans}) == len(spans) == 2 * 10 + 2 * 5, f"spans by service: {dict(by_service)}\n{out['stderr'][-4000:]}"
 
 
 def test_spawned_children_start_clean_and_export_their_own(tmp_path: Path) -> None:

@@ -44,6 +44,7 @@ class Slot:
     received: int = 0
     cut: Callable[[], None] | None = None  # shuts the body's reading side (set by the handler)
     was_cut: bool = False
+    released: bool = False  # given back (the handler gives it back before answering, and again in a finally)
 
     def rate(self, now: float) -> float:
         """Bytes per second the body has arrived at so far (inf when not reading or too young to judge)."""
@@ -115,9 +116,12 @@ class ClientSlots:
                 self._cond.notify_all()  # the next in line may go now
 
     def release(self, slot: Slot) -> None:
-        """Give back a slot that :meth:`acquire` gave."""
+        """Give back a slot that :meth:`acquire` gave; a slot already given back is left as it is."""
         client = slot.client
         with self._cond:
+            if slot.released:
+                return
+            slot.released = True
             self._slots.remove(slot)
             now = time.monotonic()
             self._usage[client] = (self._usage_of(client, now) + now - slot.taken_at, now)

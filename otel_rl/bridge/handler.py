@@ -98,6 +98,7 @@ class _Handler(BaseHTTPRequestHandler):
     sys_version = ""
     timeout = 60  # waiting for a request line and headers (a keep-alive connection's idle time)
     _slot: Slot  # the slot of the request whose body is being read
+    _answering_slot: Slot | None = None  # the slot the request being answered holds, given back by _send
     _types: dict[str, tuple[Any, Any]] | None = None
 
     def stats(self) -> dict[str, Any]:
@@ -110,6 +111,10 @@ class _Handler(BaseHTTPRequestHandler):
     # -- answering --------------------------------------------------------------------------------
 
     def _send(self, status: int, body: bytes, content_type: str, headers: Mapping[str, str] | None = None) -> None:
+        # The slot is free before the answer leaves: a sender that posts again on reading it finds its share back.
+        if self._answering_slot is not None:
+            self.intake.slots.release(self._answering_slot)
+            self._answering_slot = None
         try:
             self.send_response(status)
             self.send_header("Content-Type", content_type)
@@ -189,9 +194,11 @@ class _Handler(BaseHTTPRequestHandler):
         assert slot is not None
         connection = self.connection
         slot.cut = lambda: connection.shutdown(socket.SHUT_RD)
+        self._answering_slot = slot
         try:
             self._post(path, types, content_type, as_json, slot)
         finally:
+            self._answering_slot = None
             intake.slots.release(slot)
 
     def _post(self, path: str, types: Mapping[str, tuple[Any, Any]], content_type: str, as_json: bool, slot: Slot) -> None:

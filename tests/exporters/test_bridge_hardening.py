@@ -19,6 +19,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -152,6 +153,24 @@ def test_requests_beyond_the_in_flight_cap_get_429_with_retry_after(make_bridge)
     time.sleep(0.3)  # the stalled requests end (their peers closed) and free their slots
     assert post(f"{bridge.url}/v1/logs", logs_request("third", range(1, 2)).SerializeToString())[0] == 200
     assert bridge.stats()["bad_requests"] == 2  # the bodies cut short are refused, not decoded as empty requests
+
+
+def test_a_sender_posting_again_on_its_answer_finds_its_slot_free(make_bridge, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The slot is given back before the answer is written: a slow give-back (a busy host) cannot make
+    # the sender's next request count against its own share of the bridge.
+    from otel_rl.bridge.admission import ClientSlots
+
+    give_back = ClientSlots.release
+
+    def slow_release(self: ClientSlots, slot: Any) -> None:
+        time.sleep(0.3)
+        give_back(self, slot)
+
+    monkeypatch.setattr(ClientSlots, "release", slow_release)
+    bridge = make_bridge({"track_with": "stdout", "max_requests_in_flight": 2, "max_requests_per_client": 1})
+    for first in (1, 2, 3):
+        assert post(f"{bridge.url}/v1/logs", logs_request("again", range(first, first + 1)).SerializeToString())[0] == 200
+    assert bridge.stats()["busy_responses"] == 0
 
 
 # ---- 3. per-record errors ------------------------------------------------------------------------
