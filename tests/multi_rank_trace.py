@@ -58,11 +58,13 @@ def write_multi_rank_steps(
     seed: int = 0,
     exporter: SpanExporter | None = None,
     start_s: int = 1_700_000_000,
+    stages: tuple[tuple[str, str, float], ...] = STAGES,
 ) -> None:
     """``ranks`` ranks' spans of ``steps``; ``straggler`` (rank, span name): that stage takes twice as
     long there. Each rank's stage has an execute phase of half its time. Into ``run_dir`` (one
     traces file per rank), or with ``exporter`` (e.g. OTLP to a trace store) all through it. The
-    first step starts at ``start_s`` (Unix seconds); the next ones a minute apart."""
+    first step starts at ``start_s`` (Unix seconds); the next ones a minute apart. ``stages``: each
+    rank's (span name, cluster, typical seconds) in a step, each one a stage span and its phase."""
     rng = random.Random(seed)
     run_dir.mkdir(parents=True, exist_ok=True)
     providers = []
@@ -83,7 +85,7 @@ def write_multi_rank_steps(
         for rank, provider in enumerate(providers):
             tracer = provider.get_tracer("otel_rl")
             at = start
-            for name, cluster, seconds in STAGES:
+            for name, cluster, seconds in stages:
                 took = int(seconds * rng.uniform(0.9, 1.1) * SECOND) * (2 if straggler == (rank, name) else 1)
                 stage = tracer.start_span(name, context=parent, attributes={A.RL_CLUSTER: cluster}, start_time=at)
                 phase = tracer.start_span(f"rl.{EXECUTE}", context=trace.set_span_in_context(stage), start_time=at)

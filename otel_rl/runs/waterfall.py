@@ -202,8 +202,15 @@ def keep_rank(spans: Sequence[SpanRecord], rank: int) -> list[SpanRecord]:
 
 
 def _fold_text(group: Sequence[SpanRecord]) -> str:
-    """``x1024 ranks: slowest rank 731 4.1 s, median 3.2 s, fastest rank 12 2.9 s; stragglers: ...``"""
-    timed = sorted(((s.duration_ns, span_rank(s)) for s in group), key=lambda t: (t[0], -1 if t[1] is None else t[1]))
+    """``x1024 ranks: slowest rank 731 4.1 s, median 3.2 s, fastest rank 12 2.9 s; stragglers: ...``
+
+    A rank with several spans in the group (a stage run several times a step) is judged by its
+    total time in them: a straggler is a rank, named once."""
+    totals: dict[int | None, int] = {}
+    for span in group:
+        rank = span_rank(span)
+        totals[rank] = totals.get(rank, 0) + span.duration_ns
+    timed = sorted(((d, rank) for rank, d in totals.items()), key=lambda t: (t[0], -1 if t[1] is None else t[1]))
     durations = [d for d, _ in timed]
     median = (
         durations[len(durations) // 2] if len(durations) % 2 else (durations[len(durations) // 2 - 1] + durations[len(durations) // 2]) / 2
@@ -211,10 +218,14 @@ def _fold_text(group: Sequence[SpanRecord]) -> str:
     spread = sorted(abs(d - median) for d in durations)[len(durations) // 2] * 1.4826
     bound = max(median * STRAGGLER_RATIO, median + 3 * spread)
     stragglers = [rank for d, rank in reversed(timed) if d > bound]
-    ranks = len({rank for _, rank in timed})
     (low, low_rank), (high, high_rank) = timed[0], timed[-1]
+    if len(group) == len(totals):
+        head = f"x{len(totals)} ranks: "
+    else:
+        each = len(group) / len(totals)
+        head = f"x{len(group)} spans on {len(totals)} ranks ({f'{each:.0f}' if each.is_integer() else f'{each:.1f}'} a rank), each rank's total: "
     text = (
-        f"x{ranks} ranks: slowest rank {high_rank} {format_duration(high)}, median {format_duration(median)}, "
+        f"{head}slowest rank {high_rank} {format_duration(high)}, median {format_duration(median)}, "
         f"fastest rank {low_rank} {format_duration(low)}"
     )
     if stragglers:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from multi_rank_trace import TRAIN_STEP_SPAN, write_multi_rank_steps
+from multi_rank_trace import STAGES, TRAIN_STEP_SPAN, write_multi_rank_steps
 
 from otel_rl.cli import main
 from otel_rl.runs.folder import find_step_trace, read_spans
@@ -54,6 +54,20 @@ def test_fewer_ranks_than_the_fold_threshold_keep_a_line_each(tmp_path: Path) ->
     assert "(folded)" not in text and len(text.splitlines()) == 2 + len(trace)
     write_multi_rank_steps(tmp_path / "more", FOLD_MIN_RANKS)
     assert "(folded)" in render_waterfall(find_step_trace(read_spans(tmp_path / "more"), 1))
+
+
+def test_a_stage_run_several_times_a_step_is_judged_by_each_ranks_total(tmp_path: Path) -> None:
+    # Three generate / reward / update rounds a step on each of 16 ranks; rank 5's updates take
+    # twice as long. The stage's line counts spans and ranks apart, ranks by their total time in
+    # it, and names the straggler once, not once per span.
+    write_multi_rank_steps(tmp_path, 16, straggler=(5, TRAIN_STEP_SPAN), stages=STAGES * 3)
+    text = render_waterfall(find_step_trace(read_spans(tmp_path), 1))
+    lines = text.splitlines()
+    train = next(i for i, line in enumerate(lines) if TRAIN_STEP_SPAN in line)
+    note = lines[train + 1]
+    assert "x48 spans on 16 ranks (3 a rank), each rank's total: slowest rank 5" in note, note
+    assert note.endswith("rank 5"), note  # the one straggler, named once
+    assert "ranks 5, 5" not in text
 
 
 def test_keep_rank_keeps_the_path_to_the_root(run_64: Path) -> None:
