@@ -25,17 +25,44 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from otel_rl import semconv
-from otel_rl._sdk.settings.config import TelemetryConfig, resolve_config
-from otel_rl._sdk.settings.options import AlertOptions, ExportOptions, LimitOptions, TrackerOptions, merge_groups
-from otel_rl._sdk.sources.engine_scrape import scrape_engines
-from otel_rl._sdk.spans.scopes import JoinScope, Phase, Stage, StepScope
-from otel_rl._sdk.spans.trajectories import ToolCall, Trajectory, Turn
-from otel_rl._sdk.telemetry import Telemetry
+from otel_rl._lazy import lazy_attributes
 from otel_rl._version import __version__
-from otel_rl.trackers.base import Tracker, known_trackers, register_tracker
+
+if TYPE_CHECKING:
+    from otel_rl._sdk.settings.config import TelemetryConfig, resolve_config
+    from otel_rl._sdk.settings.options import AlertOptions, ExportOptions, LimitOptions, TrackerOptions
+    from otel_rl._sdk.spans.scopes import JoinScope, Phase, Stage, StepScope
+    from otel_rl._sdk.spans.trajectories import ToolCall, Trajectory, Turn
+    from otel_rl._sdk.telemetry import Telemetry
+    from otel_rl.trackers.base import Tracker, known_trackers, register_tracker
+
+# The public classes load on first use: a command (`otel-rl trace`, `show`, `analyze`) that reads
+# runs starts without the SDK, the pipeline and numpy (0.4 s of a start).
+_LAZY = {
+    "AlertOptions": "otel_rl._sdk.settings.options",
+    "ExportOptions": "otel_rl._sdk.settings.options",
+    "LimitOptions": "otel_rl._sdk.settings.options",
+    "TrackerOptions": "otel_rl._sdk.settings.options",
+    "TelemetryConfig": "otel_rl._sdk.settings.config",
+    "resolve_config": "otel_rl._sdk.settings.config",  # for Telemetry(resolve_config({...})): several live instances
+    "JoinScope": "otel_rl._sdk.spans.scopes",
+    "Phase": "otel_rl._sdk.spans.scopes",
+    "Stage": "otel_rl._sdk.spans.scopes",
+    "StepScope": "otel_rl._sdk.spans.scopes",
+    "ToolCall": "otel_rl._sdk.spans.trajectories",
+    "Trajectory": "otel_rl._sdk.spans.trajectories",
+    "Turn": "otel_rl._sdk.spans.trajectories",
+    "Telemetry": "otel_rl._sdk.telemetry",
+    "Tracker": "otel_rl.trackers.base",
+    "known_trackers": "otel_rl.trackers.base",
+    "register_tracker": "otel_rl.trackers.base",
+}
+
+
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY)
 
 logger = logging.getLogger("otel_rl")
 
@@ -176,6 +203,11 @@ def init(
     global _current
     groups = (export, trackers, limits, alerts)
     given = {k: v for k, v in locals().items() if v is not None and k not in ("tracer_provider", "groups", *_GROUP_NAMES)}
+    from otel_rl._sdk.settings.config import resolve_config  # (after locals(): the options are the arguments alone)
+    from otel_rl._sdk.settings.options import merge_groups
+    from otel_rl._sdk.sources.engine_scrape import scrape_engines
+    from otel_rl._sdk.telemetry import Telemetry
+
     options = merge_groups(given, *groups)
     on_alert = options.pop("on_alert", None)
     with _init_lock:
@@ -265,6 +297,7 @@ __all__ = [
     "known_trackers",
     "log",
     "register_tracker",
+    "resolve_config",
     "semconv",
     "shutdown",
 ]

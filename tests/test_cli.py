@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -37,6 +39,22 @@ def test_help_exits_0_and_lists_the_commands(capsys):
     for command in ("semconv", "demo", "show"):
         assert re.search(rf"^\s+{command}\s", out, re.M), f"{command} missing from --help:\n{out}"
     assert "otel-rl semconv generate [--check]" in out  # the examples epilog
+
+
+def test_a_command_that_reads_runs_starts_without_the_sdk_or_the_other_commands() -> None:
+    # `otel-rl trace` / `show` on a 1,024-rank step have a 3 s budget: importing the SDK, numpy
+    # and every other command's modules cost 0.7 s of each start.
+    probe = (
+        "import sys; from otel_rl.cli import main\n"
+        "try:\n    main(['trace', '--help'])\nexcept SystemExit:\n    pass\n"
+        "import otel_rl\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('otel_rl._sdk', 'otel_rl.analyze', 'otel_rl.stack', 'numpy'))))\n"
+        "print(otel_rl.Telemetry.__name__, 'Telemetry' in dir(otel_rl))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
+    loaded, public = done.stdout.splitlines()[-2:]
+    assert loaded == "[]", loaded
+    assert public == "Telemetry True"  # the public API is there on first use
 
 
 def test_semconv_help_exits_0_and_lists_the_subcommands(capsys):

@@ -16,7 +16,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "otel_rl"
 
 LAYERS: list[set[str]] = [
-    {"semconv", "_version", "environment_variables", "reporting"},
+    {"semconv", "_version", "_lazy", "environment_variables", "reporting"},
     {"codegen"},
     {"detect"},
     {"exporters"},

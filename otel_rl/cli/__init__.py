@@ -40,8 +40,9 @@ examples:
 COMMANDS = (semconv, demo, show, export, trace, push, recover, stack, bridge, replay, analyze, dashboards, alerts)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The ``otel-rl`` parser with every subcommand registered."""
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The ``otel-rl`` parser with every subcommand registered, or ``command``'s alone when it names one
+    (each subcommand's parser imports what it runs: one command starts without the others' modules)."""
     parser = argparse.ArgumentParser(
         prog="otel-rl",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -52,14 +53,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser.add_argument("--version", action="version", version=f"otel-rl {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for command in COMMANDS:
-        command.add_cli(sub)
+    names = {module.__name__.rsplit(".", 1)[-1]: module for module in COMMANDS}
+    for module in [names[command]] if command in names else COMMANDS:
+        module.add_cli(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``otel-rl`` with ``argv`` (default: the process's arguments); return the exit status."""
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(next((a for a in argv if not a.startswith("-")), None))
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()

@@ -15,8 +15,7 @@ Importing ``verl``, ``roll`` or ``swift`` instruments that framework (its plugin
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from otel_rl._lazy import lazy_attributes
 
 # name -> the module that defines it
 INSTRUMENTORS = {
@@ -32,12 +31,4 @@ INSTRUMENTORS = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = INSTRUMENTORS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *INSTRUMENTORS])
+__getattr__, __dir__ = lazy_attributes(__name__, {name: f"{__name__}.{module}" for name, module in INSTRUMENTORS.items()})
