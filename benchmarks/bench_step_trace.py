@@ -4,10 +4,12 @@ folder, and ``otel-rl trace --jaeger`` from a real Jaeger holding the same spans
     python benchmarks/bench_step_trace.py                  # 1,024 ranks, 3 steps
     python benchmarks/bench_step_trace.py --ranks 256 --json
     python benchmarks/bench_step_trace.py --no-jaeger      # the run folder only
+    python benchmarks/bench_step_trace.py --rounds 1       # one round of the stages a step (6 spans a rank)
 
 The run folder is written as such a job writes it (tests/multi_rank_trace.py): one traces file per
 rank, each rank's resource, every rank's 3 stage spans (each with a phase) in rank 0's step trace,
-~6,000 spans a step. Each command runs whole, in a process of its own, three times; the figure is
+run ``--rounds`` times a step (default 3: 18 spans a rank, ~18,400 a step, more than the 16 a rank
+the replayed demo of bench_tier_replay.py sends). Each command runs whole, in a process of its own, three times; the figure is
 the median wall time and the largest peak RSS. Target (issue: a step trace that reads at 1,024
 ranks): <= 3 s end to end, the ranks of each stage folded into one line. The commands may cache
 their bytecode, as a user's installation does (this machine sets PYTHONDONTWRITEBYTECODE, which
@@ -16,7 +18,7 @@ makes every start compile ~230 modules: 0.7 s).
 The Jaeger part starts the local stack's Jaeger alone (``otel-rl stack up --only jaeger``: Jaeger v2
 built from its Go module, Badger on disk, in a temporary data folder on offset ports), sends it
 the same spans over OTLP/gRPC, and times ``otel-rl trace --jaeger URL --step 2``: Jaeger's search
-for the step's root span, its fetch of the ~6,000-span trace, and the folded print, whole.
+for the step's root span, its fetch of the ~18,400-span trace, and the folded print, whole.
 """
 
 from __future__ import annotations
@@ -57,9 +59,9 @@ def measure(command: list[str], runs: int = 3) -> tuple[float, float, str]:
     return statistics.median(times), max(peaks), out
 
 
-def jaeger_trace(ranks: int, tmp: Path) -> dict:
+def jaeger_trace(ranks: int, tmp: Path, rounds: int) -> dict:
     """Start Jaeger, load the steps into it, time ``otel-rl trace --jaeger`` (stopped by its PID after)."""
-    from multi_rank_trace import TRAIN_STEP_SPAN, write_multi_rank_steps
+    from multi_rank_trace import STAGES, TRAIN_STEP_SPAN, write_multi_rank_steps
     from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 
     from otel_rl.stack import free_port_offset
@@ -77,7 +79,9 @@ def jaeger_trace(ranks: int, tmp: Path) -> dict:
         exporter = OTLPSpanExporter(endpoint=f"127.0.0.1:{jaeger['ports']['otlp_grpc']}", insecure=True)
         recent = int(time.time()) - 600  # within Jaeger's retention and the command's lookback
         straggler = (ranks // 3, TRAIN_STEP_SPAN)
-        write_multi_rank_steps(tmp / "unused", ranks, steps=(1, 2, 3), straggler=straggler, exporter=exporter, start_s=recent)
+        write_multi_rank_steps(
+            tmp / "unused", ranks, steps=(1, 2, 3), straggler=straggler, exporter=exporter, start_s=recent, stages=STAGES * rounds
+        )
         command = [*cli, "trace", "--jaeger", query_url, "--step", "2"]
         while subprocess.run(command, capture_output=True, cwd=ROOT, env=_ENV).returncode != 0:  # until Jaeger wrote it
             if time.perf_counter() - start > 120:
@@ -101,14 +105,15 @@ def main() -> int:
     parser.add_argument("--ranks", type=int, default=1024)
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--no-jaeger", action="store_true", help="skip the part through a real Jaeger")
+    parser.add_argument("--rounds", type=int, default=3, help="times each rank runs the 3 stages a step (default 3)")
     args = parser.parse_args()
-    from multi_rank_trace import TRAIN_STEP_SPAN, write_multi_rank_steps
+    from multi_rank_trace import STAGES, TRAIN_STEP_SPAN, write_multi_rank_steps
 
-    results: dict = {"ranks": args.ranks, "target_s": TARGET_SECONDS}
+    results: dict = {"ranks": args.ranks, "rounds": args.rounds, "target_s": TARGET_SECONDS}
     with tempfile.TemporaryDirectory(prefix="otel-rl-bench-step-trace-") as tmp:
         run = Path(tmp) / "run"
         start = time.perf_counter()
-        write_multi_rank_steps(run, args.ranks, steps=(1, 2, 3), straggler=(args.ranks // 3, TRAIN_STEP_SPAN))
+        write_multi_rank_steps(run, args.ranks, steps=(1, 2, 3), straggler=(args.ranks // 3, TRAIN_STEP_SPAN), stages=STAGES * args.rounds)
         results["write_s"] = round(time.perf_counter() - start, 1)
         cli = [sys.executable, "-m", "otel_rl.cli"]
         for name, command in (("trace", [*cli, "trace", str(run), "--step", "2"]), ("show", [*cli, "show", str(run), "--step", "2"])):
@@ -116,13 +121,13 @@ def main() -> int:
             results[name] = {"seconds": round(seconds, 2), "peak_rss_mib": round(mib), "lines": len(out.splitlines())}
             results[name]["folded"] = "(the ranks of a stage folded)" in out and f"rank {args.ranks // 3}" in out
         if not args.no_jaeger:
-            results["trace --jaeger"] = jaeger_trace(args.ranks, Path(tmp))
+            results["trace --jaeger"] = jaeger_trace(args.ranks, Path(tmp), args.rounds)
     timed = [n for n in ("trace", "show", "trace --jaeger") if n in results]
     results["within_target"] = all(results[n]["seconds"] <= TARGET_SECONDS and results[n]["folded"] for n in timed)
     if args.json:
         print(json.dumps(results, indent=2))
         return 0
-    print(f"{args.ranks:,} ranks, 3 steps ({results['write_s']} s to write the folder):")
+    print(f"{args.ranks:,} ranks x {6 * args.rounds} spans, 3 steps ({results['write_s']} s to write the folder):")
     for name in timed:
         r = results[name]
         print(
