@@ -36,6 +36,25 @@ def test_a_step_after_an_idle_spell_is_written_without_waiting_for_the_poll(make
         time.sleep(0.02)
 
 
+def test_sparse_steps_cost_the_worker_one_drain_each(make_telemetry):
+    # At the rates jobs run (a step a second or slower) each wake-up is paid in CPU: a drain after
+    # a quiet spell goes idle at once, with no second gather to find the queue still empty, and an
+    # idle worker sleeps until a caller wakes it (its poll is a 5 s safety net, not 2 wake-ups a second).
+    tel = make_telemetry(framework="roll", file_flush_interval_s=0.02)
+    tel.log(VALUES, step=0)
+    tel.flush()
+    _wait_idle(tel._pipeline)
+    drains = []
+    drain = tel._pipeline.drain
+    tel._pipeline.drain = lambda: drains.append(1) or drain()
+    for step in range(1, 6):  # a step every 0.6 s
+        tel.log(VALUES, step=step)
+        time.sleep(0.6)
+    assert len(drains) <= 6, len(drains)  # one a step (and one more for a scheduler stall)
+    tel.flush()
+    assert _logged_steps(tel) == set(range(6))
+
+
 def test_steady_steps_keep_the_worker_busy_with_no_wake_up_from_the_caller(make_telemetry):
     tel = make_telemetry(framework="roll", file_flush_interval_s=0.05)
     tel.log(VALUES, step=0)

@@ -50,6 +50,7 @@ _UNMAPPED_OVERFLOW = ((A.RL_TELEMETRY_REASON, _REASONS.UNMAPPED_OVERFLOW.value),
 _NOT_UTF8 = ((A.RL_TELEMETRY_REASON, _REASONS.NOT_UTF8.value),)
 REPORTED_KEYS = 1000  # distinct (key, problem) pairs named one by one; past them, one summary line a minute
 _DEADLINE_CHECK = 255  # a long log() checks the shutdown deadline once per this many keys (plus one)
+_STEADY_GATHERS = 3  # a drain with items within this many gathers of the last one: steps keep coming
 
 
 class Pipeline:
@@ -81,7 +82,7 @@ class Pipeline:
         histograms: BulkHistograms,
         event_logger: Logger,
         on_step_end: Callable[[int, float, dict[str, float]], None] | None = None,
-        poll_interval_s: float = 0.5,
+        poll_interval_s: float = 5.0,
         gather_s: float = 0.02,
     ) -> None:
         self.queue: deque[tuple] = deque()
@@ -118,6 +119,7 @@ class Pipeline:
         self._stopping = False
         self._poll = poll_interval_s
         self._gather = gather_s
+        self._last_worked = 0.0  # time.monotonic() of the last drain that had something
         self.processed = 0
         # log() (a step's event: logs) and record() (metric points) calls the caller dropped with the
         # queue full; the worker publishes the counts.
@@ -143,7 +145,7 @@ class Pipeline:
 
     def _run(self) -> None:
         # Busy (steps keep coming): one sleep and one drain per gather_s, callers wake nothing.
-        # Idle: wait for a caller's wake_soon() (or the poll), then gather for gather_s. Every wake-up
+        # Idle: wait for a caller's wake_soon() (the 5 s poll is a safety net), then gather for gather_s. Every wake-up
         # and every GIL hand-off costs the whole process on a virtual machine (~100 us of CPU each,
         # measured per thread on a 2-core VM), so there are as few as the bound allows.
         while not self._stopping:
@@ -157,7 +159,15 @@ class Pipeline:
             self.wake.clear()
             if idle and not self.idle:
                 continue  # woken by a caller: let the step's items gather first
-            if not self.drain() and not self._stopping:
+            worked = self.drain()
+            now = time.monotonic()
+            # Items in two drains running: steps keep coming, so stay busy (callers wake nothing). A
+            # drain after a quiet spell goes idle at once: one more gather only to find nothing costs
+            # a wake-up a step at the rates jobs run (a step a second or slower).
+            steady = worked and now - self._last_worked <= _STEADY_GATHERS * self._gather
+            if worked:
+                self._last_worked = now
+            if not steady and not self._stopping:
                 self.idle = True  # set before the last look: a caller that queues after it wakes us
                 if self.queue or any(queued.pending for queued in self.file_exports):
                     self.idle = False
