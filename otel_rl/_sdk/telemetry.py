@@ -29,6 +29,7 @@ from otel_rl._sdk.lifecycle.hooks import exit_hook
 from otel_rl._sdk.lifecycle.hooks import track as track_process_events
 from otel_rl._sdk.lifecycle.run_lock import RUN_INFO_FILE, claim_run_dir, recover_unclean_end
 from otel_rl._sdk.pipeline.aggregation import BulkHistograms, LatestValues, StampedPoints
+from otel_rl._sdk.pipeline.direct_metrics import DirectMetrics
 from otel_rl._sdk.pipeline.goodput import lay_out, parse_finished_step
 from otel_rl._sdk.pipeline.refusals import INT64_MAX, INT64_MIN, REFUSED, Refusals
 from otel_rl._sdk.pipeline.samples import SampleLogging  # Telemetry.log_samples
@@ -102,6 +103,7 @@ class Telemetry(SampleLogging):
 
         guard = series_guard(config)  # cardinality and attribute-length caps
         self._latest = LatestValues(guard)
+        self._direct = DirectMetrics(self._latest)  # the registry's gauges and counters, read by each export
         self._histograms = BulkHistograms(guard)
         bind_series_guard(guard, self._latest)
         for mdef in METRICS.values():
@@ -135,6 +137,7 @@ class Telemetry(SampleLogging):
             tracer_provider=tracer_provider,
             latest=self._latest,
             stamped=self._stamped,
+            direct=self._direct,
         )
         sdk_tracer = self._providers.tracer_provider.get_tracer(SCOPE_NAME, __version__)
         # Spans at the cost of an event: recorded on the caller's thread, built by the worker (light_spans);
@@ -203,6 +206,8 @@ class Telemetry(SampleLogging):
 
     # -- setup ----------------------------------------------------------------------------------
     def _register_instruments(self, extra: dict[str, Any]) -> None:
+        """The registry's gauges and counters: read from the latest values by each export, except
+        those a probe also observes at collection time (process, GPU), which stay SDK instruments."""
         meter = self._meter
         create = {
             "gauge": meter.create_observable_gauge,
@@ -212,10 +217,11 @@ class Telemetry(SampleLogging):
         for mdef in METRICS.values():
             if mdef.instrument == "histogram":
                 continue
-            callbacks = [self._latest.callback(mdef.name)]
             if mdef.name in extra:
-                callbacks.append(extra[mdef.name])
-            create[mdef.instrument](mdef.name, callbacks=callbacks, unit=mdef.unit, description=mdef.brief)
+                callbacks = [self._latest.callback(mdef.name), extra[mdef.name]]
+                create[mdef.instrument](mdef.name, callbacks=callbacks, unit=mdef.unit, description=mdef.brief)
+            else:
+                self._direct.declare(mdef.name, mdef.instrument, mdef.brief, mdef.unit)
 
     def _write_run_info(self) -> None:
         if not self.config.file_enabled:

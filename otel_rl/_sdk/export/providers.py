@@ -41,6 +41,7 @@ from otel_rl._sdk.otlp.sdk_compat import (
 )
 from otel_rl._sdk.otlp.settings import check_otlp_environment, resolve_otlp_settings, sdk_exporter
 from otel_rl._sdk.pipeline.aggregation import BulkHistograms, LatestValues, MergingMetricExporter, SeriesGuard, StampedPoints
+from otel_rl._sdk.pipeline.direct_metrics import DirectMetrics
 from otel_rl._sdk.pipeline.series_budget import SeriesBudget, series_budget
 from otel_rl._sdk.pipeline.utf8 import OnBadText, clean_mapping, clean_text, encodes, plain_ascii
 from otel_rl._sdk.settings.config import TelemetryConfig
@@ -361,10 +362,12 @@ def build_providers(
     tracer_provider: Any = None,
     latest: LatestValues | None = None,
     stamped: StampedPoints | None = None,
+    direct: DirectMetrics | None = None,
 ) -> Providers:
     """``tracer_provider``: an SDK TracerProvider the program already has (e.g. its framework's
     own tracing); otel-rl's span processors join it instead of a second provider. ``latest``
-    receives the spool's own metrics (rl.telemetry.dropped, rl.telemetry.spool.usage)."""
+    receives the spool's own metrics (rl.telemetry.dropped, rl.telemetry.spool.usage); ``direct``:
+    the registry metrics each export reads from the latest values, with no SDK instrument."""
     shared = tracer_provider is not None
     if shared and not callable(getattr(tracer_provider, "add_span_processor", None)):
         raise TypeError(
@@ -396,7 +399,7 @@ def build_providers(
     def add_metrics(metric_exporter: MetricExporter, budget: SeriesBudget | None = None) -> None:
         readers.append(
             PeriodicExportingMetricReader(
-                _ForkSafeMetricExporter(MergingMetricExporter(metric_exporter, histograms, resource, scope, stamped, budget)),
+                _ForkSafeMetricExporter(MergingMetricExporter(metric_exporter, histograms, resource, scope, stamped, budget, direct)),
                 export_interval_millis=interval_ms,
             )
         )

@@ -496,6 +496,7 @@ class MergingMetricExporter(MetricExporter):
         scope: InstrumentationScope,
         stamped: StampedPoints | None = None,
         budget: SeriesBudget | None = None,
+        direct: Any = None,
     ) -> None:
         super().__init__(
             preferred_temporality=getattr(inner, "_preferred_temporality", None),
@@ -508,9 +509,13 @@ class MergingMetricExporter(MetricExporter):
         self._stamped = stamped
         self._consumer = stamped.register() if stamped is not None else -1
         self._budget = budget
+        self._direct = direct  # direct_metrics.DirectMetrics: the registry's gauges and counters
+        self._delta = direct.new_delta_state() if direct is not None else None
 
     def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any) -> MetricExportResult:
         extra = self._histograms.to_metrics()
+        if self._direct is not None:
+            extra.extend(self._direct.to_metrics(self._preferred_temporality, self._delta))
         if self._stamped is not None:
             extra.extend(self._stamped.take(self._consumer))
         if extra:

@@ -137,33 +137,26 @@ class Pipeline:
         self.wake_soon()
 
     def wake_soon(self) -> None:
-        """Wake an idle worker (an item was queued, or a span or an event for the run folder); a
-        busy one drains every ``gather_s`` on its own."""
+        """Wake an idle worker (an item, a span or an event was queued); a busy one drains on its own."""
         if self.idle:
             self.idle = False
             self.wake.set()
 
     def _run(self) -> None:
-        # Busy (steps keep coming): one sleep and one drain per gather_s, callers wake nothing.
-        # Idle: wait for a caller's wake_soon() (the 5 s poll is a safety net), then gather for gather_s. Every wake-up
-        # and every GIL hand-off costs the whole process on a virtual machine (~100 us of CPU each,
-        # measured per thread on a 2-core VM), so there are as few as the bound allows.
+        # Busy (items in two drains running): a sleep and a drain per gather_s; callers wake nothing.
+        # Idle: wait for a caller's wake_soon() (the 5 s poll is a safety net), gather, drain, and go
+        # idle at once. A wake-up costs the process ~100 us of CPU on a VM (per thread, 2-core VM), so
+        # there are as few as the bound allows: a second gather to find nothing was one more a step.
         while not self._stopping:
             idle = self.idle
             if idle:
                 self.wake.wait(self._poll)
             else:
-                # Nothing wakes a busy worker, so a plain sleep: ~60 us less CPU per wake-up than a
-                # timed Event.wait on a 2-core VM (exact thread CPU beside a pure-Python loop).
-                time.sleep(self._gather)
+                time.sleep(self._gather)  # nothing wakes a busy worker: ~60 us less CPU than a timed wait
             self.wake.clear()
             if idle and not self.idle:
                 continue  # woken by a caller: let the step's items gather first
-            worked = self.drain()
-            now = time.monotonic()
-            # Items in two drains running: steps keep coming, so stay busy (callers wake nothing). A
-            # drain after a quiet spell goes idle at once: one more gather only to find nothing costs
-            # a wake-up a step at the rates jobs run (a step a second or slower).
+            worked, now = self.drain(), time.monotonic()
             steady = worked and now - self._last_worked <= _STEADY_GATHERS * self._gather
             if worked:
                 self._last_worked = now
@@ -173,8 +166,7 @@ class Pipeline:
                     self.idle = False
 
     def drop_queued(self, signal: str) -> None:
-        """On the caller's thread: one log() (signal "logs") or record() ("metrics") call dropped
-        because the queue is full (counted, said once)."""
+        """On the caller's thread: a log() ("logs") or record() ("metrics") call dropped, the queue full (counted, said once)."""
         counts = self.queue_drops.counts
         counts[signal] += 1
         if counts[signal] == 1:
