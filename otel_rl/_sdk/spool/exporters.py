@@ -10,11 +10,11 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult, MetricsData
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
+from otel_rl._sdk.otlp.metrics_encoder import MetricsEncoder
 from otel_rl._sdk.otlp.sdk_compat import LogRecordExporter, LogRecordExportResult, log_encoder, metric_preferences
 from otel_rl._sdk.spool.store import LOGS, METRICS, TRACES, Spool
 
@@ -120,11 +120,12 @@ class SpoolingMetricExporter(_SpoolingExporterMixin, MetricExporter):
         temporality, aggregation = metric_preferences(inner)
         MetricExporter.__init__(self, preferred_temporality=temporality, preferred_aggregation=aggregation)
         self._init_spooling(spool, inner)
+        self._encoder = MetricsEncoder()  # each series' attributes encoded once for the run
 
     def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any) -> MetricExportResult:
         if metrics_data is None or not metrics_data.resource_metrics:
             return MetricExportResult.SUCCESS
-        ok = self._store(lambda: encode_metrics(metrics_data), _metric_points(metrics_data))
+        ok = self._store(lambda: self._encoder.encode(metrics_data), _metric_points(metrics_data))
         return MetricExportResult.SUCCESS if ok else MetricExportResult.FAILURE
 
     def force_flush(self, timeout_millis: float = 10_000) -> bool:
