@@ -18,11 +18,10 @@ from otel_rl.exporters.otlp_json import OtlpJsonMetricExporter
 
 def _run_export(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> MetricsData:
     """What a run's metric export hands its exporter: 250 ROLL keys, stages, a histogram, otel-rl's own counters."""
-    import sys
     from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    from bench_hotpath import step_values
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from bench_hotpath import step_values  # 250 keys as ROLL logs them
 
     captured: list[MetricsData] = []
     write = OtlpJsonMetricExporter.export  # the run folder's exporter: it gets what the spool would

@@ -36,17 +36,23 @@ def test_a_step_after_an_idle_spell_is_written_without_waiting_for_the_poll(make
         time.sleep(0.02)
 
 
+def _idle_with_counted_drains(tel) -> list[int]:
+    """Step 0 logged and written, the worker idle; the list then gets an entry per drain."""
+    tel.log(VALUES, step=0)
+    tel.flush()
+    _wait_idle(tel._pipeline)
+    drains: list[int] = []
+    drain = tel._pipeline.drain
+    tel._pipeline.drain = lambda: drains.append(1) or drain()
+    return drains
+
+
 def test_sparse_steps_cost_the_worker_one_drain_each(make_telemetry):
     # At the rates jobs run (a step a second or slower) each wake-up is paid in CPU: a drain after
     # a quiet spell goes idle at once, with no second gather to find the queue still empty, and an
     # idle worker sleeps until a caller wakes it (its poll is a 5 s safety net, not 2 wake-ups a second).
     tel = make_telemetry(framework="roll", file_flush_interval_s=0.02)
-    tel.log(VALUES, step=0)
-    tel.flush()
-    _wait_idle(tel._pipeline)
-    drains = []
-    drain = tel._pipeline.drain
-    tel._pipeline.drain = lambda: drains.append(1) or drain()
+    drains = _idle_with_counted_drains(tel)
     for step in range(1, 6):  # a step every 0.6 s
         tel.log(VALUES, step=step)
         time.sleep(0.6)
@@ -57,15 +63,10 @@ def test_sparse_steps_cost_the_worker_one_drain_each(make_telemetry):
 
 def test_steady_steps_keep_the_worker_busy_with_no_wake_up_from_the_caller(make_telemetry):
     tel = make_telemetry(framework="roll", file_flush_interval_s=0.05)
-    tel.log(VALUES, step=0)
-    tel.flush()
-    _wait_idle(tel._pipeline)
+    drains = _idle_with_counted_drains(tel)
     wakes = []
     wake_soon = tel._wake_soon
     tel._wake_soon = lambda: wakes.append(1) or wake_soon()
-    drains = []
-    drain = tel._pipeline.drain
-    tel._pipeline.drain = lambda: drains.append(1) or drain()
     for step in range(1, 201):  # a step every ~5 ms for ~1 s: never 50 ms without one
         tel.log(VALUES, step=step)
         time.sleep(0.005)

@@ -509,7 +509,7 @@ class MergingMetricExporter(MetricExporter):
         self._stamped = stamped
         self._consumer = stamped.register() if stamped is not None else -1
         self._budget = budget
-        self._direct = direct  # direct_metrics.DirectMetrics: the registry's gauges and counters
+        self._direct = direct  # direct_metrics.DirectMetrics (typed Any: that module imports this one)
         self._delta = direct.new_delta_state() if direct is not None else None
 
     def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any) -> MetricExportResult:
