@@ -20,7 +20,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from otlp_sink import OtlpSink
+from otlp_sink import GrpcSink, OtlpSink
 
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import names as N
@@ -249,3 +249,44 @@ def test_sigterm_in_a_forked_child_ends_it_without_touching_the_parents_telemetr
         )
         assert out["results"] == [{"child_exit": -15}]
         assert steps_received(sink) == list(range(6))
+
+
+@pytest.mark.parametrize(
+    ("protocol", "spool_bytes"),
+    [("http/protobuf", None), ("http/protobuf", "0"), ("grpc", None)],
+    ids=["http-spool", "http-sdk-exporters", "grpc-spool"],
+)
+def test_telemetry_threads_import_nothing_a_fork_could_catch_half_done(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, protocol: str, spool_bytes: str | None
+) -> None:
+    """A module a background thread is importing when the main thread forks stays half-imported in
+    the child, its import lock held by a thread the child does not have: every later import of it
+    there blocks forever. (requests imports netrc on a session's first request: a forked child that
+    called init() had its senders stuck on it.) So after init() the telemetry's threads import nothing."""
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", protocol)
+    if spool_bytes is not None:
+        monkeypatch.setenv("OTEL_RL_SPOOL_MAX_BYTES", spool_bytes)
+    with GrpcSink() if protocol == "grpc" else OtlpSink() as sink:
+        out = run_script(
+            tmp_path,
+            sink,
+            """
+            import threading
+            tel = start()
+            imported = []
+
+            def on_audit(event, args):
+                if event == "import" and threading.current_thread() is not threading.main_thread():
+                    imported.append(f"{args[0]} (thread {threading.current_thread().name})")
+
+            sys.addaudithook(on_audit)
+            for step in range(3):
+                train(tel, 1, first=step)
+                time.sleep(0.3)  # the metric reader (every 0.2 s) and the senders run meanwhile
+            tel.flush()
+            tel.shutdown()
+            print("RESULT " + json.dumps(imported), flush=True)
+        """,
+        )
+    assert out["results"] == [[]], f"imported on a telemetry thread after init(): {out['results']}"
+    assert steps_received(sink) == [0, 1, 2]

@@ -235,6 +235,12 @@ def open_http_session(settings: OtlpSettings) -> Any:
     requests lets those environment variables override a session's ``verify`` on every request, so
     with either set (common on managed machines) the collector's CA would be silently ignored and
     every export would fail verification."""
+    # requests imports netrc on a session's first request, on whichever thread sends it. A fork
+    # while that import runs leaves netrc half-imported in the child, its import lock held by a
+    # thread the child does not have, and every sender there blocks on it: imported here instead,
+    # on the thread that calls init().
+    import netrc  # noqa: F401
+
     import requests
 
     if settings.credential_provider:

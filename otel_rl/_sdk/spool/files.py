@@ -185,8 +185,9 @@ def read_cursor(path: Path) -> tuple[int, int]:
 def write_cursor(path: Path, seq: int, offset: int) -> None:
     tmp = path.with_name(path.name + ".tmp")
     try:
-        with open(tmp, "w", encoding="ascii") as f:
-            f.write(f"{seq} {offset}\n")
+        # Bytes: a text file's codec (ascii) would be imported on the sender's thread, which a fork can catch half done.
+        with open(tmp, "wb") as f:
+            f.write(b"%d %d\n" % (seq, offset))
         os.replace(tmp, path)
     except OSError as exc:  # a stale cursor only means one batch is sent twice after a crash
         logger.debug("otel-rl: cannot update %s: %s", path, exc)
