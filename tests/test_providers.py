@@ -6,7 +6,9 @@ collector and backends live in tests/e2e.
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from concurrent import futures
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -139,3 +141,12 @@ def test_destinations_follow_the_endpoint_and_exporters(options, file, otlp):
 
     config = resolve_config(options, environ={})
     assert (config.file_enabled, config.otlp_enabled) == (file, otlp)
+
+
+def test_a_short_metric_interval_never_ticks_before_the_provider_owns_its_readers(make_telemetry, silent_peer, caplog):
+    """A reader's timer starts when it is made; the run folder's reader used to be made before the
+    OTLP exporters and the spool were set up, and a short interval ticked in between (the SDK warns)."""
+    with caplog.at_level(logging.WARNING, logger="opentelemetry.sdk.metrics"):
+        make_telemetry(exporters="otlp,file", endpoint=silent_peer, metric_export_interval_s=0.05)
+        time.sleep(0.05)
+    assert not [r.getMessage() for r in caplog.records if "until it is registered" in r.getMessage()]

@@ -383,7 +383,7 @@ def build_providers(
     for exporter in extra_log_exporters or ():  # e.g. the trackers: fed off-thread by the batch processor
         logger_provider.add_log_record_processor(_LogProcessor(_ForkSafeLogExporter(exporter)))
     scope = InstrumentationScope(SCOPE_NAME, __version__)
-    readers = []
+    metric_exporters: list[MetricExporter] = []
     destinations = []
     interval_ms = config.metric_export_interval_s * 1000.0
 
@@ -397,11 +397,8 @@ def build_providers(
         add_metrics(metric_exporter, budget)
 
     def add_metrics(metric_exporter: MetricExporter, budget: SeriesBudget | None = None) -> None:
-        readers.append(
-            PeriodicExportingMetricReader(
-                _ForkSafeMetricExporter(MergingMetricExporter(metric_exporter, histograms, resource, scope, stamped, budget, direct)),
-                export_interval_millis=interval_ms,
-            )
+        metric_exporters.append(
+            _ForkSafeMetricExporter(MergingMetricExporter(metric_exporter, histograms, resource, scope, stamped, budget, direct))
         )
 
     writers: list[DirectStepWriter] = []  # direct writers of step events
@@ -459,6 +456,9 @@ def build_providers(
     if extra_log_exporters:  # the trackers take events from the SDK's log pipeline only
         writers = []
     step_events = writers[0] if len(writers) == 1 else StepEventWriters(writers) if writers else None
+    # A reader's timer starts when it is made: made here, next to its provider, so that a short
+    # interval cannot tick before the provider owns it (the SDK warns on such a collect).
+    readers = [PeriodicExportingMetricReader(exporter, export_interval_millis=interval_ms) for exporter in metric_exporters]
     meter_provider = MeterProvider(resource=resource, metric_readers=readers)
     events_exported = bool(destinations or extra_log_exporters)
     return Providers(
