@@ -290,3 +290,36 @@ def test_telemetry_threads_import_nothing_a_fork_could_catch_half_done(
         )
     assert out["results"] == [[]], f"imported on a telemetry thread after init(): {out['results']}"
     assert steps_received(sink) == [0, 1, 2]
+
+
+def test_a_forked_child_ends_on_sigterm_by_default_and_one_that_inits_flushes_first(tmp_path: Path) -> None:
+    """The parent's SIGTERM handler has nothing to flush in a forked child, and a Python handler can
+    miss a SIGTERM that lands just before the main thread blocks: Pool.terminate() waited forever on
+    such a worker. The child gets the default back; a child that calls init() gets the flushing one."""
+    with OtlpSink() as sink:
+        out = run_script(
+            tmp_path,
+            sink,
+            """
+            tel = start()
+            ours = signal.getsignal(signal.SIGTERM)
+            pid = os.fork()
+            if pid == 0:
+                inherited = signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+                mine = start(service_name="worker", rank=3)
+                again = signal.getsignal(signal.SIGTERM) is ours
+                mine.shutdown()
+                print("RESULT " + json.dumps({"default_in_child": inherited, "flushing_after_init": again}), flush=True)
+                os._exit(0)
+            wait_child(pid)
+            ctx = multiprocessing.get_context("fork")
+            for _ in range(5):
+                pool = ctx.Pool(2)
+                pool.map(abs, range(4))
+                pool.terminate()  # SIGTERM to workers waiting for their next task
+                pool.join()
+            print("RESULT " + json.dumps({"parent_still_flushing": signal.getsignal(signal.SIGTERM) is ours}), flush=True)
+            tel.shutdown()
+        """,
+        )
+    assert out["results"] == [{"default_in_child": True, "flushing_after_init": True}, {"parent_still_flushing": True}]

@@ -62,11 +62,22 @@ def exit_hook(telemetry: Any) -> Callable[[], None]:
 
 def _after_fork_in_child() -> None:
     # Runs in the child right after fork, before any other code: touch no lock the parent held.
+    global _sigterm_installed
     parent = os.getppid()
     for telemetry in list(_live):
         try:
             telemetry._disable_in_forked_child(parent)
         except Exception:  # noqa: BLE001 - the child must start whatever happens here
+            pass
+    # The inherited handler has nothing to flush here, and a Python handler can miss a SIGTERM that
+    # lands just before the main thread blocks (a Pool worker waiting for its next task), which
+    # Pool.terminate() then waits on forever: the child gets the default back. Its own init() sets ours again.
+    if _sigterm_installed:
+        _sigterm_installed = False
+        try:
+            if signal.getsignal(signal.SIGTERM) is _on_sigterm:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        except (ValueError, OSError):  # forked from a thread other than the main one
             pass
 
 
