@@ -28,6 +28,7 @@ INSTRUMENTORS = {
     "OpenRLHFInstrumentor": "openrlhf",
     "OpenRLHFAgentInstrumentor": "openrlhf_agent",
     "AReaLInstrumentor": "areal",
+    "AReaLWorkflowInstrumentor": "areal_workflow",
 }
 
 

@@ -16,7 +16,8 @@ The telemetry is that of an earlier ``otel_rl.init()`` in the process, or one st
 commit with ``framework="areal"``, the experiment name as ``service.name`` and the trial name as
 ``rl.experiment.name`` (the environment wins), shut down at ``close()``. Importing this module
 instruments AReaL (now if ``areal.utils.stats_logger`` is imported, else when it is);
-``AReaLInstrumentor().uninstrument()`` puts AReaL back.
+``AReaLInstrumentor().uninstrument()`` puts AReaL back. The rollout workflows' episodes become
+trajectories too (:mod:`otel_rl.integrations.areal_workflow`).
 """
 
 from __future__ import annotations
@@ -150,8 +151,12 @@ class AReaLInstrumentor(Instrumentor):
 
 
 def install() -> None:
-    """Instrument AReaL's StatsLogger once this process imports it (now, if it has)."""
+    """Instrument AReaL's StatsLogger and its rollout workflows (``areal_workflow``) once this
+    process imports them (now, for what it has)."""
+    from otel_rl.integrations.areal_workflow import EXECUTOR_MODULE, AReaLWorkflowInstrumentor
+
     when_imported(STATS_LOGGER_MODULE, lambda _module: AReaLInstrumentor().instrument_on_import())
+    when_imported(EXECUTOR_MODULE, lambda _module: AReaLWorkflowInstrumentor().instrument_on_import())
 
 
 install()

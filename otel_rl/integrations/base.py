@@ -341,6 +341,28 @@ def framework_init_options(framework: str, project_name: Any, experiment_name: A
     return options
 
 
+class TelemetryOnFirstUse:
+    """The process's telemetry, or one started on first use with ``framework``'s options (from the
+    environment); a failure to start is said once, naming ``work``, and that work goes unrecorded."""
+
+    def __init__(self, framework: str, work: str) -> None:
+        self.framework, self.work = framework, work
+        self._tried = False
+
+    def telemetry(self) -> Any:
+        import otel_rl
+
+        tel = otel_rl.get_telemetry()
+        if tel is not None or self._tried:
+            return tel
+        self._tried = True
+        try:
+            return otel_rl.init(**framework_init_options(self.framework, None, None))
+        except Exception:  # telemetry must never stop the framework's work
+            logger.warning("otel-rl: could not start telemetry for %s; it goes unrecorded", self.work, exc_info=True)
+            return None
+
+
 class GuardedCalls:
     """Calls from a framework's hook into otel-rl that never raise into the framework: a failure is
     reported once per kind of call through the ``otel_rl`` logger, naming ``source`` (``"the verl

@@ -25,32 +25,15 @@ import os
 from collections.abc import Collection
 from typing import Any
 
-import otel_rl
-from otel_rl.integrations.base import Instrumentor, Patches, framework_init_options
+from otel_rl.integrations.base import Instrumentor, Patches, TelemetryOnFirstUse
 from otel_rl.semconv import attributes as A
 
 logger = logging.getLogger("otel_rl")
 
+FRAMEWORK = A.RlFrameworkValues.OPENRLHF.value
+
 AGENT_MODULE = "openrlhf.utils.agent"
 ENVIRONMENT_TOOL = "environment"  # AgentInstance.step: the environment's answer to one action
-
-
-class _TelemetrySource:
-    """The process's telemetry, or one started here on first use (a failure is said once)."""
-
-    def __init__(self) -> None:
-        self._tried = False
-
-    def telemetry(self) -> otel_rl.Telemetry | None:
-        tel = otel_rl.get_telemetry()
-        if tel is not None or self._tried:
-            return tel
-        self._tried = True
-        try:
-            return otel_rl.init(**framework_init_options(A.RlFrameworkValues.OPENRLHF.value, None, None))
-        except Exception:  # telemetry must never stop a rollout
-            logger.warning("otel-rl: could not start telemetry in the OpenRLHF agent's process; its rollouts go unrecorded", exc_info=True)
-            return None
 
 
 class _RecordingEngine:
@@ -93,7 +76,7 @@ def _recording_instance(cls: type, trajectory: Any) -> type:
 
 def _wrap_execute(cls: Any, patches: Patches) -> None:
     original = cls.execute
-    source = _TelemetrySource()
+    source = TelemetryOnFirstUse(FRAMEWORK, "the OpenRLHF agent's rollouts")
     ids = itertools.count()
 
     @functools.wraps(original)
