@@ -394,6 +394,31 @@ def idle_cpu(pids: dict[str, int], seconds: float) -> dict[str, float]:
     return {name: (cpu_ms(pid) - before[name]) / seconds for name, pid in pids.items()}
 
 
+def wait_quiet(pids: dict[str, int], idle: dict[str, float], timeout_s: float = 300.0, window_s: float = 3.0) -> float:
+    """Wait until the tier's processes together burn at most their idle CPU plus 5% of a core over
+    ``window_s`` (compaction and merges done); the seconds waited."""
+    began = time.monotonic()
+    allowance = sum(idle.values()) + 50.0  # ms of CPU per second
+    while time.monotonic() - began < timeout_s:
+        before = sum(cpu_ms(pid) for pid in pids.values())
+        time.sleep(window_s)
+        if (sum(cpu_ms(pid) for pid in pids.values()) - before) / window_s <= allowance:
+            break
+    return time.monotonic() - began
+
+
+def timed_trace(jaeger: str, run_id: str, step: int) -> tuple[float, subprocess.CompletedProcess[str]]:
+    """``otel-rl trace --jaeger`` for one step, as a user runs it: its seconds, end to end, and what it printed."""
+    began = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "otel_rl.cli", "trace", "--jaeger", jaeger, "--run-id", run_id, "--step", str(step)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    return time.monotonic() - began, done
+
+
 def settle(read: Any, what: str, timeout_s: float, every_s: float = 5.0) -> Any:
     """``read()`` once three reads ``every_s`` apart agree."""
     end, seen = time.monotonic() + timeout_s, []
@@ -435,14 +460,10 @@ def main() -> None:
                 )
                 windows.append(window)
             events = sum(event_records(g.folder / "rl-events.jsonl") for g in gateways)
-            began_trace = time.monotonic()
-            done = subprocess.run(
-                [sys.executable, "-m", "otel_rl.cli", "trace", "--jaeger", jaeger, "--run-id", run_id, "--step", str(args.steps)],
-                capture_output=True,
-                text=True,
-                timeout=600,
-            )
-            trace_s = time.monotonic() - began_trace
+            # Read once as the last step lands (the tier still compacting), then three times once it is quiet.
+            trace_s, done = timed_trace(jaeger, run_id, args.steps)
+            quiet_after_s = wait_quiet(pids, idle)
+            quiet_trace_s = sorted(timed_trace(jaeger, run_id, args.steps)[0] for _ in range(3))
         finally:
             for collector in ([agent] if agent else []) + (gateways or []):
                 collector.stop(timeout_s=30)
@@ -455,6 +476,8 @@ def main() -> None:
         "events_sent": sum(w["sent"]["events"] for w in windows),
         "events_in_gateway_files": events,
         "trace_cli_s": round(trace_s, 2),
+        "tier_quiet_after_s": round(quiet_after_s, 1),
+        "trace_cli_s_quiet": [round(t, 2) for t in quiet_trace_s],
         "trace_cli_rc": done.returncode,
         "trace_cli_head": done.stdout.splitlines()[:3],
         "trace_cli_error": done.stderr[-800:],
