@@ -72,6 +72,7 @@ Formats (detected from the content unless --format says):
   hf-notebook   a Jupyter notebook's Trainer progress table (Step | Training Loss | reward | ...)
   nemo-rl-console  NeMo-RL's per-step GRPO summary (===== Step N/M =====, • Avg Reward: ...)
   openrlhf-console  OpenRLHF's PPO trainer log (✨ Global step N: {'policy_loss': ...}; eval_metrics lines)
+  areal-console  AReaL's StatsLogger (Train step N/M done. then a table of ppo_actor/..., timeperf/... values)
   metric-table  a CSV of metrics by step (a W&B "Export CSV", a tracker's history, AReaL's keys)
   key-value     a hand-written loop's progress lines (Step: N | Loss: x | KL: y, Epoch:[1/1](N/M), Reward: x, ...)
   metrics-jsonl a hand-written loop's JSON lines of metrics ({"type": "rollout", "grpo_step": N, "reward": x, ...}; eval lines: validation)

@@ -20,6 +20,8 @@ Formats (``FORMATS``), each read exactly as its framework writes it:
 - ``hf-notebook``: a Jupyter notebook (``.ipynb``) of a Trainer run: the Step table transformers'
   notebook display draws, its progress text for the planned total, and its code cells' outputs for
   how the run ended (``_notebook``). A notebook without that table is read as its console.
+- ``openrlhf-console`` (``_openrlhf``), ``nemo-rl-console`` (``_nemo_rl``), ``areal-console``
+  (``_areal``: AReaL's ``StatsLogger`` tables): those frameworks' consoles.
 - ``otel-rl``: an otel-rl run folder (or its ``logs.jsonl``): the ``rl.log`` events.
 
 Every reader skips a malformed line, records it as a :class:`Problem` (file, 1-based line,
@@ -36,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from otel_rl._sdk.keys.resolver import TRANSFORMS
+from otel_rl.replay._areal import is_areal_step_line, read_areal_console
 from otel_rl.replay._checks import check_fields_kept, check_parse, settle_steps
 from otel_rl.replay._ending import read_ending
 from otel_rl.replay._hf_console import TQDM_RE, find_dict, read_hf_console
@@ -81,6 +84,7 @@ FRAMEWORK_OF: dict[str, str | None] = {
     "roll-stdout": "roll",
     "nemo-rl-console": A.RlFrameworkValues.NEMO_RL.value,
     "openrlhf-console": A.RlFrameworkValues.OPENRLHF.value,
+    "areal-console": A.RlFrameworkValues.AREAL.value,
     "metric-table": None,  # a CSV of metrics by step: the reader tells the framework from the keys
     "key-value": "trl",  # a hand-written loop's progress lines: names read by meaning into TRL's
     "metrics-jsonl": "trl",  # a hand-written loop's JSON lines of metrics: names read by meaning into TRL's
@@ -316,6 +320,7 @@ _READERS: dict[str, Callable[[Path, str, ParsedLog], None]] = {
     "hf-notebook": read_notebook_table,
     "nemo-rl-console": read_nemo_rl_console,
     "openrlhf-console": read_openrlhf_console,
+    "areal-console": read_areal_console,
     "metric-table": read_metric_table,
     "key-value": read_key_value_console,
     "metrics-jsonl": read_metrics_jsonl,
@@ -382,6 +387,9 @@ def format_scores(text: str) -> dict[str, int]:
             continue
         if "lobal step" in line and is_openrlhf_line(line):
             scores["openrlhf-console"] += _STRONG
+            continue
+        if "Train step" in line and is_areal_step_line(line):
+            scores["areal-console"] += _STRONG
             continue
         if "step:" in line:
             clean = ANSI_RE.sub("", line) if "\x1b" in line else line

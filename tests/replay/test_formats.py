@@ -406,6 +406,7 @@ def test_every_format_is_covered_here():
         "easyr1-jsonl",
         "nemo-rl-console",
         "openrlhf-console",
+        "areal-console",
         "metric-table",
         "key-value",
         "metrics-jsonl",
