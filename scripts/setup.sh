@@ -47,10 +47,10 @@ pip_install "${cons[@]}" "tensordict==0.8.3" "omegaconf==2.3.1" "hydra-core==1.3
 pip_install --no-deps "openrlhf==0.11.2" "deepspeed==0.19.6" "torchdata==0.11.0" "pylatexenc==2.11" "hjson==3.1.0" \
   "py-cpuinfo==9.0.0" "msgpack==1.2.4" "ninja==1.13.2"
 # AReaL pins its own torch, transformers and hydra: it goes in without them, with the light modules
-# that importing its StatsLogger and stats_tracker pulls in.
+# that importing its StatsLogger, stats_tracker, workflow executor and PPO actor pulls in.
 pip_install --no-deps "areal==1.0.4" "colorlog==6.12.0" "tenacity==9.2.1" "flask==3.1.3" "blinker==1.9.0" \
   "itsdangerous==2.2.0" "lark==1.3.1" "uvloop==0.23.0" "numba==0.68.1" "llvmlite==0.50.0" "aiofiles==25.1.0" \
-  "openai==3.57.0" "jiter==0.19.0" "trackio==0.43.0" "gradio_client==2.7.2" "tabulate==0.10.0"
+  "openai==3.57.0" "jiter==0.19.0" "trackio==0.43.0" "gradio_client==2.7.2" "tabulate==0.10.0" "pybase64==1.5.1"
 rm -f "$constraints"
 rm -f "$log"
 "$venv/bin/python" -c "import otel_rl, torch, pytest" || { echo "otel-rl: set-up failed (see pip output above)" >&2; exit 1; }

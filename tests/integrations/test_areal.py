@@ -1,11 +1,12 @@
-"""AReaL 1.0.4's own StatsLogger and stats_tracker, with and without otel-rl.
+"""AReaL 1.0.4's own StatsLogger, stats_tracker and PPO actor, with and without otel-rl.
 
-Each step records what AReaL's PPO trainer records, through AReaL's own ``stats_tracker`` calls:
-the ``timeperf/*`` timers in ``PPOTrainer.train``'s order (``record_timing``), and the actor's
-statistics under the ``ppo_actor`` scope (``denominator`` / ``stat`` / ``scalar``, as
-``PPOActor._ppo_update`` and ``grpo_loss_fn`` call them, areal/trainer/ppo/actor.py). The real
-``export_all`` gives the step's dict and the real ``StatsLogger.commit`` logs it to TensorBoard.
-No stand-ins: the trackers W&B, SwanLab and trackio stay in AReaL's "disabled" mode.
+Each step records what AReaL's PPO trainer records, through AReaL's own code: the ``timeperf/*``
+timers in ``PPOTrainer.train``'s order (``record_timing``), and the actor's statistics from
+AReaL's ``PPOActor`` itself (``compute_advantages``, then ``ppo_update``, whose ``grpo_loss_fn``
+records the update's statistics under ``ppo_actor/update``). The real ``export_all`` gives the
+step's dict and the real ``StatsLogger.commit`` logs it to TensorBoard. The one stand-in is the
+actor's FSDP engine (``Engine`` below, marked). No other: the trackers W&B, SwanLab and trackio
+stay in AReaL's "disabled" mode.
 """
 
 from __future__ import annotations
@@ -30,31 +31,73 @@ from otel_rl.semconv import names as N  # noqa: E402
 
 STEPS = 3
 TIMERS = ("rollout", "recompute_logp", "compute_advantage", "train_step", "update_weights")
+VOCAB = 16
 
 
-def one_step(stats_tracker: Any, step: int) -> dict[str, float]:
-    """What one PPO step records, through AReaL's stats_tracker; its export_all()."""
+class Engine:
+    """STAND-IN for AReaL's FSDPEngine (areal/engine/fsdp_engine.py), with what PPOActor calls:
+    ``train()``, ``eval()``, ``get_version()`` and ``train_batch(mb, loss_fn, loss_weight_fn)``,
+    which, as FSDPEngine does, packs the micro-batch (AReaL's ``pack_tensor_dict``), computes the
+    log-probs and entropy of the next tokens (AReaL's ``gather_logprobs_entropy``) with a tiny
+    model, calls the actor's loss function on them, steps the optimizer and returns its stats."""
+
+    def __init__(self) -> None:
+        torch.manual_seed(0)
+        self.model = torch.nn.Sequential(torch.nn.Embedding(VOCAB, 8), torch.nn.Linear(8, VOCAB))
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=1e-2)
+
+    def train(self, mode: bool = True) -> Engine:
+        self.model.train(mode)
+        return self
+
+    def eval(self) -> Engine:
+        return self.train(False)
+
+    def get_version(self) -> int:
+        return 0
+
+    def train_batch(self, input_: dict, loss_fn: Any, loss_weight_fn: Any) -> dict[str, float]:
+        from areal.utils.data import pack_tensor_dict
+        from areal.utils.functional.vocab_parallel import gather_logprobs_entropy
+
+        self.optimizer.zero_grad()
+        packed = pack_tensor_dict(input_)
+        ids = packed["input_ids"]
+        logprobs, entropy = gather_logprobs_entropy(self.model(ids), torch.roll(ids, shifts=-1, dims=-1))
+        loss_fn(logprobs, entropy, packed).backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        self.optimizer.step()
+        return {"update_successful": 1.0, "grad_norm": float(grad_norm), "lr": 1e-2}
+
+
+def new_actor() -> Any:
+    """AReaL's PPOActor on a fresh stand-in engine: each run starts from the same weights."""
+    from areal.api.cli_args import PPOActorConfig
+    from areal.trainer.ppo.actor import PPOActor
+
+    config = PPOActorConfig(experiment_name="e", trial_name="t", recompute_logprob=False, use_decoupled_loss=False, ppo_n_minibatches=1)
+    return PPOActor(config, Engine())
+
+
+def one_step(stats_tracker: Any, step: int, ppo: Any) -> dict[str, float]:
+    """One PPO step through AReaL's own code: its timers, then PPOActor on a batch of 4 rollouts
+    (rewards rising with the step); what ``export_all()`` gives StatsLogger."""
     for timer in TIMERS:
         with stats_tracker.record_timing(timer):
             pass
-    rewards = torch.tensor([0.0, 1.0, 1.0, 0.0]) + 0.1 * step
-    with stats_tracker.scope("ppo_actor"):
-        seqs = torch.ones(4, dtype=torch.bool)
-        stats_tracker.denominator(n_seqs=seqs, correct_n_seqs=rewards > 0.5)
-        stats_tracker.stat(task_reward=rewards, seq_len=torch.tensor([5.0, 7.0, 6.0, 9.0]), denominator="n_seqs")
-        with stats_tracker.scope("update"):
-            tokens = torch.ones(8, dtype=torch.bool)
-            stats_tracker.denominator(n_valid_tokens=tokens)
-            stats_tracker.stat(
-                actor_loss=torch.full((8,), 0.1 * step), importance_weight=torch.ones(8), entropy=torch.full((8,), 2.0 - 0.1 * step),
-                denominator="n_valid_tokens",
-            )  # fmt: skip
-            stats_tracker.stat(clip_ratio=torch.zeros(8), denominator="n_valid_tokens")
-            stats_tracker.scalar(grad_norm=0.5 + step, lr=1e-6)
-            with stats_tracker.scope("compute_logp"):
-                stats_tracker.denominator(n_valid_tokens=tokens)
-                stats_tracker.stat(kl_div_direct=torch.full((8,), 1e-3 * step), kl_div_dual=torch.full((8,), 5e-4 * step),
-                                   denominator="n_valid_tokens")  # fmt: skip
+    generator = torch.Generator().manual_seed(step)
+    ids = torch.randint(1, VOCAB, (4, 10), generator=generator)
+    attention = torch.ones(4, 10, dtype=torch.bool)
+    attention[0, 8:] = attention[2, 7:] = False
+    loss_mask = torch.zeros(4, 10, dtype=torch.int32)
+    loss_mask[:, 4:] = 1
+    loss_mask *= attention
+    batch = {
+        "input_ids": ids, "attention_mask": attention, "loss_mask": loss_mask,
+        "logprobs": -torch.rand(4, 10, generator=generator) * loss_mask, "versions": torch.zeros(4, 10, dtype=torch.int32),
+        "rewards": torch.tensor([0.0, 1.0, 1.0, 0.0]) + 0.1 * step,
+    }  # fmt: skip
+    ppo.ppo_update(ppo.compute_advantages([batch]))
     return stats_tracker.export_all()
 
 
@@ -70,8 +113,9 @@ def run(tmp_path: Path, name: str) -> Path:
     s.experiment_name, s.trial_name, s.fileroot = "gsm8k-grpo", name, str(tmp_path / name)
     s.tensorboard.path = str(tmp_path / name / "tb")
     stats = StatsLogger(config, FinetuneSpec(total_train_epochs=1, dataset_size=4 * STEPS, train_batch_size=4))
+    ppo = new_actor()
     for step in range(STEPS):
-        stats.commit(0, step, step, one_step(stats_tracker, step))
+        stats.commit(0, step, step, one_step(stats_tracker, step, ppo))
     stats.close()
     return tmp_path / name / "tb"
 
@@ -123,7 +167,7 @@ def test_commits_log_the_same_values_with_otel_rl_and_every_key_arrives(tmp_path
     ):
         assert metric in names, (metric, sorted(unmapped))
     kl = {p.attributes[A.RL_KL_ESTIMATOR] for p in points if p.name == M.RL_TRAIN_INFER_KL}
-    assert kl == {"k1", "k3"}
+    assert kl == {"k1", "k2", "k3"}
 
     # each step is one trace, its stages in the order AReaL's trainer runs them
     spans = read_spans(run_dir)
