@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -48,3 +50,15 @@ def hf_tiny_lm(tmp_path: Path) -> tuple[str, object]:
     transformers.Qwen2ForCausalLM(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return str(folder), tokenizer
+
+
+@pytest.fixture
+def keep_logging() -> Iterator[None]:
+    """AReaL's ``areal.utils.logging.getLogger`` replaces the logging module's root logger and
+    manager on every call (``Logger.root = RootLogger(...)``; ``Logger.manager = Manager(...)``):
+    afterwards ``logging.getLogger("otel_rl")`` is a new object that otel-rl's modules do not hold,
+    and a later test's ``caplog.at_level`` sets the level of the wrong one. Put them back."""
+    root, manager = logging.root, logging.Logger.manager
+    yield
+    logging.root = logging.Logger.root = root
+    logging.Logger.manager = manager

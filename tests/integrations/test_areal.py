@@ -29,6 +29,9 @@ from otel_rl.semconv import attributes as A  # noqa: E402
 from otel_rl.semconv import metrics as M  # noqa: E402
 from otel_rl.semconv import names as N  # noqa: E402
 
+# AReaL's loggers replace the logging module's root and manager: put back after each test.
+pytestmark = pytest.mark.usefixtures("keep_logging")
+
 STEPS = 3
 TIMERS = ("rollout", "recompute_logp", "compute_advantage", "train_step", "update_weights")
 VOCAB = 16

@@ -23,6 +23,9 @@ from otel_rl.runs.folder import read_spans  # noqa: E402
 from otel_rl.semconv import attributes as A  # noqa: E402
 from otel_rl.semconv import names as N  # noqa: E402
 
+# AReaL's loggers replace the logging module's root and manager: put back after each test.
+pytestmark = pytest.mark.usefixtures("keep_logging")
+
 VERSION = 7  # the policy version the stand-in engine serves
 
 

@@ -283,6 +283,7 @@ def test_the_instrumentors_are_reachable_from_the_package():
         "OpenRLHFInstrumentor",
         "OpenRLHFAgentInstrumentor",
         "AReaLInstrumentor",
+        "AReaLWorkflowInstrumentor",
     }
     assert integrations.RollInstrumentor is importlib.import_module("otel_rl.integrations.roll").RollInstrumentor
     with pytest.raises(AttributeError):
