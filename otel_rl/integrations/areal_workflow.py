@@ -85,11 +85,15 @@ class _RecordingWorkflow:
 def episode_reward(result: Any) -> float | None:
     """The reward of what one ``arun_episode`` returned: the mean of its ``rewards`` tensor (one
     element for AReaL's own workflows), or the last interaction's for a dict of interactions;
-    None for a rejected episode (None) or a result without one."""
+    None for a rejected episode (None), a result without one, or a tensor off the CPU (reading it
+    would wait for the device)."""
     if not isinstance(result, Mapping) or not result:
         return None
     rewards = result.get("rewards")
     if rewards is not None:
+        device = getattr(rewards, "device", None)
+        if device is not None and getattr(device, "type", "cpu") != "cpu":
+            return None
         try:
             return float(rewards.float().mean()) if hasattr(rewards, "float") else float(rewards)
         except (TypeError, ValueError, RuntimeError):

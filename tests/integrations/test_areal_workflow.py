@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -196,3 +197,28 @@ def test_the_areal_import_instruments_the_executor_too() -> None:
     finally:
         AReaLWorkflowInstrumentor().uninstrument()
         areal.AReaLInstrumentor().uninstrument()
+
+
+def test_the_reward_is_read_from_cpu_tensors_and_interactions_only() -> None:
+    import torch
+    from areal.experimental.openai.types import InteractionWithTokenLogpReward
+
+    from otel_rl.integrations.areal_workflow import episode_reward
+
+    assert episode_reward({"rewards": torch.tensor([0.5])}) == 0.5
+
+    class CudaTensor:
+        """STAND-IN for a torch tensor on a GPU (no GPU here): its device, and whether it was read."""
+
+        device = SimpleNamespace(type="cuda")
+        read = False
+
+        def float(self) -> Any:
+            CudaTensor.read = True  # a read would wait for the device
+            return torch.tensor([0.5])
+
+    assert episode_reward({"rewards": CudaTensor()}) is None and not CudaTensor.read
+    assert episode_reward(None) is None and episode_reward({"input_ids": torch.ones(3)}) is None
+    first, last = InteractionWithTokenLogpReward(), InteractionWithTokenLogpReward()
+    first.reward, last.reward = 0.25, 1.0  # AReaL discounts the last reward backwards: the last is the episode's
+    assert episode_reward({"a": first, "b": last}) == 1.0
