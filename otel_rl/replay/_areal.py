@@ -27,6 +27,7 @@ from otel_rl.runs.folder import Problem
 STEP_RE = re.compile(r"\bTrain step (\d+)/(\d+) done\.")
 STATS_RE = re.compile(r"\bStats \((\d+)/(\d+)\):")
 CELL_SEPARATOR = "│"  # tabulate's fancy_grid: U+2502 between cells, box-drawing lines between rows
+TABLE_END = "╘"  # the table's last line
 
 
 def is_areal_step_line(line: str) -> bool:
@@ -50,7 +51,12 @@ def read_areal_console(path: Path, text: str, out: ParsedLog) -> None:
             if found and first_step is not None:
                 step = first_step + int(found.group(1)) - 1
                 continue
-        if step is None or CELL_SEPARATOR not in line:
+        if step is None:
+            continue
+        if TABLE_END in line:  # what follows is not this dict's, until the next "Stats (i/n):"
+            step = None
+            continue
+        if CELL_SEPARATOR not in line:
             continue
         cells = [cell.strip() for cell in line.strip().strip(CELL_SEPARATOR).split(CELL_SEPARATOR)]
         if len(cells) % 2:

@@ -80,13 +80,15 @@ def test_the_console_replays_every_value_tensorboard_holds(tmp_path: Path) -> No
         assert replayed[point] == pytest.approx(value, rel=1e-4, abs=1e-30), point  # .4e: five significant digits
 
 
-def test_a_line_cut_inside_a_table_is_named_and_the_rest_is_read(tmp_path: Path) -> None:
+def test_a_line_cut_inside_a_table_is_named_and_a_table_after_its_end_is_not_read(tmp_path: Path) -> None:
     console = tmp_path / "cut.log"
     console.write_text(
         "(AReaL) 20261130-09:00:00.000 StatsLogger INFO: Epoch 1/1 Step 1/2 Train step 1/2 done.\n"
         "(AReaL) 20261130-09:00:00.001 StatsLogger INFO: Stats (1/1):\n"
         "│ ppo_actor/task_reward/avg │ 5.0000e-01 │ timeperf/rollout │ 1.2000e+01 │\n"
-        "│ ppo_actor/update/grad_norm │ 2.5000e+00 │ ppo_actor/\n",
+        "│ ppo_actor/update/grad_norm │ 2.5000e+00 │ ppo_actor/\n"
+        "╘══════════════════╧════════════╛\n"
+        "│ a table some other code printed │ 1.0000e+00 │\n",
         encoding="utf-8",
     )
     parsed = parse_file(console)
