@@ -18,7 +18,8 @@ for otel-rl's worker is the benchmark's, not otel-rl's: its own thread CPU is le
      ``light_spans``; what ``init(tracer_provider=...)`` still does);
    - OTel SDK: ``start_as_current_span`` with the same attributes, the SDK's batch span processor
      and the run folder's OTLP/JSON exporter writing to a file.
-2. A whole 1 ms step: calibrated pure-Python work, a step span with 6 stage spans, and ``log()``
+2. A whole 1 ms step: calibrated pure-Python work, a step span with 6 stage spans, each with its
+   cluster as ROLL passes one, and ``log()``
    of 250 ROLL keys (``bench_hotpath.step_values``). A way's figure is the median, over the
    rounds, of its round minus the work alone in the same round (``bench_total``'s design), plus
    what its threads use while other ways run (their idle wake-ups, which every round pays):
@@ -62,6 +63,8 @@ TARGET_STEP_US = 250.0
 SPANS_PER_ROUND = 200
 STEPS_PER_ROUND = 50
 STAGES = ("generate", "compute_rewards", "compute_log_probs", "compute_values", "train_step", "model_update")
+# Each stage's cluster, as ROLL passes one (the issue's whole step: 6 stages, each with a cluster).
+CLUSTERS = ("actor_infer", "reward", "actor_train", "critic", "actor_train", "actor_train")
 
 
 class Way:
@@ -117,10 +120,10 @@ class OtelRl(Way):
     def step(self, s: int, work: Callable[[], None]) -> None:
         tel = self.tel
         with tel.step(s):
-            with tel.stage(STAGES[0]):
+            with tel.stage(STAGES[0], cluster=CLUSTERS[0]):
                 work()
-            for name in STAGES[1:]:
-                with tel.stage(name):
+            for name, cluster in zip(STAGES[1:], CLUSTERS[1:], strict=True):
+                with tel.stage(name, cluster=cluster):
                     pass
             tel.log(self.values, step=s)
 
@@ -172,10 +175,10 @@ class Sdk(Way):
     def step(self, s: int, work: Callable[[], None]) -> None:
         start = self.tracer.start_as_current_span
         with start(N.RL_STEP_SPAN, attributes={A.RL_STEP: s, A.RL_RANK: 0, A.RL_RUN_ID: "bench"}):
-            with start(f"rl.{STAGES[0]}", attributes={A.RL_STAGE: STAGES[0], A.RL_RANK: 0, A.RL_STEP: s}):
+            with start(f"rl.{STAGES[0]}", attributes={A.RL_STAGE: STAGES[0], A.RL_RANK: 0, A.RL_STEP: s, A.RL_CLUSTER: CLUSTERS[0]}):
                 work()
-            for name in STAGES[1:]:
-                with start(f"rl.{name}", attributes={A.RL_STAGE: name, A.RL_RANK: 0, A.RL_STEP: s}):
+            for name, cluster in zip(STAGES[1:], CLUSTERS[1:], strict=True):
+                with start(f"rl.{name}", attributes={A.RL_STAGE: name, A.RL_RANK: 0, A.RL_STEP: s, A.RL_CLUSTER: cluster}):
                     pass
             for gauge, value in self.gauges:
                 gauge.set(value)
