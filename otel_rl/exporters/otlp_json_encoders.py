@@ -453,16 +453,30 @@ def _double(value: float) -> Any:
     return value if value - value == 0 else _NON_FINITE[repr(float(value))]
 
 
-# Fields in proto field-number order, as MessageToDict writes them: the lines are byte-identical.
-def _point_attributes(attributes: Any, cache: dict[int, list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """Encoded once per attributes object: the points of one series share it (one point per step)."""
-    found = cache.get(id(attributes))
-    if found is None:
-        found = cache[id(attributes)] = _attributes(attributes)
-    return found
+# Each series' encoded attributes, kept across exports: a series' attributes object lives as long
+# as the series (otel-rl's latest values and the SDK's aggregations hold one per series), so it is
+# encoded once, not at every export. An entry holds the object (its id cannot be reused while
+# cached) and a snapshot of its items, so an attributes dict changed in place is encoded again
+# (all but a value swapped for an equal one of another type, True for 1: the SDK's own series key,
+# frozenset(attributes.items()), does not tell those apart either).
+_SERIES_ATTRIBUTES: dict[int, tuple[Any, tuple[tuple[Any, Any], ...], list[dict[str, Any]]]] = {}
+_SERIES_ATTRIBUTES_MAX = 20_000  # a bound for callers that build new attributes per export
 
 
-def _number_point(point: Any, with_start: bool, cache: dict[int, list[dict[str, Any]]]) -> dict[str, Any]:
+def _point_attributes(attributes: Any) -> list[dict[str, Any]]:
+    items = tuple(attributes.items())
+    found = _SERIES_ATTRIBUTES.get(id(attributes))
+    if found is not None and found[0] is attributes and found[1] == items:
+        return found[2]
+    encoded = _attributes(attributes)
+    if len(_SERIES_ATTRIBUTES) >= _SERIES_ATTRIBUTES_MAX:
+        _SERIES_ATTRIBUTES.clear()
+    _SERIES_ATTRIBUTES[id(attributes)] = (attributes, items, encoded)
+    return encoded
+
+
+# Fields in proto field-number order, as MessageToDict writes them.
+def _number_point(point: Any, with_start: bool) -> dict[str, Any]:
     if point.exemplars:
         raise _NotPlain("exemplars")
     out: dict[str, Any] = {}
@@ -478,11 +492,28 @@ def _number_point(point: Any, with_start: bool, cache: dict[int, list[dict[str, 
     else:
         raise _NotPlain(type(value).__name__)
     if point.attributes:
-        out["attributes"] = _point_attributes(point.attributes, cache)
+        out["attributes"] = _point_attributes(point.attributes)
     return out
 
 
-def _histogram_point(point: Any, cache: dict[int, list[dict[str, Any]]]) -> dict[str, Any]:
+# A histogram's bucket bounds, encoded once: a tuple (immutable) is shared by every point of its
+# metric and kept while cached, so its id stays its own.
+_BOUNDS: dict[int, tuple[tuple[float, ...], list[Any]]] = {}
+
+
+def _bounds(bounds: Any) -> list[Any]:
+    found = _BOUNDS.get(id(bounds))
+    if found is not None and found[0] is bounds:
+        return found[1]
+    encoded = [_double(float(b)) for b in bounds]
+    if type(bounds) is tuple:
+        if len(_BOUNDS) >= _SERIES_ATTRIBUTES_MAX:
+            _BOUNDS.clear()
+        _BOUNDS[id(bounds)] = (bounds, encoded)
+    return encoded
+
+
+def _histogram_point(point: Any) -> dict[str, Any]:
     if point.exemplars:
         raise _NotPlain("exemplars")
     out: dict[str, Any] = {}
@@ -494,12 +525,13 @@ def _histogram_point(point: Any, cache: dict[int, list[dict[str, Any]]]) -> dict
         out["count"] = str(point.count)
     if point.sum is not None:
         out["sum"] = _double(float(point.sum))
-    if len(point.bucket_counts):
-        out["bucketCounts"] = [str(int(c)) for c in point.bucket_counts]
+    counts = point.bucket_counts
+    if len(counts):
+        out["bucketCounts"] = list(map(str, map(int, counts.tolist() if hasattr(counts, "tolist") else counts)))
     if len(point.explicit_bounds):
-        out["explicitBounds"] = [_double(float(b)) for b in point.explicit_bounds]
+        out["explicitBounds"] = _bounds(point.explicit_bounds)
     if point.attributes:
-        out["attributes"] = _point_attributes(point.attributes, cache)
+        out["attributes"] = _point_attributes(point.attributes)
     if point.min is not None:
         out["min"] = _double(float(point.min))
     if point.max is not None:
@@ -507,7 +539,7 @@ def _histogram_point(point: Any, cache: dict[int, list[dict[str, Any]]]) -> dict
     return out
 
 
-def _metric(metric: Any, cache: dict[int, list[dict[str, Any]]]) -> dict[str, Any]:
+def _metric(metric: Any) -> dict[str, Any]:
     out: dict[str, Any] = {"name": metric.name} if metric.name else {}
     if metric.description:
         out["description"] = metric.description
@@ -517,16 +549,16 @@ def _metric(metric: Any, cache: dict[int, list[dict[str, Any]]]) -> dict[str, An
     if not data.data_points:
         raise _NotPlain("no data points")
     if kind is Gauge:
-        out["gauge"] = {"dataPoints": [_number_point(p, False, cache) for p in data.data_points]}
+        out["gauge"] = {"dataPoints": [_number_point(p, False) for p in data.data_points]}
     elif kind is Sum:
-        body: dict[str, Any] = {"dataPoints": [_number_point(p, True, cache) for p in data.data_points]}
+        body: dict[str, Any] = {"dataPoints": [_number_point(p, True) for p in data.data_points]}
         if int(data.aggregation_temporality):
             body["aggregationTemporality"] = int(data.aggregation_temporality)
         if data.is_monotonic:
             body["isMonotonic"] = True
         out["sum"] = body
     elif kind is Histogram:
-        body = {"dataPoints": [_histogram_point(p, cache) for p in data.data_points]}
+        body = {"dataPoints": [_histogram_point(p) for p in data.data_points]}
         if int(data.aggregation_temporality):
             body["aggregationTemporality"] = int(data.aggregation_temporality)
         out["histogram"] = body
@@ -544,19 +576,14 @@ def metrics_to_otlp_json(metrics_data: MetricsData) -> str:
     """
     try:
         grouped: dict[Any, dict[Any, list[dict[str, Any]]]] = {}
-        cache: dict[int, list[dict[str, Any]]] = {}  # ids stay valid: metrics_data holds every attributes object
         for resource_metrics in metrics_data.resource_metrics:
             scopes = grouped[resource_metrics.resource] = {}
             for scope_metrics in resource_metrics.scope_metrics:
-                entry: dict[str, Any] = {
-                    "scope": _scope(scope_metrics.scope),
-                    "metrics": [_metric(m, cache) for m in scope_metrics.metrics],
-                }
+                entry: dict[str, Any] = {"scope": _scope(scope_metrics.scope), "metrics": [_metric(m) for m in scope_metrics.metrics]}
                 if scope_metrics.scope.schema_url:
                     entry["schemaUrl"] = scope_metrics.scope.schema_url
                 scopes[scope_metrics.scope] = entry  # type: ignore[assignment]
         resource_entries = [_resource_entry(resource, "scopeMetrics", list(scopes.values())) for resource, scopes in grouped.items()]
-        # byte-identical to the protobuf path (json's float format): exported per interval, not per step
-        return _COMPACT.encode({"resourceMetrics": resource_entries})
+        return _dumps({"resourceMetrics": resource_entries})
     except (_NotPlain, KeyError, AttributeError, TypeError, ValueError, *_ENCODE_ERRORS):
         return to_otlp_json(encode_metrics(metrics_data))

@@ -14,6 +14,7 @@ import re
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from google.protobuf import json_format
@@ -584,7 +585,33 @@ def test_direct_metric_encoding_is_the_protobuf_encoding(data):
 
     from otel_rl.exporters.otlp_json import metrics_to_otlp_json, to_otlp_json
 
-    assert metrics_to_otlp_json(data) == to_otlp_json(encode_metrics(data))  # byte for byte
+    # the same JSON values (float digits may be written differently: orjson's "1e-5" for json's "1e-05")
+    assert json.loads(metrics_to_otlp_json(data)) == json.loads(to_otlp_json(encode_metrics(data)))
+    assert metrics_to_otlp_json(data) == metrics_to_otlp_json(data)  # a second export, from the series cache
+
+
+def _one_gauge(attributes: dict) -> Any:
+    from opentelemetry.sdk.metrics.export import Gauge, Metric, MetricsData, NumberDataPoint, ResourceMetrics, ScopeMetrics
+    from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+
+    point = NumberDataPoint(attributes=attributes, start_time_unix_nano=0, time_unix_nano=1, value=0.5)
+    metric = Metric(name="rl.reward", description="", unit="1", data=Gauge(data_points=[point]))
+    scope = ScopeMetrics(scope=InstrumentationScope("otel_rl"), metrics=[metric], schema_url="")
+    return MetricsData(resource_metrics=[ResourceMetrics(resource=Resource({}), scope_metrics=[scope], schema_url="")])
+
+
+def test_a_series_attributes_changed_in_place_are_encoded_again():
+    """Each series' attributes are encoded once and kept across exports; a dict changed in place
+    between two exports is written as it is now, not as it was cached."""
+    from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics
+
+    from otel_rl.exporters.otlp_json import metrics_to_otlp_json, to_otlp_json
+
+    attributes = {"rl.model.role": "actor", "rl.rank": 0}
+    for change in ({}, {"rl.model.role": "critic"}, {"rl.rank": 3}, {"rl.cluster": "reward"}):
+        attributes.update(change)
+        data = _one_gauge(attributes)
+        assert json.loads(metrics_to_otlp_json(data)) == json.loads(to_otlp_json(encode_metrics(data))), change
 
 
 def test_stamped_replay_points_take_the_direct_path(monkeypatch, make_telemetry):
@@ -600,7 +627,7 @@ def test_stamped_replay_points_take_the_direct_path(monkeypatch, make_telemetry)
         with monkeypatch.context() as patch:
             patch.setattr(encoders, "encode_metrics", lambda _: (_ for _ in ()).throw(AssertionError("took the protobuf path")))
             line = real(data)
-        assert line == module.to_otlp_json(encoders.encode_metrics(data))
+        assert json.loads(line) == json.loads(module.to_otlp_json(encoders.encode_metrics(data)))
         return line
 
     monkeypatch.setattr(module, "metrics_to_otlp_json", spy)
