@@ -115,6 +115,30 @@ def test_records_within_send_every_s_go_in_one_request_and_a_flush_sends_them_at
         spool.close()
 
 
+def test_a_request_of_several_records_writes_the_cursor_once_at_its_last_record(tmp_path: Path, monkeypatch) -> None:
+    """The cursor (how far delivery got, read after a crash) is a file replaced on each write: once
+    per request, pointing past the request's last record, not once per record."""
+    import otel_rl._sdk.spool.delivery as delivery
+    from otel_rl._sdk.spool.files import CURSOR_FILE, read_cursor
+
+    writes: list[tuple[int, int]] = []
+    real = delivery.write_cursor
+    monkeypatch.setattr(delivery, "write_cursor", lambda path, seq, offset: (writes.append((seq, offset)), real(path, seq, offset)))
+    with OtlpSink() as sink:
+        spool = Spool(tmp_path / "spool", 2**20)
+        spool.attach(LOGS, log_transport(sink.endpoint))
+        spool.append(LOGS, log_request(0, 2), 2)  # the first goes at once, a request of its own
+        wait_until(lambda: len(received_indices(sink)) == 2, 3, "the first record")
+        for k in range(1, 6):  # the next five wait their turn and go in one request
+            spool.append(LOGS, log_request(2 * k, 2), 2)
+        assert spool.wait_delivered(LOGS, 5)
+        assert received_indices(sink) == list(range(12)) and sink.received.requests["/v1/logs"] == 2
+        (segment,) = segments(tmp_path / "spool")
+        assert len(writes) == 2, writes
+        assert writes[-1] == read_cursor(segment.parent / CURSOR_FILE) and writes[-1][1] == segment.stat().st_size
+        spool.close()
+
+
 def metric_request(value: int) -> bytes:
     """A real ExportMetricsServiceRequest of one gauge point."""
     point = metrics_pb2.NumberDataPoint(time_unix_nano=1, as_int=value)

@@ -248,15 +248,18 @@ class SpoolDelivery:
         (0 after a success, -1: stop, shutting down)."""
         failure = next((o for _, o in outcomes if not o.ok and not o.permanent), None)
         settled = 0
+        cursor: tuple[int, int] | None = None
         for record, outcome in outcomes:
             if outcome.ok:
-                self._ack(state, record, delivered=True)
+                cursor = self._ack(state, record, delivered=True, persist=False) or cursor
             elif outcome.permanent:
                 self._report_rejected(state, outcome)
-                self._ack(state, record, delivered=False, reason=BACKEND_REJECTED)
+                cursor = self._ack(state, record, delivered=False, reason=BACKEND_REJECTED, persist=False) or cursor
             else:
                 break
             settled += 1
+        if settled:  # the cursor once per request, not per record: each write is a file replaced
+            self._persist(state, cursor)
         if failure is None:
             self._recovered(state)
             return 0.0
@@ -272,7 +275,11 @@ class SpoolDelivery:
                 state.idle.set()
         return min(max(backoff * 2, _MIN_BACKOFF_S), _MAX_BACKOFF_S)
 
-    def _ack(self, state: SignalState, record: Record, *, delivered: bool, reason: str = "") -> None:
+    def _ack(
+        self, state: SignalState, record: Record, *, delivered: bool, reason: str = "", persist: bool = True
+    ) -> tuple[int, int] | None:
+        """Settle one record; its end as the new cursor, written now unless ``persist`` is False
+        (the caller writes the last of a request's records)."""
         cursor: tuple[int, int] | None = None
         with self._lock:
             state.inflight = [r for r in state.inflight if r is not record]
@@ -294,11 +301,19 @@ class SpoolDelivery:
                     if segment.pending <= 0 and segment is not state.active:
                         self._remove_segment_locked(state, segment)
                 cursor = (record.seq, record.end)
-            if not state.records:
-                state.idle.set()
+        if persist:
+            self._persist(state, cursor)
+        return cursor
+
+    def _persist(self, state: SignalState, cursor: tuple[int, int] | None) -> None:
+        """Write the cursor, then say the signal is idle if nothing is left: a flush that finds it
+        delivered finds the cursor written too."""
         if cursor is not None:
             write_cursor(state.folder / CURSOR_FILE, *cursor)
         self._usage()
+        with self._lock:
+            if not state.records:
+                state.idle.set()
 
     def _failed(self, state: SignalState, outcome: Outcome) -> None:
         state.last_error = outcome.detail
