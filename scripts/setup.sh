@@ -29,7 +29,8 @@ pip_install() {
 pip_install --upgrade pip
 # torch first, so the [torch] extra is already satisfied by it.
 pip_install "$torch_spec"
-pip_install -e "$root[test,torch,tensorboard,wandb,swanlab,mlflow,analyze]"
+# [dashboards]: grafana-foundation-sdk, pinned in pyproject.toml to the Grafana 11.6 build.
+pip_install -e "$root[test,torch,tensorboard,wandb,swanlab,mlflow,analyze,dashboards]"
 # The frameworks the integration tests run for real, at the versions they were tested with.
 # The constraint keeps torch at the version above; verl and ms-swift pin versions of transformers
 # and trl that conflict with TRL 1.x, so they go in without their (GPU-heavy) dependencies

@@ -16,10 +16,14 @@ from typing import Any
 def run_generate(args: argparse.Namespace) -> int:
     """``otel-rl dashboards generate [--check]``: write (or compare) grafana/dashboards/*.json."""
     from otel_rl.codegen.generate import check_or_write, find_repo_root
-    from otel_rl.ops.dashboards import STALE_BOARD, generate, stale_boards
+    from otel_rl.ops.dashboards import STALE_BOARD, GrafanaSDKMissing, generate, stale_boards
 
     root = find_repo_root(args.repo, "--repo")
-    files = generate(root)
+    try:
+        files = generate(root)
+    except GrafanaSDKMissing as exc:
+        print(f"otel-rl dashboards generate: {exc}", file=sys.stderr)
+        return 2
     return check_or_write(
         "otel-rl dashboards generate",
         root,

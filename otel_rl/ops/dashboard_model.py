@@ -1,8 +1,10 @@
 """The dashboard model: boards, rows, panels and their queries, registry metrics as PromQL, units
 and the template-variable scope every query shares, and the data links from panels to traces.
 
-The board definitions (``otel_rl.ops.dashboard_boards``) are built from these pieces; the Grafana
-JSON (``otel_rl.ops.grafana_json``) is written from them.
+The board definitions (``otel_rl.ops.dashboard_boards``) are built from these pieces, as data the
+registry fills in; ``otel_rl.ops.grafana_boards`` turns them into Grafana dashboards with Grafana's
+own builders (grafana-foundation-sdk). What stays here is what the SDK has no notion of: registry
+metrics as PromQL, registry units as Grafana unit ids, GPU-only / agent-loop metrics, Explore URLs.
 """
 
 from __future__ import annotations
@@ -22,11 +24,11 @@ from otel_rl.semconv import metrics as M
 from otel_rl.semconv import names as N
 
 DASHBOARDS_DIR = Path("grafana") / "dashboards"
-SCHEMA_VERSION = 39  # Grafana 10.x / 11.x dashboard JSON; newer Grafana migrates it on load
 PROMETHEUS_UID = "prometheus"  # the provisioned data source (grafana/provisioning/datasources)
 JAEGER_UID = "jaeger"
 TEMPO_UID = "tempo"
-DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
+DATASOURCE_TYPE = "prometheus"
+DATASOURCE_VARIABLE = "${datasource}"  # every panel and query reads the data source the board's variable picks
 TAG = "otel-rl"
 HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
 
@@ -117,7 +119,8 @@ STAT = A.RL_STATISTIC
 
 
 # --------------------------------------------------------------------------------------------
-# The board model
+# The board model. Ours: the boards as plain data (one line per panel in dashboard_boards.py) that
+# grafana_boards hands to the SDK's builders, so only writing the JSON needs the optional SDK.
 
 
 @dataclass(frozen=True)
@@ -130,6 +133,14 @@ class Target:
     heatmap: bool = False  # Prometheus "heatmap" format: histogram buckets, de-accumulated by Grafana
     exemplar: bool = False
     unit: str | None = None  # when it differs from the panel's: its series get this unit on the right axis
+
+
+@dataclass(frozen=True)
+class TraceLink:
+    """A data link from a panel's point to its traces: a title and an Explore URL."""
+
+    title: str
+    url: str
 
 
 @dataclass
@@ -146,7 +157,7 @@ class Panel:
     stack: bool = False
     bars: bool = False
     y_unit: str | None = None  # heatmap: the unit of the rows (a histogram's buckets)
-    links: Sequence[dict[str, Any]] = ()
+    links: Sequence[TraceLink] = ()
     thresholds: Sequence[float] = ()  # drawn as red lines (alert levels the seeds name)
     min: float | None = None
     max: float | None = None
@@ -251,7 +262,8 @@ OBSERVATIONS = grafana_unit("{sample}")
 
 
 # --------------------------------------------------------------------------------------------
-# Trace links (data links from step and stage panels to Jaeger and Tempo in Grafana's Explore)
+# Trace links (data links from step and stage panels to Jaeger and Tempo in Grafana's Explore).
+# Ours: the SDK builds a data link from a URL, but has no builder for Explore's URL format.
 
 
 def _explore_url(uid: str, kind: str, query: dict[str, Any]) -> str:
@@ -270,7 +282,7 @@ def _explore_url(uid: str, kind: str, query: dict[str, Any]) -> str:
     return "/explore?schemaVersion=1&orgId=1&panes=" + urllib.parse.quote(text, safe="${}:._-")
 
 
-def trace_links(operation: str, *, slower_than_value: bool = True, scope: str = "") -> list[dict[str, Any]]:
+def trace_links(operation: str, *, slower_than_value: bool = True, scope: str = "") -> list[TraceLink]:
     """Data links to the traces of ``operation`` spans of this run, in Jaeger and in Tempo.
 
     With ``slower_than_value`` the search keeps spans at least as long as the clicked value (a
@@ -286,8 +298,8 @@ def trace_links(operation: str, *, slower_than_value: bool = True, scope: str = 
     what = f"{scope} spans" if scope else "spans"
     cond = " at least this slow" if slower_than_value else ""
     return [
-        {"title": f"{what}{cond} in Jaeger", "url": _explore_url(JAEGER_UID, "jaeger", jaeger), "targetBlank": True},
-        {"title": f"{what}{cond} in Tempo", "url": _explore_url(TEMPO_UID, "tempo", tempo), "targetBlank": True},
+        TraceLink(f"{what}{cond} in Jaeger", _explore_url(JAEGER_UID, "jaeger", jaeger)),
+        TraceLink(f"{what}{cond} in Tempo", _explore_url(TEMPO_UID, "tempo", tempo)),
     ]
 
 

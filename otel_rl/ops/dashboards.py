@@ -15,8 +15,9 @@ agent trajectories.
 
 This module writes and checks the files. The parts live beside it: ``promql`` (building and
 reading PromQL), ``dashboard_model`` (boards, panels, registry metrics as PromQL, units),
-``dashboard_boards`` (the eight boards) and ``grafana_json`` (Grafana's JSON). Their main names
-are importable from here too.
+``dashboard_boards`` (the eight boards) and ``grafana_boards`` (the Grafana dashboards, built with
+grafana-foundation-sdk, the optional ``dashboards`` extra). Their main names are importable from
+here too.
 """
 
 from __future__ import annotations
@@ -42,13 +43,14 @@ from otel_rl.ops.dashboard_model import (
     Panel,
     Row,
     Target,
+    TraceLink,
     grafana_unit,
     template_values,
     trace_links,
     uses_agent_loop_metric,
     uses_gpu_only_metric,
 )
-from otel_rl.ops.grafana_json import board_json, dashboard_targets, panel_json, variables
+from otel_rl.ops.grafana_boards import SDK_MISSING, GrafanaSDKMissing, board_json, dashboard_targets, layout, sdk
 from otel_rl.ops.promql import eq, label, match, ne, promql_metric_names, substitute
 
 __all__ = [
@@ -60,15 +62,18 @@ __all__ = [
     "GPU_ONLY_METRICS",
     "HISTOGRAM_SUFFIXES",
     "NOT_ON_A_BOARD",
+    "SDK_MISSING",
     "STAGE_GROUPS",
     "STALE_BOARD",
     "TAG",
     "VARIABLES",
     "Board",
+    "GrafanaSDKMissing",
     "Metrics",
     "Panel",
     "Row",
     "Target",
+    "TraceLink",
     "board_json",
     "boards",
     "check",
@@ -77,17 +82,17 @@ __all__ = [
     "generate",
     "grafana_unit",
     "label",
+    "layout",
     "match",
     "ne",
-    "panel_json",
     "promql_metric_names",
+    "sdk",
     "stale_boards",
     "substitute",
     "template_values",
     "trace_links",
     "uses_agent_loop_metric",
     "uses_gpu_only_metric",
-    "variables",
     "write",
 ]
 

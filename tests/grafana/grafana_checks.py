@@ -25,8 +25,9 @@ import yaml
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # The Grafana that deploy/docker-compose.yml runs (tests/grafana checks they agree).
 GRAFANA_SCHEMA_VERSION = "11.6.0"
+# The newest Grafana 12 release: the boards (built for 11.6) must type-check against its schema too.
+GRAFANA_12_SCHEMA_VERSION = "12.4.11"
 TYPESCRIPT_VERSION = "5.8.3"
-NPM_PACKAGES = (f"@grafana/schema@{GRAFANA_SCHEMA_VERSION}", f"typescript@{TYPESCRIPT_VERSION}")
 
 _COMPOSABLE = "@grafana/schema/dist/esm/raw/composable"
 # Panel kinds the boards use -> the module with that panel plugin's Options / FieldConfig types.
@@ -89,35 +90,34 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def schema_toolchain(root: Path | None = None) -> Path:
-    """A folder with @grafana/schema and typescript installed (npm, once; then reused)."""
-    folder = root or Path(
-        os.environ.get("OTEL_RL_GRAFANA_SCHEMA_DIR")
-        or REPO_ROOT / ".stack" / "npm" / f"grafana-schema-{GRAFANA_SCHEMA_VERSION}_typescript-{TYPESCRIPT_VERSION}"
-    )
-    if _installed(folder):
+def schema_toolchain(root: Path | None = None, schema_version: str = GRAFANA_SCHEMA_VERSION) -> Path:
+    """A folder with @grafana/schema (of ``schema_version``) and typescript installed (npm, once; then reused)."""
+    given = os.environ.get("OTEL_RL_GRAFANA_SCHEMA_DIR") if schema_version == GRAFANA_SCHEMA_VERSION else None
+    folder = root or Path(given or REPO_ROOT / ".stack" / "npm" / f"grafana-schema-{schema_version}_typescript-{TYPESCRIPT_VERSION}")
+    packages = (f"@grafana/schema@{schema_version}", f"typescript@{TYPESCRIPT_VERSION}")
+    if _installed(folder, schema_version):
         return folder
     npm = shutil.which("npm")
     if npm is None:
         raise RuntimeError("npm is not installed: the Grafana schema check needs Node.js and npm")
     with _locked(folder.parent / f".{folder.name}.lock"):
-        if not _installed(folder):
+        if not _installed(folder, schema_version):
             folder.mkdir(parents=True, exist_ok=True)
             (folder / "package.json").write_text('{"private": true}\n', encoding="utf-8")
             done = subprocess.run(
-                [npm, "install", "--no-audit", "--no-fund", *NPM_PACKAGES], cwd=folder, capture_output=True, text=True, timeout=600
+                [npm, "install", "--no-audit", "--no-fund", *packages], cwd=folder, capture_output=True, text=True, timeout=600
             )
-            if done.returncode != 0 or not _installed(folder):
-                raise RuntimeError(f"npm install {' '.join(NPM_PACKAGES)} failed in {folder}:\n{done.stdout}\n{done.stderr}")
+            if done.returncode != 0 or not _installed(folder, schema_version):
+                raise RuntimeError(f"npm install {' '.join(packages)} failed in {folder}:\n{done.stdout}\n{done.stderr}")
     return folder
 
 
-def _installed(folder: Path) -> bool:
+def _installed(folder: Path, schema_version: str) -> bool:
     def version(package: str) -> str | None:
         manifest = folder / "node_modules" / package / "package.json"
         return json.loads(manifest.read_text(encoding="utf-8")).get("version") if manifest.is_file() else None
 
-    return version("@grafana/schema") == GRAFANA_SCHEMA_VERSION and version("typescript") == TYPESCRIPT_VERSION
+    return version("@grafana/schema") == schema_version and version("typescript") == TYPESCRIPT_VERSION
 
 
 def _alias(kind: str) -> str:
@@ -149,9 +149,11 @@ def dashboard_ts(board: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def typecheck(boards: Mapping[str, Mapping[str, Any]], toolchain: Path | None = None) -> dict[str, list[str]]:
+def typecheck(
+    boards: Mapping[str, Mapping[str, Any]], toolchain: Path | None = None, schema_version: str = GRAFANA_SCHEMA_VERSION
+) -> dict[str, list[str]]:
     """Run ``tsc --noEmit --strict`` over one .ts file per dashboard; return the errors per dashboard name."""
-    folder = toolchain or schema_toolchain()
+    folder = toolchain or schema_toolchain(schema_version=schema_version)
     with tempfile.TemporaryDirectory(dir=folder, prefix="check-") as tmp:  # inside: node_modules resolves
         files = {}
         for name, board in boards.items():

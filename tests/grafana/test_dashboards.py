@@ -8,13 +8,15 @@ import copy
 import json
 import re
 import shutil
+import subprocess
+import sys
 import urllib.parse
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from grafana_checks import GRAFANA_SCHEMA_VERSION, REPO_ROOT, find_promtool, promtool_parse, typecheck
+from grafana_checks import GRAFANA_12_SCHEMA_VERSION, GRAFANA_SCHEMA_VERSION, REPO_ROOT, find_promtool, promtool_parse, typecheck
 from promql_names import promql_metric_names  # a second, independent name reader
 
 import otel_rl.ops.dashboards as D
@@ -359,9 +361,15 @@ def test_schema_version_is_the_grafana_deploy_runs() -> None:
     assert image.split(":")[1] == GRAFANA_SCHEMA_VERSION
 
 
+# The boards are built for the Grafana that deploy/docker-compose.yml runs (11.6) and must also
+# type-check against Grafana 12's schema, which still reads this (v1) dashboard JSON.
+SCHEMAS = [GRAFANA_SCHEMA_VERSION, GRAFANA_12_SCHEMA_VERSION]
+
+
 @pytest.mark.slow
-def test_every_board_type_checks_against_grafanas_schema(boards: dict[str, dict[str, Any]]) -> None:
-    errors = typecheck(boards)
+@pytest.mark.parametrize("schema_version", SCHEMAS)
+def test_every_board_type_checks_against_grafanas_schema(boards: dict[str, dict[str, Any]], schema_version: str) -> None:
+    errors = typecheck(boards, schema_version=schema_version)
     assert not any(errors.values()), "\n".join(line[:600] for lines in errors.values() for line in lines[:5])
 
 
@@ -387,13 +395,14 @@ BREAKAGES = {
 
 
 @pytest.mark.slow
-def test_the_schema_check_rejects_broken_boards(boards: dict[str, dict[str, Any]]) -> None:
+@pytest.mark.parametrize("schema_version", SCHEMAS)
+def test_the_schema_check_rejects_broken_boards(boards: dict[str, dict[str, Any]], schema_version: str) -> None:
     broken = {}
     for name, (slug, change, _) in BREAKAGES.items():
         board = copy.deepcopy(boards[slug])
         change(board)
         broken[name] = board
-    errors = typecheck(broken)
+    errors = typecheck(broken, schema_version=schema_version)
     for name, (_, _, expected) in BREAKAGES.items():
         assert errors[name], f"tsc accepted a board with a {name}"
         assert any(expected in line for line in errors[name]), f"{name}: {errors[name]}"
@@ -466,6 +475,21 @@ def test_check_reports_edited_missing_and_stale_boards_and_write_fixes_them(chec
     assert "out of date" in capsys.readouterr().err
     assert _cli("dashboards", "generate", "--repo", str(checkout)) == 0
     assert D.check(checkout) == [] and not (folder / "old-board.json").exists()
+
+
+def test_generate_without_the_sdk_names_the_extra_to_install(checkout: Path) -> None:
+    """grafana-foundation-sdk is optional: without it, generate says which extra brings it and writes nothing."""
+    # None in sys.modules makes Python's import fail as for a package that is not installed.
+    code = (
+        "import sys; sys.modules['grafana_foundation_sdk'] = None\n"
+        "from otel_rl.cli import main\n"
+        f"sys.exit(main(['dashboards', 'generate', '--repo', {str(checkout)!r}]))"
+    )
+    before = {p.name: p.read_bytes() for p in (checkout / "grafana" / "dashboards").glob("*.json")}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "pip install 'otel-rl[dashboards]'" in done.stderr
+    assert {p.name: p.read_bytes() for p in (checkout / "grafana" / "dashboards").glob("*.json")} == before
 
 
 def test_a_registry_change_reaches_the_boards(checkout: Path) -> None:
