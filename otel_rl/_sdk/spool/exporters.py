@@ -10,12 +10,12 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult, MetricsData
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from otel_rl._sdk.otlp.metrics_encoder import MetricsEncoder
 from otel_rl._sdk.otlp.sdk_compat import LogRecordExporter, LogRecordExportResult, log_encoder, metric_preferences
+from otel_rl._sdk.otlp.spans_encoder import encode_spans_request
 from otel_rl._sdk.spool.store import LOGS, METRICS, TRACES, Spool
 
 logger = logging.getLogger("otel_rl")
@@ -39,11 +39,12 @@ class _SpoolingExporterMixin:
         self._pid = os.getpid()
         self._encode_error_reported = False
 
-    def _store(self, encode: Callable[[], Any], items: int) -> bool:
+    def _store(self, encode: Callable[[], bytes], items: int) -> bool:
+        """Store the serialized request ``encode()`` makes."""
         if os.getpid() != self._pid:  # a forked child: the parent's spool is not ours to write
             return False
         try:
-            payload = encode().SerializeToString()
+            payload = encode()
         except Exception as exc:  # noqa: BLE001 - never raise into the SDK
             if not self._encode_error_reported:
                 self._encode_error_reported = True
@@ -73,7 +74,7 @@ class SpoolingSpanExporter(_SpoolingExporterMixin, SpanExporter):
     def export(self, spans: Sequence[Any]) -> SpanExportResult:
         if not spans:
             return SpanExportResult.SUCCESS
-        ok = self._store(lambda: encode_spans(spans), len(spans))
+        ok = self._store(lambda: encode_spans_request(spans), len(spans))
         return SpanExportResult.SUCCESS if ok else SpanExportResult.FAILURE
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
@@ -100,7 +101,7 @@ class SpoolingLogExporter(_SpoolingExporterMixin, LogRecordExporter):
     def export(self, batch: Sequence[Any]) -> LogRecordExportResult:
         if not batch:
             return LogRecordExportResult.SUCCESS
-        ok = self._store(lambda: self._encode_logs(batch), len(batch))
+        ok = self._store(lambda: self._encode_logs(batch).SerializeToString(), len(batch))
         return LogRecordExportResult.SUCCESS if ok else LogRecordExportResult.FAILURE
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
@@ -125,7 +126,7 @@ class SpoolingMetricExporter(_SpoolingExporterMixin, MetricExporter):
     def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any) -> MetricExportResult:
         if metrics_data is None or not metrics_data.resource_metrics:
             return MetricExportResult.SUCCESS
-        ok = self._store(lambda: self._encoder.encode(metrics_data), _metric_points(metrics_data))
+        ok = self._store(lambda: self._encoder.encode(metrics_data).SerializeToString(), _metric_points(metrics_data))
         return MetricExportResult.SUCCESS if ok else MetricExportResult.FAILURE
 
     def force_flush(self, timeout_millis: float = 10_000) -> bool:
