@@ -141,6 +141,36 @@ def test_the_session_keeps_the_otlp_ca_over_requests_ca_bundle(monkeypatch, tmp_
     assert without.merge_environment_settings("https://c:4318/v1/logs", {}, None, None, None)["verify"] == str(bundle)
 
 
+def test_the_session_reads_the_environment_once_per_url_and_still_honours_it(monkeypatch, tmp_path: Path) -> None:
+    """requests scans the environment for proxies and CA bundles on each request: the session reads
+    it once per URL. What it read is what requests would have read, and each request gets a copy."""
+    import requests.utils
+
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:3128")
+    monkeypatch.setenv("NO_PROXY", "bypassed.example")
+    reads = []
+    real = requests.utils.get_environ_proxies
+    monkeypatch.setattr(requests.sessions, "get_environ_proxies", lambda *a, **k: reads.append(a[0]) or real(*a, **k))
+    session = open_http_session(resolve_otlp_settings("http/protobuf", "https://c:4318", LOGS, {}))
+    first = session.merge_environment_settings("https://c:4318/v1/logs", {}, None, None, None)
+    assert first["proxies"]["https"] == "http://proxy.example:3128"
+    first["proxies"].clear()  # what a caller does with its copy stays its own
+    for _ in range(3):
+        again = session.merge_environment_settings("https://c:4318/v1/logs", {}, None, None, None)
+        assert again["proxies"]["https"] == "http://proxy.example:3128"
+    assert session.merge_environment_settings("https://bypassed.example/v1/logs", {}, None, None, None)["proxies"] == {}
+    assert reads == ["https://c:4318/v1/logs", "https://bypassed.example/v1/logs"]
+    # A request's own proxies are never kept for the next one.
+    mine = {"https": "http://mine.example:1"}
+    assert (
+        session.merge_environment_settings("https://c:4318/v1/logs", mine, None, None, None)["proxies"]["https"] == "http://mine.example:1"
+    )
+    assert (
+        session.merge_environment_settings("https://c:4318/v1/logs", {}, None, None, None)["proxies"]["https"]
+        == "http://proxy.example:3128"
+    )
+
+
 # -- transports: built from the exporters otel-rl made, never from an SDK exporter's internals ---------
 
 
