@@ -70,3 +70,11 @@ def test_every_attribute_type_it_encodes_comes_out_as_the_sdks() -> None:
 def test_values_it_leaves_to_the_sdk_encode_as_the_sdk_encodes_them() -> None:
     data = _sdk_data({"tags": ("a", "b")}, {"list": ("p", "q")})  # arrays: the SDK's encoder, whole
     assert MetricsEncoder().encode(data) == encode_metrics(data)
+
+
+def test_true_and_1_under_one_key_stay_a_bool_and_an_int() -> None:
+    """Attribute sets are kept by their items, where True == 1: the types tell them apart."""
+    encoder = MetricsEncoder()
+    for attributes in ({"flag": True}, {"flag": 1}, {"flag": 1.0}, {"flag": True}):
+        data = _sdk_data({"rl.rank": 0}, attributes)
+        assert encoder.encode(data) == encode_metrics(data), attributes

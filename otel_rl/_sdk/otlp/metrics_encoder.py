@@ -41,7 +41,7 @@ class MetricsEncoder:
     """``encode(metrics_data)``: the ``ExportMetricsServiceRequest`` the SDK's ``encode_metrics`` makes."""
 
     def __init__(self) -> None:
-        self._sets: dict[tuple[tuple[str, Any], ...], list[KeyValue]] = {}
+        self._sets: dict[tuple[tuple[str, Any], ...], tuple[tuple[type, ...], list[KeyValue]]] = {}
 
     def encode(self, data: MetricsData) -> ExportMetricsServiceRequest:
         try:
@@ -53,12 +53,14 @@ class MetricsEncoder:
         if not attributes:
             return []
         key = tuple(attributes.items())
+        types = tuple(map(type, attributes.values()))  # True == 1 == 1.0 as dict keys; not in OTLP
         found = self._sets.get(key)
-        if found is None:
-            found = [KeyValue(key=str(k), value=_any_value(v)) for k, v in key]
-            if len(self._sets) < _CACHED_SETS:
-                self._sets[key] = found
-        return found
+        if found is not None and found[0] == types:
+            return found[1]
+        encoded = [KeyValue(key=str(k), value=_any_value(v)) for k, v in key]
+        if found is None and len(self._sets) < _CACHED_SETS:
+            self._sets[key] = (types, encoded)
+        return encoded
 
     def _encode(self, data: MetricsData) -> ExportMetricsServiceRequest:
         request = ExportMetricsServiceRequest()
