@@ -102,7 +102,9 @@ def _attributes(tag: int, attributes: Any) -> bytes:
                 out.append(found[1])
                 continue
             encoded = _field(tag, _key_value(key, value))
-            if found is None and len(_FIELDS) < _CACHE_LIMIT:
+            if found is None and (kind is not str or len(value) <= 256):  # (not long texts)
+                if len(_FIELDS) >= _CACHE_LIMIT:  # rl.step takes a new value each step: start again
+                    _FIELDS.clear()
                 _FIELDS[(tag, key, value)] = (kind, encoded)
             out.append(encoded)
         else:
