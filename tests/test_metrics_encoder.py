@@ -1,5 +1,5 @@
-"""The spool's metric encoder must make the request the SDK's ``encode_metrics`` makes, for what a
-real run exports and for attribute values and metric kinds it leaves to the SDK."""
+"""The spool's metric encoder must write the bytes of the request the SDK's ``encode_metrics``
+makes, for what a real run exports and for attribute values and metric kinds it leaves to the SDK."""
 
 from __future__ import annotations
 
@@ -12,8 +12,13 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader, MetricsData
 from opentelemetry.sdk.resources import Resource
 
 import otel_rl
+from otel_rl._sdk.otlp import metrics_encoder
 from otel_rl._sdk.otlp.metrics_encoder import MetricsEncoder
 from otel_rl.exporters.otlp_json import OtlpJsonMetricExporter
+
+
+def sdk_bytes(data: MetricsData) -> bytes:
+    return encode_metrics(data).SerializeToString()
 
 
 def _run_export(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> MetricsData:
@@ -43,10 +48,12 @@ def _run_export(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> MetricsData:
 
 def test_a_runs_export_encodes_as_the_sdk_encodes_it(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     data = _run_export(tmp_path, monkeypatch)
+    expected = sdk_bytes(data)
+    monkeypatch.setattr(metrics_encoder, "sdk_encode_metrics", lambda _: pytest.fail("took the SDK's encoder"))
     encoder = MetricsEncoder()
     ours = encoder.encode(data)
-    assert ours == encode_metrics(data)
-    assert len(ours.SerializeToString()) > 10_000  # a real export: hundreds of series
+    assert ours == expected
+    assert len(ours) > 10_000  # a real export: hundreds of series
     assert encoder.encode(data) == ours  # again, from the attribute sets it keeps
 
 
@@ -57,19 +64,36 @@ def _sdk_data(resource: dict[str, Any], attributes: dict[str, Any]) -> MetricsDa
     meter.create_up_down_counter("u").add(-3, {"k": "v"})
     meter.create_histogram("h").record(0.3, {"k": "v"})
     meter.create_gauge("g").set(1.5)
+    meter.create_counter("f", unit="s", description="seconds").add(0.25)
     data = reader.get_metrics_data()
     assert data is not None
     return data
 
 
-def test_every_attribute_type_it_encodes_comes_out_as_the_sdks() -> None:
-    data = _sdk_data({"rl.rank": 3, "on": False}, {"ok": True, "n": 1, "x": 0.5, "s": "t"})
-    assert MetricsEncoder().encode(data) == encode_metrics(data)
+ATTRIBUTE_CASES = [
+    ({"rl.rank": 3, "on": False}, {"ok": True, "n": 1, "x": 0.5, "s": "t", "neg": -7, "big": 2**62}),
+    ({"tags": ("a", "b")}, {"list": ("p", "q"), "ints": (1, -2), "empty": ()}),
+    ({"service.name": "é ünïcode"}, {"k": "ü" * 200}),
+]
 
 
-def test_values_it_leaves_to_the_sdk_encode_as_the_sdk_encodes_them() -> None:
-    data = _sdk_data({"tags": ("a", "b")}, {"list": ("p", "q")})  # arrays: the SDK's encoder, whole
-    assert MetricsEncoder().encode(data) == encode_metrics(data)
+@pytest.mark.parametrize(("resource", "attributes"), ATTRIBUTE_CASES)
+def test_every_attribute_type_and_metric_kind_comes_out_as_the_sdks(resource, attributes, monkeypatch) -> None:
+    data = _sdk_data(resource, attributes)
+    expected = sdk_bytes(data)
+    monkeypatch.setattr(metrics_encoder, "sdk_encode_metrics", lambda _: pytest.fail("took the SDK's encoder"))
+    assert MetricsEncoder().encode(data) == expected
+
+
+def test_what_it_leaves_to_the_sdk_encodes_as_the_sdk_encodes_it() -> None:
+    from opentelemetry.sdk.metrics.export import Gauge, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics
+    from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+
+    point = NumberDataPoint(attributes={"nested": {"a": 1}}, start_time_unix_nano=0, time_unix_nano=1, value=0.5)  # a kvlist value
+    metric = Metric(name="rl.reward", description="", unit="1", data=Gauge(data_points=[point]))
+    scope = ScopeMetrics(scope=InstrumentationScope("otel_rl"), metrics=[metric], schema_url="")
+    data = MetricsData(resource_metrics=[ResourceMetrics(resource=Resource({}), scope_metrics=[scope], schema_url="")])
+    assert MetricsEncoder().encode(data) == sdk_bytes(data)
 
 
 def test_true_and_1_under_one_key_stay_a_bool_and_an_int() -> None:
@@ -77,4 +101,4 @@ def test_true_and_1_under_one_key_stay_a_bool_and_an_int() -> None:
     encoder = MetricsEncoder()
     for attributes in ({"flag": True}, {"flag": 1}, {"flag": 1.0}, {"flag": True}):
         data = _sdk_data({"rl.rank": 0}, attributes)
-        assert encoder.encode(data) == encode_metrics(data), attributes
+        assert encoder.encode(data) == sdk_bytes(data), attributes

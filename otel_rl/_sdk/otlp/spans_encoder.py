@@ -12,7 +12,6 @@ sends the batch through the SDK's encoder.
 from __future__ import annotations
 
 import functools
-import struct
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,68 +19,11 @@ from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans 
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanContext, SpanKind
 
-_pack_double = struct.Struct("<d").pack
-_pack_fixed64 = struct.Struct("<Q").pack
-_pack_fixed32 = struct.Struct("<I").pack
+from otel_rl._sdk.otlp.wire import Unsupported, field, key_value, pack_fixed32, pack_fixed64, varint
 
 _KIND_CODES = {SpanKind.INTERNAL: 1, SpanKind.SERVER: 2, SpanKind.CLIENT: 3, SpanKind.PRODUCER: 4, SpanKind.CONSUMER: 5}
 _HAS_IS_REMOTE, _IS_REMOTE = 0x100, 0x200  # SpanFlags: the parent's is_remote is known / true
 _CACHE_LIMIT = 4096  # keys, resources and scopes kept (past it, encoded each time)
-
-
-class _Unsupported(Exception):
-    """A value this encoder leaves to the SDK's."""
-
-
-def _varint(value: int) -> bytes:
-    if value < 0x80:
-        return bytes((value,))
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def _field(tag: int, payload: bytes) -> bytes:
-    """A length-delimited field (tag: its first byte, field number << 3 | 2)."""
-    return bytes((tag,)) + _varint(len(payload)) + payload
-
-
-def _any_value(value: Any) -> bytes:
-    """The AnyValue message's bytes, as the SDK's _encode_value builds it."""
-    kind = type(value)
-    if kind is str:
-        return _field(0x0A, value.encode("utf-8"))
-    if kind is bool:
-        return b"\x10\x01" if value else b"\x10\x00"
-    if kind is int:
-        if not -(1 << 63) <= value < (1 << 63):
-            raise _Unsupported("int64 range")
-        return b"\x18" + _varint(value & 0xFFFFFFFFFFFFFFFF)  # int64: two's complement, 10 bytes when negative
-    if kind is float:
-        return b"\x21" + _pack_double(value)
-    if kind is tuple or kind is list:
-        return _field(0x2A, b"".join(_field(0x0A, _any_value(item)) for item in value))  # ArrayValue.values
-    raise _Unsupported(kind.__name__)
-
-
-_KEY_PREFIX: dict[str, bytes] = {}  # a key's bytes: KeyValue.key
-
-
-def _key_value(key: str, value: Any) -> bytes:
-    """A KeyValue message's bytes."""
-    prefix = _KEY_PREFIX.get(key)
-    if prefix is None:
-        if type(key) is not str:
-            raise _Unsupported("key")
-        prefix = _field(0x0A, key.encode("utf-8"))
-        if len(_KEY_PREFIX) < _CACHE_LIMIT:
-            _KEY_PREFIX[key] = prefix
-    if value is None:
-        raise _Unsupported("None")  # the SDK logs and skips it
-    return prefix + _field(0x12, _any_value(value))
 
 
 # (tag, key, value) -> (the value's type, the field's bytes) for string, bool and int values (a
@@ -101,14 +43,14 @@ def _attributes(tag: int, attributes: Any) -> bytes:
             if found is not None and found[0] is kind:
                 out.append(found[1])
                 continue
-            encoded = _field(tag, _key_value(key, value))
+            encoded = field(tag, key_value(key, value))
             if found is None and (kind is not str or len(value) <= 256):  # (not long texts)
                 if len(_FIELDS) >= _CACHE_LIMIT:  # rl.step takes a new value each step: start again
                     _FIELDS.clear()
                 _FIELDS[(tag, key, value)] = (kind, encoded)
             out.append(encoded)
         else:
-            out.append(_field(tag, _key_value(key, value)))
+            out.append(field(tag, key_value(key, value)))
     return b"".join(out)
 
 
@@ -121,8 +63,8 @@ def _resource(resource: Any) -> tuple[bytes, bytes]:
     kept while cached, so its id stays its own."""
     found = _RESOURCES.get(id(resource))
     if found is None or found[0] is not resource:
-        schema = _field(0x1A, resource.schema_url.encode("utf-8")) if resource.schema_url else b""
-        found = (resource, (_field(0x0A, _attributes(0x0A, resource.attributes)), schema))
+        schema = field(0x1A, resource.schema_url.encode("utf-8")) if resource.schema_url else b""
+        found = (resource, (field(0x0A, _attributes(0x0A, resource.attributes)), schema))
         if len(_RESOURCES) < _CACHE_LIMIT:
             _RESOURCES[id(resource)] = found
     return found[1]
@@ -134,12 +76,12 @@ def _scope(scope: Any) -> tuple[bytes, bytes]:
         return _no_scope(), b""
     found = _SCOPES.get(id(scope))
     if found is None or found[0] is not scope:
-        body = _field(0x0A, scope.name.encode("utf-8")) if scope.name else b""
+        body = field(0x0A, scope.name.encode("utf-8")) if scope.name else b""
         if scope.version:
-            body += _field(0x12, scope.version.encode("utf-8"))
+            body += field(0x12, scope.version.encode("utf-8"))
         body += _attributes(0x1A, scope.attributes)
-        schema = _field(0x1A, scope.schema_url.encode("utf-8")) if scope.schema_url else b""
-        found = (scope, (_field(0x0A, body), schema))
+        schema = field(0x1A, scope.schema_url.encode("utf-8")) if scope.schema_url else b""
+        found = (scope, (field(0x0A, body), schema))
         if len(_SCOPES) < _CACHE_LIMIT:
             _SCOPES[id(scope)] = found
     return found[1]
@@ -154,7 +96,7 @@ def _no_scope() -> bytes:
 
 def _flags(parent: Any) -> bytes:
     """Span.flags / Link.flags (fixed32): whether the parent (or linked) context is remote."""
-    return _pack_fixed32(_HAS_IS_REMOTE | _IS_REMOTE if parent is not None and parent.is_remote else _HAS_IS_REMOTE)
+    return pack_fixed32(_HAS_IS_REMOTE | _IS_REMOTE if parent is not None and parent.is_remote else _HAS_IS_REMOTE)
 
 
 def _span(span: Any) -> bytes:
@@ -163,43 +105,43 @@ def _span(span: Any) -> bytes:
     out = [b"\x0a\x10", context.trace_id.to_bytes(16, "big"), b"\x12\x08", context.span_id.to_bytes(8, "big")]
     trace_state = context.trace_state
     if trace_state:
-        out.append(_field(0x1A, ",".join(f"{k}={v}" for k, v in trace_state.items()).encode("utf-8")))
+        out.append(field(0x1A, ",".join(f"{k}={v}" for k, v in trace_state.items()).encode("utf-8")))
     parent = span.parent
     if parent is not None:
         out += (b"\x22\x08", parent.span_id.to_bytes(8, "big"))
     if span.name:
-        out.append(_field(0x2A, span.name.encode("utf-8")))
+        out.append(field(0x2A, span.name.encode("utf-8")))
     out += (b"\x30", bytes((_KIND_CODES[span.kind],)))
     if span.start_time:
-        out += (b"\x39", _pack_fixed64(span.start_time))
+        out += (b"\x39", pack_fixed64(span.start_time))
     if span.end_time:
-        out += (b"\x41", _pack_fixed64(span.end_time))
+        out += (b"\x41", pack_fixed64(span.end_time))
     out.append(_attributes(0x4A, span.attributes))
     if span.dropped_attributes:
-        out += (b"\x50", _varint(span.dropped_attributes))
+        out += (b"\x50", varint(span.dropped_attributes))
     for event in span.events:
-        body = b"\x09" + _pack_fixed64(event.timestamp) if event.timestamp else b""
+        body = b"\x09" + pack_fixed64(event.timestamp) if event.timestamp else b""
         if event.name:
-            body += _field(0x12, event.name.encode("utf-8"))
+            body += field(0x12, event.name.encode("utf-8"))
         body += _attributes(0x1A, event.attributes)
         if event.dropped_attributes:
-            body += b"\x20" + _varint(event.dropped_attributes)
-        out.append(_field(0x5A, body))
+            body += b"\x20" + varint(event.dropped_attributes)
+        out.append(field(0x5A, body))
     if span.dropped_events:
-        out += (b"\x60", _varint(span.dropped_events))
+        out += (b"\x60", varint(span.dropped_events))
     for link in span.links:
         body = b"\x0a\x10" + link.context.trace_id.to_bytes(16, "big") + b"\x12\x08" + link.context.span_id.to_bytes(8, "big")
         body += _attributes(0x22, link.attributes)
         if link.dropped_attributes:
-            body += b"\x28" + _varint(link.dropped_attributes)
-        out.append(_field(0x6A, body + b"\x35" + _flags(link.context)))
+            body += b"\x28" + varint(link.dropped_attributes)
+        out.append(field(0x6A, body + b"\x35" + _flags(link.context)))
     if span.dropped_links:
-        out += (b"\x70", _varint(span.dropped_links))
+        out += (b"\x70", varint(span.dropped_links))
     status = span.status
     if status is not None:
-        body = _field(0x12, status.description.encode("utf-8")) if status.description else b""
+        body = field(0x12, status.description.encode("utf-8")) if status.description else b""
         code = status.status_code.value
-        out.append(_field(0x7A, body + (b"\x18" + _varint(code) if code else b"")))
+        out.append(field(0x7A, body + (b"\x18" + varint(code) if code else b"")))
     out += (b"\x85\x01", _flags(parent))  # field 16, fixed32
     return b"".join(out)
 
@@ -218,7 +160,7 @@ def encode_spans_request(spans: Sequence[Any]) -> bytes:
             if scopes is None:
                 scopes = grouped[id(resource)] = {}
                 resources[id(resource)] = resource
-            scopes.setdefault(span.instrumentation_scope or None, []).append(_field(0x12, _span(span)))
+            scopes.setdefault(span.instrumentation_scope or None, []).append(field(0x12, _span(span)))
         out = []
         for key, scopes in grouped.items():
             resource = resources[key]
@@ -226,9 +168,9 @@ def encode_spans_request(spans: Sequence[Any]) -> bytes:
             body = [resource_field]
             for scope, encoded in scopes.items():
                 scope_field, scope_schema = _scope(scope)
-                body.append(_field(0x12, scope_field + b"".join(encoded) + scope_schema))
+                body.append(field(0x12, scope_field + b"".join(encoded) + scope_schema))
             body.append(resource_schema)
-            out.append(_field(0x0A, b"".join(body)))
+            out.append(field(0x0A, b"".join(body)))
         return b"".join(out)
-    except (_Unsupported, AttributeError, KeyError, TypeError, ValueError, OverflowError):
+    except (Unsupported, AttributeError, KeyError, TypeError, ValueError, OverflowError):
         return sdk_encode_spans(spans).SerializeToString()

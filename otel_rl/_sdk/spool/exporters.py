@@ -126,7 +126,7 @@ class SpoolingMetricExporter(_SpoolingExporterMixin, MetricExporter):
     def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any) -> MetricExportResult:
         if metrics_data is None or not metrics_data.resource_metrics:
             return MetricExportResult.SUCCESS
-        ok = self._store(lambda: self._encoder.encode(metrics_data).SerializeToString(), _metric_points(metrics_data))
+        ok = self._store(lambda: self._encoder.encode(metrics_data), _metric_points(metrics_data))
         return MetricExportResult.SUCCESS if ok else MetricExportResult.FAILURE
 
     def force_flush(self, timeout_millis: float = 10_000) -> bool:
