@@ -15,6 +15,8 @@ import otel_rl
 from otel_rl._sdk.otlp import metrics_encoder
 from otel_rl._sdk.otlp.metrics_encoder import MetricsEncoder
 from otel_rl.exporters.otlp_json import OtlpJsonMetricExporter
+from otel_rl.semconv import attributes as A
+from otel_rl.semconv import metrics as M
 
 
 def sdk_bytes(data: MetricsData) -> bytes:
@@ -71,7 +73,7 @@ def _sdk_data(resource: dict[str, Any], attributes: dict[str, Any]) -> MetricsDa
 
 
 ATTRIBUTE_CASES = [
-    ({"rl.rank": 3, "on": False}, {"ok": True, "n": 1, "x": 0.5, "s": "t", "neg": -7, "big": 2**62}),
+    ({A.RL_RANK: 3, "on": False}, {"ok": True, "n": 1, "x": 0.5, "s": "t", "neg": -7, "big": 2**62}),
     ({"tags": ("a", "b")}, {"list": ("p", "q"), "ints": (1, -2), "empty": ()}),
     ({"service.name": "é ünïcode"}, {"k": "ü" * 200}),
 ]
@@ -90,7 +92,7 @@ def test_what_it_leaves_to_the_sdk_encodes_as_the_sdk_encodes_it() -> None:
     from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
     point = NumberDataPoint(attributes={"nested": {"a": 1}}, start_time_unix_nano=0, time_unix_nano=1, value=0.5)  # a kvlist value
-    metric = Metric(name="rl.reward", description="", unit="1", data=Gauge(data_points=[point]))
+    metric = Metric(name=M.RL_REWARD, description="", unit="1", data=Gauge(data_points=[point]))
     scope = ScopeMetrics(scope=InstrumentationScope("otel_rl"), metrics=[metric], schema_url="")
     data = MetricsData(resource_metrics=[ResourceMetrics(resource=Resource({}), scope_metrics=[scope], schema_url="")])
     assert MetricsEncoder().encode(data) == sdk_bytes(data)
@@ -100,5 +102,5 @@ def test_true_and_1_under_one_key_stay_a_bool_and_an_int() -> None:
     """Attribute sets are kept by their items, where True == 1: the types tell them apart."""
     encoder = MetricsEncoder()
     for attributes in ({"flag": True}, {"flag": 1}, {"flag": 1.0}, {"flag": True}):
-        data = _sdk_data({"rl.rank": 0}, attributes)
+        data = _sdk_data({A.RL_RANK: 0}, attributes)
         assert encoder.encode(data) == sdk_bytes(data), attributes

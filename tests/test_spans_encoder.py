@@ -21,6 +21,8 @@ from otlp_sink import OtlpSink
 import otel_rl
 from otel_rl._sdk.otlp.spans_encoder import encode_spans_request
 from otel_rl._sdk.spool import exporters as spool_exporters
+from otel_rl.semconv import attributes as A
+from otel_rl.semconv import names as N
 
 
 def sdk_bytes(spans: Any) -> bytes:
@@ -93,7 +95,7 @@ def test_any_span_is_the_bytes_the_sdk_writes(
     names, attributes, event_attributes, link_attributes, status, remote_parent, trace_state, kind, scope, resource_schema
 ) -> None:
     memory = InMemorySpanExporter()
-    provider = TracerProvider(resource=Resource({"service.name": "s", "rl.rank": 3}, resource_schema))
+    provider = TracerProvider(resource=Resource({A.SERVICE_NAME: "s", A.RL_RANK: 3}, resource_schema))
     provider.add_span_processor(SimpleSpanProcessor(memory))
     tracer = provider.get_tracer(*scope) if scope else provider.get_tracer("")
     context = None
@@ -102,7 +104,7 @@ def test_any_span_is_the_bytes_the_sdk_writes(
         context = trace.set_span_in_context(NonRecordingSpan(SpanContext(0xABC, 0xDEF, True, TraceFlags(1), state)))
     links = [] if link_attributes is None else [Link(SpanContext(0x1, 0x2, remote_parent, TraceFlags(1)), link_attributes)]
     with tracer.start_as_current_span(names[0], context=context, kind=kind, links=links, attributes=attributes) as outer:
-        outer.add_event("rl.alert", event_attributes)
+        outer.add_event(N.RL_ALERT_EVENT, event_attributes)
         outer.add_event("", {}, timestamp=0)
         with tracer.start_as_current_span(names[1]) as inner:
             if status == "boom":
@@ -115,7 +117,7 @@ def test_any_span_is_the_bytes_the_sdk_writes(
 
 
 def test_spans_of_several_resources_and_scopes_group_as_the_sdk_groups_them() -> None:
-    first, second = Resource({"rl.rank": 0}), Resource({"rl.rank": 1})
+    first, second = Resource({A.RL_RANK: 0}), Resource({A.RL_RANK: 1})
     scopes = [InstrumentationScope("a"), InstrumentationScope("b", "1")]
     spans = [
         ReadableSpan(f"s{i}", SpanContext(1, 10 + i, False), resource=(first, second)[i % 2], instrumentation_scope=scopes[i // 2 % 2])
@@ -136,7 +138,7 @@ def test_a_value_it_does_not_write_itself_goes_through_the_sdks_encoder() -> Non
 def test_true_and_1_under_one_key_stay_a_bool_and_an_int() -> None:
     """Encoded attributes are kept by (key, value), where True == 1: the type tells them apart."""
     spans = [
-        ReadableSpan("s", SpanContext(1, 2 + i, False), attributes={"rl.flag": value}, resource=Resource({}))
+        ReadableSpan("s", SpanContext(1, 2 + i, False), attributes={"flag": value}, resource=Resource({}))
         for i, value in enumerate([True, 1, 1, True])
     ]
     for span in spans:

@@ -32,6 +32,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, Sp
 
 from otel_rl.exporters import OtlpJsonLogExporter, OtlpJsonMetricExporter, OtlpJsonSpanExporter
 from otel_rl.exporters.otlp_json import to_otlp_json
+from otel_rl.semconv import attributes as A
+from otel_rl.semconv import metrics as M
 
 RESOURCE = Resource.create({"service.name": "otlp-json-test", "rl.run.id": "run-1"})
 HEX32 = re.compile(r"^[0-9a-f]{32}$")
@@ -595,7 +597,7 @@ def _one_gauge(attributes: dict) -> Any:
     from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
     point = NumberDataPoint(attributes=attributes, start_time_unix_nano=0, time_unix_nano=1, value=0.5)
-    metric = Metric(name="rl.reward", description="", unit="1", data=Gauge(data_points=[point]))
+    metric = Metric(name=M.RL_REWARD, description="", unit="1", data=Gauge(data_points=[point]))
     scope = ScopeMetrics(scope=InstrumentationScope("otel_rl"), metrics=[metric], schema_url="")
     return MetricsData(resource_metrics=[ResourceMetrics(resource=Resource({}), scope_metrics=[scope], schema_url="")])
 
@@ -607,8 +609,8 @@ def test_a_series_attributes_changed_in_place_are_encoded_again():
 
     from otel_rl.exporters.otlp_json import metrics_to_otlp_json, to_otlp_json
 
-    attributes = {"rl.model.role": "actor", "rl.rank": 0}
-    for change in ({}, {"rl.model.role": "critic"}, {"rl.rank": 3}, {"rl.cluster": "reward"}):
+    attributes = {A.RL_MODEL_ROLE: "actor", A.RL_RANK: 0}
+    for change in ({}, {A.RL_MODEL_ROLE: "critic"}, {A.RL_RANK: 3}, {A.RL_CLUSTER: "reward"}):
         attributes.update(change)
         data = _one_gauge(attributes)
         assert json.loads(metrics_to_otlp_json(data)) == json.loads(to_otlp_json(encode_metrics(data))), change
