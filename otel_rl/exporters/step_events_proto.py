@@ -26,29 +26,13 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
+from otel_rl.exporters.protobuf_wire import field, varint
 from otel_rl.exporters.step_events import PendingRecords
 
 # What Pipeline.emit_event gives every event: SeverityNumber.INFO.
 _SEVERITY_INFO = 9
 _FIXED64 = struct.Struct("<Q")
 _FIXED32 = struct.Struct("<I")
-_UINT64 = (1 << 64) - 1
-
-
-def varint(value: int) -> bytes:
-    """Protobuf base-128 varint of an unsigned (or two's-complement int64) ``value``."""
-    value &= _UINT64
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def field(number: int, payload: bytes) -> bytes:
-    """A length-delimited field (wire type 2)."""
-    return varint(number << 3 | 2) + varint(len(payload)) + payload
 
 
 def _double_entry_heads(keys: list[str]) -> list[bytes]:

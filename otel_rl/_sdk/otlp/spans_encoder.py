@@ -19,38 +19,38 @@ from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans 
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanContext, SpanKind
 
-from otel_rl._sdk.otlp.wire import Unsupported, field, key_value, pack_fixed32, pack_fixed64, varint
+from otel_rl.exporters.protobuf_wire import Unsupported, field, key_value, pack_fixed32, pack_fixed64, varint
 
 _KIND_CODES = {SpanKind.INTERNAL: 1, SpanKind.SERVER: 2, SpanKind.CLIENT: 3, SpanKind.PRODUCER: 4, SpanKind.CONSUMER: 5}
 _HAS_IS_REMOTE, _IS_REMOTE = 0x100, 0x200  # SpanFlags: the parent's is_remote is known / true
 _CACHE_LIMIT = 4096  # keys, resources and scopes kept (past it, encoded each time)
 
 
-# (tag, key, value) -> (the value's type, the field's bytes) for string, bool and int values (a
+# (number, key, value) -> (the value's type, the field's bytes) for string, bool and int values (a
 # stage's name, its cluster, the rank): True == 1 in a dict, so the type is checked on a hit.
 _FIELDS: dict[tuple[int, str, Any], tuple[type, bytes]] = {}
 
 
-def _attributes(tag: int, attributes: Any) -> bytes:
-    """Each attribute as a repeated KeyValue field (tag: the field's first byte)."""
+def _attributes(number: int, attributes: Any) -> bytes:
+    """Each attribute as a repeated KeyValue field of field ``number``."""
     if not attributes:
         return b""
     out = []
     for key, value in attributes.items():
         kind = type(value)
         if kind is str or kind is int or kind is bool:
-            found = _FIELDS.get((tag, key, value))
+            found = _FIELDS.get((number, key, value))
             if found is not None and found[0] is kind:
                 out.append(found[1])
                 continue
-            encoded = field(tag, key_value(key, value))
+            encoded = field(number, key_value(key, value))
             if found is None and (kind is not str or len(value) <= 256):  # (not long texts)
                 if len(_FIELDS) >= _CACHE_LIMIT:  # rl.step takes a new value each step: start again
                     _FIELDS.clear()
-                _FIELDS[(tag, key, value)] = (kind, encoded)
+                _FIELDS[(number, key, value)] = (kind, encoded)
             out.append(encoded)
         else:
-            out.append(field(tag, key_value(key, value)))
+            out.append(field(number, key_value(key, value)))
     return b"".join(out)
 
 
@@ -63,8 +63,8 @@ def _resource(resource: Any) -> tuple[bytes, bytes]:
     kept while cached, so its id stays its own."""
     found = _RESOURCES.get(id(resource))
     if found is None or found[0] is not resource:
-        schema = field(0x1A, resource.schema_url.encode("utf-8")) if resource.schema_url else b""
-        found = (resource, (field(0x0A, _attributes(0x0A, resource.attributes)), schema))
+        schema = field(3, resource.schema_url.encode("utf-8")) if resource.schema_url else b""
+        found = (resource, (field(1, _attributes(1, resource.attributes)), schema))
         if len(_RESOURCES) < _CACHE_LIMIT:
             _RESOURCES[id(resource)] = found
     return found[1]
@@ -76,12 +76,12 @@ def _scope(scope: Any) -> tuple[bytes, bytes]:
         return _no_scope(), b""
     found = _SCOPES.get(id(scope))
     if found is None or found[0] is not scope:
-        body = field(0x0A, scope.name.encode("utf-8")) if scope.name else b""
+        body = field(1, scope.name.encode("utf-8")) if scope.name else b""
         if scope.version:
-            body += field(0x12, scope.version.encode("utf-8"))
-        body += _attributes(0x1A, scope.attributes)
-        schema = field(0x1A, scope.schema_url.encode("utf-8")) if scope.schema_url else b""
-        found = (scope, (field(0x0A, body), schema))
+            body += field(2, scope.version.encode("utf-8"))
+        body += _attributes(3, scope.attributes)
+        schema = field(3, scope.schema_url.encode("utf-8")) if scope.schema_url else b""
+        found = (scope, (field(1, body), schema))
         if len(_SCOPES) < _CACHE_LIMIT:
             _SCOPES[id(scope)] = found
     return found[1]
@@ -105,43 +105,43 @@ def _span(span: Any) -> bytes:
     out = [b"\x0a\x10", context.trace_id.to_bytes(16, "big"), b"\x12\x08", context.span_id.to_bytes(8, "big")]
     trace_state = context.trace_state
     if trace_state:
-        out.append(field(0x1A, ",".join(f"{k}={v}" for k, v in trace_state.items()).encode("utf-8")))
+        out.append(field(3, ",".join(f"{k}={v}" for k, v in trace_state.items()).encode("utf-8")))
     parent = span.parent
     if parent is not None:
         out += (b"\x22\x08", parent.span_id.to_bytes(8, "big"))
     if span.name:
-        out.append(field(0x2A, span.name.encode("utf-8")))
+        out.append(field(5, span.name.encode("utf-8")))
     out += (b"\x30", bytes((_KIND_CODES[span.kind],)))
     if span.start_time:
         out += (b"\x39", pack_fixed64(span.start_time))
     if span.end_time:
         out += (b"\x41", pack_fixed64(span.end_time))
-    out.append(_attributes(0x4A, span.attributes))
+    out.append(_attributes(9, span.attributes))
     if span.dropped_attributes:
         out += (b"\x50", varint(span.dropped_attributes))
     for event in span.events:
         body = b"\x09" + pack_fixed64(event.timestamp) if event.timestamp else b""
         if event.name:
-            body += field(0x12, event.name.encode("utf-8"))
-        body += _attributes(0x1A, event.attributes)
+            body += field(2, event.name.encode("utf-8"))
+        body += _attributes(3, event.attributes)
         if event.dropped_attributes:
             body += b"\x20" + varint(event.dropped_attributes)
-        out.append(field(0x5A, body))
+        out.append(field(11, body))
     if span.dropped_events:
         out += (b"\x60", varint(span.dropped_events))
     for link in span.links:
         body = b"\x0a\x10" + link.context.trace_id.to_bytes(16, "big") + b"\x12\x08" + link.context.span_id.to_bytes(8, "big")
-        body += _attributes(0x22, link.attributes)
+        body += _attributes(4, link.attributes)
         if link.dropped_attributes:
             body += b"\x28" + varint(link.dropped_attributes)
-        out.append(field(0x6A, body + b"\x35" + _flags(link.context)))
+        out.append(field(13, body + b"\x35" + _flags(link.context)))
     if span.dropped_links:
         out += (b"\x70", varint(span.dropped_links))
     status = span.status
     if status is not None:
-        body = field(0x12, status.description.encode("utf-8")) if status.description else b""
+        body = field(2, status.description.encode("utf-8")) if status.description else b""
         code = status.status_code.value
-        out.append(field(0x7A, body + (b"\x18" + varint(code) if code else b"")))
+        out.append(field(15, body + (b"\x18" + varint(code) if code else b"")))
     out += (b"\x85\x01", _flags(parent))  # field 16, fixed32
     return b"".join(out)
 
@@ -160,7 +160,7 @@ def encode_spans_request(spans: Sequence[Any]) -> bytes:
             if scopes is None:
                 scopes = grouped[id(resource)] = {}
                 resources[id(resource)] = resource
-            scopes.setdefault(span.instrumentation_scope or None, []).append(field(0x12, _span(span)))
+            scopes.setdefault(span.instrumentation_scope or None, []).append(field(2, _span(span)))
         out = []
         for key, scopes in grouped.items():
             resource = resources[key]
@@ -168,9 +168,9 @@ def encode_spans_request(spans: Sequence[Any]) -> bytes:
             body = [resource_field]
             for scope, encoded in scopes.items():
                 scope_field, scope_schema = _scope(scope)
-                body.append(field(0x12, scope_field + b"".join(encoded) + scope_schema))
+                body.append(field(2, scope_field + b"".join(encoded) + scope_schema))
             body.append(resource_schema)
-            out.append(field(0x0A, b"".join(body)))
+            out.append(field(1, b"".join(body)))
         return b"".join(out)
     except (Unsupported, AttributeError, KeyError, TypeError, ValueError, OverflowError):
         return sdk_encode_spans(spans).SerializeToString()

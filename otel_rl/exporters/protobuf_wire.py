@@ -1,6 +1,7 @@
-"""The protobuf wire format, for the OTLP requests otel-rl writes without building messages:
-varints, length-delimited fields, and OTLP's ``AnyValue`` / ``KeyValue`` as the SDK's encoders
-fill them in (``_encode_value``: bool before int, tuples and lists as arrays)."""
+"""The protobuf wire format, for the OTLP requests otel-rl writes without building messages (the
+spool's step events, spans and metric exports): varints, length-delimited fields, and OTLP's
+``AnyValue`` / ``KeyValue`` as the SDK's encoders fill them in (``_encode_value``: bool before int,
+tuples and lists as arrays)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ pack_fixed64 = struct.Struct("<Q").pack
 pack_sfixed64 = struct.Struct("<q").pack
 pack_fixed32 = struct.Struct("<I").pack
 _KEYS_KEPT = 4096
+_UINT64 = (1 << 64) - 1
 
 
 class Unsupported(Exception):
@@ -19,8 +21,10 @@ class Unsupported(Exception):
 
 
 def varint(value: int) -> bytes:
-    if value < 0x80:
+    """Protobuf base-128 varint of an unsigned (or two's-complement int64) ``value``."""
+    if 0 <= value < 0x80:
         return bytes((value,))
+    value &= _UINT64
     out = bytearray()
     while value >= 0x80:
         out.append((value & 0x7F) | 0x80)
@@ -29,26 +33,26 @@ def varint(value: int) -> bytes:
     return bytes(out)
 
 
-def field(tag: int, payload: bytes) -> bytes:
-    """A length-delimited field (tag: its first byte, field number << 3 | 2)."""
-    return bytes((tag,)) + varint(len(payload)) + payload
+def field(number: int, payload: bytes) -> bytes:
+    """A length-delimited field (wire type 2) of field ``number``."""
+    return varint(number << 3 | 2) + varint(len(payload)) + payload
 
 
 def any_value(value: Any) -> bytes:
     """The AnyValue message's bytes, as the SDK's _encode_value builds it."""
     kind = type(value)
     if kind is str:
-        return field(0x0A, value.encode("utf-8"))
+        return field(1, value.encode("utf-8"))
     if kind is bool:
         return b"\x10\x01" if value else b"\x10\x00"
     if kind is int:
         if not -(1 << 63) <= value < (1 << 63):
             raise Unsupported("int64 range")
-        return b"\x18" + varint(value & 0xFFFFFFFFFFFFFFFF)  # int64: two's complement, 10 bytes when negative
+        return b"\x18" + varint(value)  # int64: two's complement, 10 bytes when negative
     if kind is float:
         return b"\x21" + pack_double(value)
     if kind is tuple or kind is list:
-        return field(0x2A, b"".join(field(0x0A, any_value(item)) for item in value))  # ArrayValue.values
+        return field(5, b"".join(field(1, any_value(item)) for item in value))  # ArrayValue.values
     raise Unsupported(kind.__name__)
 
 
@@ -61,9 +65,9 @@ def key_value(key: str, value: Any) -> bytes:
     if prefix is None:
         if type(key) is not str:
             raise Unsupported("key")
-        prefix = field(0x0A, key.encode("utf-8"))
+        prefix = field(1, key.encode("utf-8"))
         if len(_KEY_PREFIX) < _KEYS_KEPT:
             _KEY_PREFIX[key] = prefix
     if value is None:
         raise Unsupported("None")  # the SDK logs and skips it
-    return prefix + field(0x12, any_value(value))
+    return prefix + field(2, any_value(value))
