@@ -10,6 +10,8 @@ second, 5 warm-up steps, the default 10 s metric interval. The figure is the pro
 (every thread, ``time.process_time()``) per step, less the 1 ms of busy work; per thread from
 /proc/self/task/*/schedstat (nanoseconds), so where it goes is named. Ways:
 
+- ``bare``: the same loop with no telemetry at all: what the process costs anyway (a wake-up a
+  second, the busy loop's overshoot); each way's ``added_ms_per_step`` is its figure less this one's;
 - ``none``: otel-rl with exporters="none" (the values resolved and held, nothing exported);
 - ``file``: the run folder (the default without a collector);
 - ``otlp-grpc`` / ``otlp-http``: otel-rl's default exporters to the collector (with the disk spool);
@@ -17,7 +19,8 @@ second, 5 warm-up steps, the default 10 s metric interval. The figure is the pro
   BatchSpanProcessor, PeriodicExportingMetricReader and BatchLogRecordProcessor with the OTLP
   exporters, 250 synchronous gauges set per step, 7 spans and one log record of 250 attributes.
 
-The ratios are otel-rl's figure over the SDK's for the same transport. A shared 2-core machine
+What telemetry costs a user is a way's figure less the bare loop's (``added_ms_per_step``); the
+ratios are otel-rl's added figure over the SDK's for the same transport. A shared 2-core machine
 is noisy: compare ways within one run, not across runs.
 """
 
@@ -34,7 +37,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-WAYS = ("none", "file", "otlp-grpc", "otlp-http", "sdk-grpc", "sdk-http")
+WAYS = ("bare", "none", "file", "otlp-grpc", "otlp-http", "sdk-grpc", "sdk-http")
 BUSY_MS = 1.0
 
 RANK = r'''
@@ -70,7 +73,13 @@ def busy():
         pass
 
 
-if way.startswith("sdk-"):
+if way == "bare":
+    def one_step(step):
+        busy()
+
+    def finish():
+        pass
+elif way.startswith("sdk-"):
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -195,10 +204,15 @@ def main() -> int:
                 results[way] = run_way(way, args.steps, 5, grpc_url, http_url, Path(tmp))
         finally:
             collector.stop(timeout_s=15)
+    bare = results.get("bare", {}).get("cpu_ms_per_step")
+    for way in args.ways:
+        if bare is not None and way != "bare":
+            results[way]["added_ms_per_step"] = round(results[way]["cpu_ms_per_step"] - bare, 3)
+    measure = "added_ms_per_step" if bare is not None else "cpu_ms_per_step"
     for transport in ("grpc", "http"):
         ours, sdk = results.get(f"otlp-{transport}"), results.get(f"sdk-{transport}")
-        if ours and sdk and sdk["cpu_ms_per_step"] > 0:
-            results[f"ratio_{transport}_otel_rl_over_sdk"] = round(ours["cpu_ms_per_step"] / sdk["cpu_ms_per_step"], 2)
+        if ours and sdk and sdk[measure] > 0:
+            results[f"ratio_{transport}_otel_rl_over_sdk"] = round(ours[measure] / sdk[measure], 2)
     if args.json:
         print(json.dumps(results, indent=2))
         return 0
@@ -206,11 +220,12 @@ def main() -> int:
     for way in args.ways:
         r = results[way]
         top = ", ".join(f"{name} {ms:.2f}" for name, ms in list(r["threads"].items())[:5])
-        print(f"  {way:<10} {r['cpu_ms_per_step']:6.2f} ms   ({top})")
+        added = f"added {r['added_ms_per_step']:5.2f} ms" if "added_ms_per_step" in r else ""
+        print(f"  {way:<10} {r['cpu_ms_per_step']:6.2f} ms  {added}  ({top})")
     for transport in ("grpc", "http"):
         key = f"ratio_{transport}_otel_rl_over_sdk"
         if key in results:
-            print(f"  otel-rl / SDK over {transport}: {results[key]}x")
+            print(f"  otel-rl / SDK over {transport} ({'added' if bare is not None else 'whole'} CPU): {results[key]}x")
     return 0
 
 
