@@ -194,3 +194,16 @@ def test_histogram_rows_convert_each_column_by_its_factor_when_binned():
         sink.add([ms, s])  # as logged: milliseconds
     for name in ("ms", "s"):
         assert rows.snapshot(name) == one.snapshot(name)
+
+
+def test_histogram_points_share_their_declared_bounds_across_exports():
+    # The run folder's JSON encoder keeps a bounds tuple's encoding while the same object comes back;
+    # a fresh list per export made it encode every point's bounds again at every export.
+    ours = BulkHistograms()
+    ours.declare("h", "", "s", BUCKETS["duration"])
+    ours.record("h", 0.5)
+    first = ours.to_metrics()[0].data.data_points[0].explicit_bounds
+    ours.record("h", 1.5)
+    second = ours.to_metrics()[0].data.data_points[0].explicit_bounds
+    assert type(first) is tuple and first is second
+    assert list(first) == [float(b) for b in BUCKETS["duration"]]

@@ -374,7 +374,7 @@ class BulkHistograms:
                         count=s.count,
                         sum=s.total,
                         bucket_counts=s.counts.tolist(),
-                        explicit_bounds=list(bounds),
+                        explicit_bounds=bounds,  # the declared tuple: its encoding is kept across exports
                         min=s.min,
                         max=s.max,
                     )
