@@ -94,6 +94,28 @@ def test_outage_keeps_everything_on_disk_and_recovery_delivers_it_in_order(tmp_p
     assert not segments(tmp_path / "spool")  # delivered segments are deleted
 
 
+def test_the_sdk_batch_delay_variables_set_how_often_the_spool_sends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from opentelemetry.sdk.environment_variables import OTEL_BLRP_SCHEDULE_DELAY, OTEL_BSP_SCHEDULE_DELAY
+
+    from otel_rl._sdk.spool.delivery import SEND_EVERY_S
+
+    monkeypatch.setenv(OTEL_BLRP_SCHEDULE_DELAY, "300")  # events: every 0.3 s instead of every 5 s
+    monkeypatch.setenv(OTEL_BSP_SCHEDULE_DELAY, "soon")
+    with OtlpSink() as sink, caplog.at_level("WARNING", logger="otel_rl"):
+        spool = Spool(tmp_path / "spool", 2**20)
+        spool.attach(LOGS, log_transport(sink.endpoint))
+        spool.append(LOGS, log_request(0, 2), 2)  # at once: the first after a quiet spell
+        wait_until(lambda: len(received_indices(sink)) == 2, 3, "the first record")
+        spool.append(LOGS, log_request(2, 2), 2)  # waits out the 0.3 s, not 5 s; no flush
+        wait_until(lambda: len(received_indices(sink)) == 4, SEND_EVERY_S / 2, "the second record, 0.3 s later")
+        spool.close()
+    assert [r.getMessage() for r in caplog.records if OTEL_BSP_SCHEDULE_DELAY in r.getMessage()] == [
+        f"otel-rl: {OTEL_BSP_SCHEDULE_DELAY}='soon' is not a delay in milliseconds (>= 0); the spool sends every {SEND_EVERY_S:g} s"
+    ]
+
+
 def test_records_within_send_every_s_go_in_one_request_and_a_flush_sends_them_at_once(tmp_path: Path) -> None:
     from otel_rl._sdk.spool.delivery import SEND_EVERY_S
 

@@ -9,6 +9,7 @@ threads; it shares the spool's lock and bookkeeping (declared below) with the wr
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections import deque
@@ -16,6 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from opentelemetry.sdk.environment_variables import OTEL_BLRP_SCHEDULE_DELAY, OTEL_BSP_SCHEDULE_DELAY
 
 from otel_rl._sdk.spool.files import CURSOR_FILE, LOGS, TRACES, Record, Segment, format_bytes, read_payload, write_cursor
 from otel_rl._sdk.spool.transports import GrpcTransport, HttpTransport, Outcome, _short, ca_setting, redact_endpoint
@@ -32,8 +35,9 @@ _IDLE_WAIT_S = 60.0  # an idle sender's wait when nothing wakes it
 # At most one request per signal this often: what arrives meanwhile (a step's spans, a step's
 # events) waits on disk and goes in the next request, so a job at a step a second pays for one
 # request every few seconds, not one per step. The first records after a quiet spell, a flush and
-# a shutdown go at once.
+# a shutdown go at once. The SDK's batch processors' delay (5 s), and set by the same variables.
 SEND_EVERY_S = 5.0
+SEND_EVERY_VARIABLES = {TRACES: OTEL_BSP_SCHEDULE_DELAY, LOGS: OTEL_BLRP_SCHEDULE_DELAY}
 # Metric exports do not wait: each is already one request per metric interval (10 s by default),
 # and a held export would reach the store a scrape or two late, so a short run's counters and
 # histograms could first appear complete, with no increase for rate() to see.
@@ -69,11 +73,30 @@ def damage_note(directory: Path, stats: dict[str, SignalStats]) -> str:
     )
 
 
+def send_every_s(signal: str) -> float:
+    """Seconds between two requests of ``signal``: ``OTEL_BSP_SCHEDULE_DELAY`` (spans) or
+    ``OTEL_BLRP_SCHEDULE_DELAY`` (events) in milliseconds, as for the SDK's batch processors, else
+    SEND_EVERY_S. A value that is not a number of milliseconds >= 0 is said once, by name."""
+    variable = SEND_EVERY_VARIABLES.get(signal)
+    raw = os.environ.get(variable, "").strip() if variable else ""
+    if not raw:
+        return SEND_EVERY_S
+    try:
+        delay_ms = float(raw)
+        if not delay_ms >= 0 or delay_ms == float("inf"):
+            raise ValueError(raw)
+    except ValueError:
+        logger.warning("otel-rl: %s=%r is not a delay in milliseconds (>= 0); the spool sends every %g s", variable, raw, SEND_EVERY_S)
+        return SEND_EVERY_S
+    return delay_ms / 1000.0
+
+
 class SignalState:
     """One signal's part of the spool: its records and segments, its sender thread and that thread's signals."""
 
     def __init__(self, signal: str, folder: Path) -> None:
         self.signal = signal
+        self.send_every_s = send_every_s(signal) if signal in LINGERING else 0.0
         self.folder = folder
         self.records: deque[Record] = deque()
         self.segments: dict[int, Segment] = {}
@@ -179,8 +202,8 @@ class SpoolDelivery:
                 return
 
     def _linger(self, state: SignalState) -> bool:
-        """Wait out the rest of SEND_EVERY_S since the last request; True if it waited."""
-        wait = state.last_send + SEND_EVERY_S - time.monotonic()
+        """Wait out the rest of the signal's send interval since the last request; True if it waited."""
+        wait = state.last_send + state.send_every_s - time.monotonic()
         if state.signal not in LINGERING or wait <= 0 or state.hurry.is_set() or self._deadline is not None or self._stopping:
             return False
         with self._lock:
