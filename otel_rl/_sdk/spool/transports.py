@@ -1,5 +1,6 @@
 """How the disk spool's senders deliver one stored OTLP request: over HTTP with a ``requests``
-session or over gRPC on a channel of their own, both opened from the :class:`OtlpSettings` of the
+session (or, for a plaintext URL that needs nothing it adds, one ``http.client`` connection:
+:mod:`otel_rl._sdk.spool.plain_http`) or over gRPC on a channel of their own, both opened from the :class:`OtlpSettings` of the
 SDK exporter they stand in for (same endpoint, headers, TLS files, timeout and compression).
 
 A transport makes one attempt per call and says what came of it (:class:`Outcome`); the spool does
@@ -9,6 +10,7 @@ the retrying, so a collector outage never holds a thread of the SDK.
 from __future__ import annotations
 
 import gzip
+import http.client
 import os
 import ssl
 import threading
@@ -20,6 +22,7 @@ from typing import Any
 from otel_rl._sdk.otlp.settings import GRPC, OtlpSettings, grpc_credentials, open_grpc_channel, open_http_session, settings_of, user_agent
 from otel_rl._sdk.settings.redaction import redact_text, redact_url
 from otel_rl._sdk.spool.files import LOGS, METRICS, TRACES
+from otel_rl._sdk.spool.plain_http import PlainHttpPoster, plain_http_target
 
 __all__ = ["GrpcTransport", "HttpTransport", "Outcome", "ca_setting", "describe_error", "redact_endpoint", "transport_for"]
 
@@ -63,6 +66,8 @@ class HttpTransport:
         if settings.compression != "none":
             headers.setdefault("content-encoding", settings.compression)
         self._headers = headers
+        target = plain_http_target(settings)
+        self._plain = PlainHttpPoster(*target, headers) if target is not None else None
 
     def _compress(self, payload: bytes) -> bytes:
         if self.settings.compression == "gzip":
@@ -76,6 +81,11 @@ class HttpTransport:
 
         data = self._compress(payload)
         timeout_s = max(timeout_s, 0.001)
+        if self._plain is not None:
+            try:
+                return _http_outcome(*self._plain.post(data, timeout_s))
+            except (OSError, http.client.HTTPException) as error:
+                return Outcome(False, detail=describe_error(error))
         deadline = time.monotonic() + timeout_s
         for attempt in range(2):
             try:
@@ -87,17 +97,22 @@ class HttpTransport:
                 if attempt == 0 and isinstance(error, requests.ConnectionError) and timeout_s > 0:
                     continue
                 return Outcome(False, detail=describe_error(error), tls=_is_tls_error(error))
-        status = response.status_code
-        if 200 <= status < 300:
-            return Outcome(True)
-        detail = f"HTTP {status} {response.reason or ''}".strip()
-        if status in _HTTP_HOLD or status in _HTTP_RETRY or status >= 500:
-            return Outcome(False, detail=detail)
-        return Outcome(False, permanent=True, detail=detail)
+        return _http_outcome(response.status_code, response.reason)
 
     def close(self) -> None:
+        if self._plain is not None:
+            self._plain.close()
         self._session.close()
         _shutdown(self.exporter)
+
+
+def _http_outcome(status: int, reason: str | None) -> Outcome:
+    if 200 <= status < 300:
+        return Outcome(True)
+    detail = f"HTTP {status} {reason or ''}".strip()
+    if status in _HTTP_HOLD or status in _HTTP_RETRY or status >= 500:
+        return Outcome(False, detail=detail)
+    return Outcome(False, permanent=True, detail=detail)
 
 
 _GRPC_PATHS = {
