@@ -35,7 +35,8 @@ _IDLE_WAIT_S = 60.0  # an idle sender's wait when nothing wakes it
 # At most one request per signal this often: what arrives meanwhile (a step's spans, a step's
 # events) waits on disk and goes in the next request, so a job at a step a second pays for one
 # request every few seconds, not one per step. The first records after a quiet spell, a flush and
-# a shutdown go at once. The SDK's batch processors' delay (5 s), and set by the same variables.
+# a shutdown go at once. The SDK's span processor's delay (its log processor's is 1 s, a request
+# a second at one step a second), and set by the SDK processors' variables.
 SEND_EVERY_S = 5.0
 SEND_EVERY_VARIABLES = {TRACES: OTEL_BSP_SCHEDULE_DELAY, LOGS: OTEL_BLRP_SCHEDULE_DELAY}
 # Metric exports do not wait: each is already one request per metric interval (10 s by default),

@@ -55,11 +55,12 @@ class PlainHttpPoster:
         with self._lock:
             for attempt in range(2):
                 reused = self._connection is not None
-                connection = self._connection or http.client.HTTPConnection(self.host, self.port, timeout=timeout_s)
+                left_s = max(deadline - time.monotonic(), 0.001)
+                connection = self._connection or http.client.HTTPConnection(self.host, self.port, timeout=left_s)
                 self._connection = connection
                 try:
                     if connection.sock is not None:
-                        connection.sock.settimeout(max(deadline - time.monotonic(), 0.001))
+                        connection.sock.settimeout(left_s)
                     connection.request("POST", self.path, body=body, headers=self.headers)
                     response = connection.getresponse()
                     response.read()  # the whole body, so the connection can carry the next post

@@ -1,7 +1,8 @@
 """How the disk spool's senders deliver one stored OTLP request: over HTTP with a ``requests``
 session (or, for a plaintext URL that needs nothing it adds, one ``http.client`` connection:
-:mod:`otel_rl._sdk.spool.plain_http`) or over gRPC on a channel of their own, both opened from the :class:`OtlpSettings` of the
-SDK exporter they stand in for (same endpoint, headers, TLS files, timeout and compression).
+:mod:`otel_rl._sdk.spool.plain_http`) or over gRPC on a channel of their own, both opened from
+the :class:`OtlpSettings` of the SDK exporter they stand in for (same endpoint, headers, TLS
+files, timeout and compression).
 
 A transport makes one attempt per call and says what came of it (:class:`Outcome`); the spool does
 the retrying, so a collector outage never holds a thread of the SDK.
