@@ -53,26 +53,31 @@ class PlainHttpPoster:
         connection the collector closed meanwhile is opened again once, as ``requests`` does."""
         deadline = time.monotonic() + timeout_s
         with self._lock:
-            for attempt in range(2):
-                reused = self._connection is not None
-                left_s = max(deadline - time.monotonic(), 0.001)
-                connection = self._connection or http.client.HTTPConnection(self.host, self.port, timeout=left_s)
-                self._connection = connection
-                try:
-                    if connection.sock is not None:
-                        connection.sock.settimeout(left_s)
-                    connection.request("POST", self.path, body=body, headers=self.headers)
-                    response = connection.getresponse()
-                    response.read()  # the whole body, so the connection can carry the next post
-                    if response.will_close:
-                        self._close_locked()
-                    return response.status, response.reason or ""
-                except (OSError, http.client.HTTPException):
-                    self._close_locked()
-                    if attempt == 0 and reused and deadline - time.monotonic() > 0:
-                        continue
+            reused = self._connection is not None
+            try:
+                return self._post_locked(body, deadline)
+            except (OSError, http.client.HTTPException):
+                if not reused or deadline - time.monotonic() <= 0:
                     raise
-        raise AssertionError("unreachable")  # the loop returns or raises
+            return self._post_locked(body, deadline)  # on a new connection
+
+    def _post_locked(self, body: bytes, deadline: float) -> tuple[int, str]:
+        left_s = max(deadline - time.monotonic(), 0.001)
+        if self._connection is None:
+            self._connection = http.client.HTTPConnection(self.host, self.port, timeout=left_s)
+        connection = self._connection
+        try:
+            if connection.sock is not None:
+                connection.sock.settimeout(left_s)
+            connection.request("POST", self.path, body=body, headers=self.headers)
+            response = connection.getresponse()
+            response.read()  # the whole body, so the connection can carry the next post
+        except (OSError, http.client.HTTPException):
+            self._close_locked()
+            raise
+        if response.will_close:
+            self._close_locked()
+        return response.status, response.reason or ""
 
     def close(self) -> None:
         with self._lock:
