@@ -429,6 +429,7 @@ def test_worker_calls_are_routed_only_where_the_workers_can_import_otel_rl(ppo_t
     from openrlhf_stand_ins import CpuPolicyModelActor
 
     from otel_rl.integrations.openrlhf import install
+    from otel_rl.integrations.openrlhf_agent import OpenRLHFAgentInstrumentor
 
     telemetry = make_telemetry(framework="openrlhf")
     group = RayActorGroup.__new__(RayActorGroup)
@@ -445,6 +446,8 @@ def test_worker_calls_are_routed_only_where_the_workers_can_import_otel_rl(ppo_t
                 group.async_run_method("fit", kl_ctl=0.5)
         finally:
             OpenRLHFInstrumentor().uninstrument()
+            if OpenRLHFAgentInstrumentor().is_instrumented:  # install() instruments the agent executor too, if imported
+                OpenRLHFAgentInstrumentor().uninstrument()
         assert handle.routed == routed
         handle.routed.clear()
     assert not openrlhf_trace.routes_worker_calls()
