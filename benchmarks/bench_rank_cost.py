@@ -1,6 +1,6 @@
 """What one training rank pays for its telemetry at the step rate real jobs run: the whole process.
 
-    python benchmarks/bench_rank_cost.py                 # 40 steps at 1 step/s per way (about 5 minutes)
+    python benchmarks/bench_rank_cost.py                 # 40 steps at 1 step/s per way (about 7 minutes)
     python benchmarks/bench_rank_cost.py --steps 20 --json
 
 Each way runs in a process of its own, one after the other, against the same real collector (the
