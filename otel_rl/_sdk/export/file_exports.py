@@ -31,6 +31,7 @@ class QueuedExport:
         self.inner = inner
         self._items: deque[Any] = deque()
         self._lock = threading.Lock()  # the worker and a flush may write at once
+        self._exporting = 0  # items of the batch being handed to ``inner`` now
         # Wakes the worker that calls write(): Telemetry binds it once its pipeline runs.
         self.wake: Callable[[], None] | None = None
 
@@ -46,6 +47,11 @@ class QueuedExport:
         """Whether something is queued."""
         return bool(self._items)
 
+    @property
+    def held(self) -> int:
+        """Items queued or being exported now: what a shutdown that stops waiting leaves undelivered."""
+        return len(self._items) + self._exporting
+
     def write(self) -> bool:
         """Export what is queued (on the worker after each drain, or on flush and shutdown);
         whether there was anything."""
@@ -55,7 +61,11 @@ class QueuedExport:
         with self._lock:
             batch = [items.popleft() for _ in range(len(items))]
             if batch:
-                self.inner.export(batch)
+                self._exporting = len(batch)
+                try:
+                    self.inner.export(batch)
+                finally:
+                    self._exporting = 0
         return True
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:

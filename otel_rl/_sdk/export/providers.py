@@ -116,7 +116,12 @@ class Providers:
         parts = {TRACES: traces, LOGS: [self.logger_provider], METRICS: [self.meter_provider]}
         otlp_unspooled = self.spool is None and any(d.startswith("OTLP") for d in self.destinations)
         hint = f" A disk spool ({ENV.OTEL_RL_SPOOL_MAX_BYTES} > 0, the default) keeps them for `otel-rl push`." if otlp_unspooled else ""
-        return shutdown_within(parts, timeout_s, self.destinations, hint)
+        span_queues = [q for q in self.file_exports if isinstance(q, QueuedSpanExport)]
+        queues = {TRACES: span_queues, LOGS: [q for q in self.file_exports if q not in span_queues]}
+        # each destination's queue gets every record: the fullest one says how many may be missing
+        return shutdown_within(
+            parts, timeout_s, self.destinations, hint, lambda signal: max((q.held for q in queues.get(signal, ())), default=0)
+        )
 
     def force_flush(self, timeout_s: float) -> bool:
         """Flush every signal within ``timeout_s`` in all (each gets the time left); never raises.

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 logger = logging.getLogger("otel_rl")
@@ -29,9 +29,16 @@ def _shut(providers: Sequence[Any], timeout_ms: int) -> None:
             logger.warning("otel-rl: shutting down %s failed: %s", type(provider).__name__, exc)
 
 
-def shutdown_within(parts: Mapping[str, Sequence[Any]], timeout_s: float, destinations: Sequence[str], hint: str = "") -> list[str]:
+def shutdown_within(
+    parts: Mapping[str, Sequence[Any]],
+    timeout_s: float,
+    destinations: Sequence[str],
+    hint: str = "",
+    held: Callable[[str], int] | None = None,
+) -> list[str]:
     """Shut down each signal's providers (``{"traces": [...], ...}``) in turn, waiting at most
     ``timeout_s`` in all; the signals not shut down at the deadline (reported once, here, with ``hint``).
+    ``held(signal)``: the records a signal's queues still held at the deadline, said with it.
 
     In turn, in one thread, as before: the disk spool closes itself when its last signal closes, so
     a signal shut down beside another still delivering would cut that one short."""
@@ -52,8 +59,15 @@ def shutdown_within(parts: Mapping[str, Sequence[Any]], timeout_s: float, destin
             "otel-rl: shutdown stopped waiting after %.1f s: the %s it had not finished were not delivered to %s "
             "(the destination did not answer in time).%s",
             timeout_s,
-            ", ".join(unfinished),
+            ", ".join(_with_held(signal, held) for signal in unfinished),
             "; ".join(destinations) or "the exporters",
             hint,
         )
     return unfinished
+
+
+def _with_held(signal: str, held: Callable[[str], int] | None) -> str:
+    """The signal, with the records its queues held at the deadline where there were any (they may
+    still be written, in part, by the export that was running: at most this many are missing)."""
+    count = held(signal) if held is not None else 0
+    return f"{signal} ({count:,} record{'s' if count != 1 else ''} still queued or being written)" if count else signal
