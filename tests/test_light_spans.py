@@ -231,3 +231,19 @@ def test_spans_ended_after_shutdown_are_not_kept(make_telemetry):
     with tel.step(1), tel.stage("generate"):
         pass
     assert not tel._light_spans.pending
+
+
+def test_with_no_span_processor_spans_are_timed_but_never_built(make_telemetry, monkeypatch):
+    built: list[str] = []
+    readable = LightTracer.readable
+    monkeypatch.setattr(LightTracer, "readable", lambda self, span: built.append(span.name) or readable(self, span))
+    quiet = make_telemetry(exporters="none")
+    with quiet.step(1), quiet.stage("generate"):
+        pass
+    quiet.flush()
+    assert built == [] and not quiet._light_spans.pending  # dropped unbuilt: nothing would take them
+    filed = make_telemetry()
+    with filed.step(1), filed.stage("generate"):
+        pass
+    filed.flush()
+    assert sorted(built) == ["rl.generate", "rl.step"]  # a destination: built as before

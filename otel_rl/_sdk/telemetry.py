@@ -173,6 +173,8 @@ class Telemetry(SampleLogging):
         self._pipeline.step_events = self._providers.step_events
         # After each drain the worker builds the ended spans, then writes the run folder's spans and events.
         light = [self._light_spans] if self._light_spans is not None else []
+        if self._light_spans is not None:  # exporters="none" and no tracker: spans are timed, never built
+            self._light_spans.consumed = lambda: bool(self._providers.span_processors)
         self._pipeline.file_exports = [*light, *self._providers.file_exports]
         self._pipeline.events_exported = self._providers.events_exported
         self._providers.on_bad_text = self._pipeline.bad_text  # a text UTF-8 cannot encode in a span: said once, counted

@@ -239,6 +239,8 @@ class LightTracer(trace_api.Tracer):
         self.accepting = True
         self._finished: deque[LightSpan] = deque()
         self.wake: Callable[[], None] | None = None  # wakes the worker; Telemetry binds it
+        # Whether any span processor takes the built spans (Telemetry binds it to its providers').
+        self.consumed: Callable[[], bool] = lambda: True
 
     # -- the caller's thread --------------------------------------------------------------------
     def start_span(
@@ -318,10 +320,14 @@ class LightTracer(trace_api.Tracer):
         return bool(self._finished)
 
     def write(self) -> bool:
-        """Build the ended spans and hand them to every span processor; whether there were any."""
+        """Build the ended spans and hand them to every span processor; whether there were any.
+        With no processor (``exporters="none"``, no tracker), none is built."""
         finished = self._finished
         if not finished:
             return False
+        if not self.consumed():
+            finished.clear()
+            return True
         built: list[ReadableSpan] = []
         while True:
             try:
