@@ -12,6 +12,9 @@ second, 5 warm-up steps, the default 10 s metric interval. The figure is the pro
 
 - ``bare``: the same loop with no telemetry at all: what the process costs anyway (a wake-up a
   second, the busy loop's overshoot); each way's ``added_ms_per_step`` is its figure less this one's;
+- ``floor``: the least a telemetry thread can do at this rate, for scale: the caller copies the
+  step's values and 7 stage timestamps onto a queue; a thread woken once a step writes them as one
+  orjson line to a file. No keys resolved, no metrics, no OTLP: no telemetry does less per step;
 - ``none``: otel-rl with exporters="none" (the values resolved and held, nothing exported);
 - ``file``: the run folder (the default without a collector);
 - ``otlp-grpc`` / ``otlp-http``: otel-rl's default exporters to the collector (with the disk spool);
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -37,7 +41,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-WAYS = ("bare", "none", "file", "otlp-grpc", "otlp-http", "sdk-grpc", "sdk-http")
+WAYS = ("bare", "floor", "none", "file", "otlp-grpc", "otlp-http", "sdk-grpc", "sdk-http")
 BUSY_MS = 1.0
 
 RANK = r'''
@@ -76,6 +80,34 @@ def busy():
 if way == "bare":
     def one_step(step):
         busy()
+
+    def finish():
+        pass
+elif way == "floor":
+    import collections, orjson
+    queue, woken = collections.deque(), threading.Event()
+    out = open(os.path.join(run_dir, "floor.jsonl"), "ab") if os.makedirs(run_dir, exist_ok=True) is None else None
+
+    def write_steps():
+        while True:
+            woken.wait()
+            woken.clear()
+            time.sleep(0.02)  # otel-rl's default gather: a step's items arrive together
+            lines = []
+            while queue:
+                lines.append(orjson.dumps(queue.popleft()) + b"\n")
+            out.write(b"".join(lines))
+            out.flush()
+
+    threading.Thread(target=write_steps, name="floor-writer", daemon=True).start()
+
+    def one_step(step):
+        start, stages = time.time_ns(), []
+        for name, cluster in STAGES:
+            stages.append((name, cluster, time.time_ns(), time.time_ns()))
+        busy()
+        queue.append((step, start, time.time_ns(), stages, dict(values)))
+        woken.set()
 
     def finish():
         pass
@@ -168,14 +200,18 @@ print(json.dumps({{"cpu_ms_per_step": 1000.0 * cpu / steps - {busy_ms},
 '''
 
 
-def run_way(way: str, steps: int, warm: int, grpc_url: str, http_url: str, folder: Path) -> dict[str, Any]:
+def run_way(way: str, steps: int, warm: int, grpc_url: str, http_url: str, folder: Path, flush_ms: int | None = None) -> dict[str, Any]:
     code = RANK.format(bench=str(ROOT / "benchmarks"), busy_ms=BUSY_MS)
+    env = dict(os.environ)
+    if flush_ms is not None:
+        env["OTEL_RL_FILE_FLUSH_INTERVAL"] = str(flush_ms)
     done = subprocess.run(
         [sys.executable, "-c", code, way, str(steps), str(warm), grpc_url, http_url, str(folder / way)],
         capture_output=True,
         text=True,
         timeout=steps + warm + 120,
         cwd=ROOT,
+        env=env,
     )
     if done.returncode != 0:
         raise RuntimeError(f"{way}: exit {done.returncode}: {done.stderr[-2000:]}")
@@ -186,6 +222,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=40, help="measured steps per way (after 5 warm-up steps)")
     parser.add_argument("--ways", nargs="+", default=list(WAYS), choices=WAYS)
+    parser.add_argument(
+        "--file-flush-interval-ms",
+        type=int,
+        default=None,
+        help="OTEL_RL_FILE_FLUSH_INTERVAL for otel-rl's ways (default: otel-rl's, 20 ms): how long the worker gathers "
+        "items before a drain, and what a SIGKILL can lose of the spans and events",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
@@ -194,6 +237,8 @@ def main() -> int:
     from otlp_sink import OtlpSink
 
     results: dict[str, Any] = {"steps": args.steps, "step_rate_per_s": 1, "keys": 250, "spans_per_step": 7}
+    if args.file_flush_interval_ms is not None:
+        results["file_flush_interval_ms"] = args.file_flush_interval_ms
     with tempfile.TemporaryDirectory(prefix="otel-rl-bench-rank-") as tmp, OtlpSink() as sink:
         collector = Collector(collector_binary(), sink.endpoint, Path(tmp))
         collector.start()
@@ -201,7 +246,7 @@ def main() -> int:
             grpc_url, http_url = f"http://127.0.0.1:{collector.grpc_port}", f"http://127.0.0.1:{collector.http_port}"
             for way in args.ways:
                 print(f"{way}: {args.steps + 5} steps at 1 step/s ...", file=sys.stderr, flush=True)
-                results[way] = run_way(way, args.steps, 5, grpc_url, http_url, Path(tmp))
+                results[way] = run_way(way, args.steps, 5, grpc_url, http_url, Path(tmp), args.file_flush_interval_ms)
         finally:
             collector.stop(timeout_s=15)
     bare = results.get("bare", {}).get("cpu_ms_per_step")
