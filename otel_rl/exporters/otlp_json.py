@@ -4,7 +4,8 @@ Each ``export()`` call appends exactly one line: one ``ExportTraceServiceRequest
 ``ExportMetricsServiceRequest`` / ``ExportLogsServiceRequest`` in the OTLP/JSON encoding, the
 format the OpenTelemetry Collector's ``file`` exporter writes and its ``otlpjsonfile`` receiver
 reads. The content is exactly what the OTLP/gRPC and OTLP/HTTP exporters would send; the
-encoding itself lives in :mod:`otel_rl.exporters.otlp_json_encoders` (its names are re-exported
+encoding itself lives in :mod:`otel_rl.exporters.otlp_json_encoders` and
+:mod:`otel_rl.exporters.otlp_json_metrics` (their names are re-exported
 here).
 
 The exporters never raise into the SDK: an encoding or I/O error is logged once (per exporter)
@@ -25,7 +26,8 @@ from opentelemetry.sdk.metrics.export import AggregationTemporality, MetricExpor
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from otel_rl.exporters.otlp_json_encoders import FloatBody, logs_to_otlp_json, metrics_to_otlp_json, spans_to_otlp_json, to_otlp_json
+from otel_rl.exporters.otlp_json_encoders import FloatBody, logs_to_otlp_json, spans_to_otlp_json, to_otlp_json
+from otel_rl.exporters.otlp_json_metrics import metrics_to_otlp_json
 
 __all__ = [
     "FloatBody",

@@ -7,9 +7,9 @@ lowerCamelCase field names, enums as integers, int64 as decimal strings, default
 and ``traceId`` / ``spanId`` / ``parentSpanId`` as lowercase hex (where plain proto3 JSON would
 use base64).
 
-``spans_to_otlp_json``, ``metrics_to_otlp_json`` and ``logs_to_otlp_json`` build the same JSON
-straight from the SDK objects, several times faster than the protobuf round trip (tests hold the
-two paths equal); anything they do not handle takes the protobuf path.
+``spans_to_otlp_json`` and ``logs_to_otlp_json`` (and ``otlp_json_metrics.metrics_to_otlp_json``)
+build the same JSON straight from the SDK objects, several times faster than the protobuf round
+trip (tests hold the two paths equal); anything they do not handle takes the protobuf path.
 """
 
 from __future__ import annotations
@@ -17,20 +17,18 @@ from __future__ import annotations
 import base64
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from google.protobuf import json_format
 from google.protobuf.message import Message
 from opentelemetry.exporter.otlp.proto.common._log_encoder import encode_logs
-from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk._logs import ReadableLogRecord
-from opentelemetry.sdk.metrics.export import Gauge, Histogram, MetricsData, Sum
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind, StatusCode
 
-__all__ = ["FloatBody", "logs_to_otlp_json", "metrics_to_otlp_json", "spans_to_otlp_json", "to_otlp_json"]
+__all__ = ["FloatBody", "logs_to_otlp_json", "spans_to_otlp_json", "to_otlp_json"]
 
 # Every bytes field of the OTLP protos that OTLP/JSON writes as hex. The keys of the dicts that
 # MessageToDict produces are always proto field names (attributes are lists of {"key","value"}),
@@ -130,12 +128,32 @@ def _scope(scope: Any) -> dict[str, Any]:
     return out
 
 
+# Each resource's grouping key and encoded attributes, kept while the object lives (a process has
+# one or two, and every batch carries them): Resource.__hash__ serializes all its attributes on
+# each call, and they would be encoded again for every line. A Resource's attributes are immutable.
+_RESOURCES: dict[int, tuple[Any, Any, list[dict[str, Any]]]] = {}
+_RESOURCES_MAX = 256  # a bound for callers that build a new resource per batch
+
+
+def _resource_facts(resource: Any) -> tuple[Any, list[dict[str, Any]]]:
+    """``resource``'s grouping key (equal resources, equal keys, whatever their attributes' order)
+    and its encoded attributes."""
+    found = _RESOURCES.get(id(resource))
+    if found is not None and found[0] is resource:
+        return found[1], found[2]
+    attributes = resource.attributes  # its values are hashable: BoundedAttributes makes lists tuples
+    key = (frozenset(attributes.items()), resource.schema_url)  # Resource.__eq__'s equality
+    encoded = _attributes(attributes)
+    if len(_RESOURCES) >= _RESOURCES_MAX:
+        _RESOURCES.clear()
+    _RESOURCES[id(resource)] = (resource, key, encoded)
+    return key, encoded
+
+
 def _resource_entry(resource: Any, scopes_field: str, scopes: list[Any]) -> dict[str, Any]:
     """One ResourceLogs / ResourceMetrics entry: the resource, its scopes, its schema URL."""
-    entry: dict[str, Any] = {
-        "resource": {"attributes": _attributes(resource.attributes)} if resource.attributes else {},
-        scopes_field: scopes,
-    }
+    attributes = _resource_facts(resource)[1]
+    entry: dict[str, Any] = {"resource": {"attributes": attributes} if attributes else {}, scopes_field: scopes}
     if resource.schema_url:
         entry["schemaUrl"] = resource.schema_url
     return entry
@@ -170,22 +188,27 @@ def _log_record(readable: ReadableLogRecord, with_body: bool = True) -> dict[str
 
 
 def _group(grouped: dict[Any, Any], by_id: dict[int, Any], resource: Any) -> dict[Any, Any]:
-    """The scopes of ``resource`` in ``grouped`` (equal resources share one entry, as the protobuf
-    encoder groups them). Resource.__hash__ serializes the attributes on every call: it runs once
-    per resource object of a batch, not once per record."""
+    """The scopes of ``resource`` in ``grouped`` (``{key: (resource, scopes)}``; equal resources
+    share one entry, as the protobuf encoder groups them), looked up once per resource object of a
+    batch, not once per record."""
     group = by_id.get(id(resource))
     if group is None:
-        group = by_id[id(resource)] = grouped.setdefault(resource, {})
+        key = _resource_facts(resource)[0]
+        found = grouped.get(key)
+        if found is None:
+            found = grouped[key] = (resource, {})
+        group = by_id[id(resource)] = found[1]
     return group
 
 
 def _resources(
-    grouped: dict[Any, dict[Any, list[dict[str, Any]]]], scopes_field: str, items_field: str, *, scope_always: bool
+    grouped: Iterable[tuple[Any, dict[Any, list[Any]]]], scopes_field: str, items_field: str, *, scope_always: bool
 ) -> list[dict[str, Any]]:
-    """The ResourceLogs / ResourceSpans entries of records grouped by resource, then scope. The
-    SDK's log encoder writes a scope message even without a scope, its span encoder does not."""
+    """The ResourceLogs / ResourceSpans entries of records grouped by resource, then scope
+    (``(resource, {scope: records})`` pairs). The SDK's log encoder writes a scope message even
+    without a scope, its span encoder does not."""
     out = []
-    for resource, scopes in grouped.items():
+    for resource, scopes in grouped:
         entries = []
         for scope, items in scopes.items():
             entry: dict[str, Any] = {"scope": _scope(scope)} if scope_always or scope is not None else {}
@@ -260,8 +283,8 @@ def logs_to_otlp_json(batch: Sequence[ReadableLogRecord]) -> str:
     folder. Anything unusual (other value types, empty keys) takes the protobuf path.
     """
     try:
-        grouped: dict[Any, dict[Any, list[dict[str, Any]]]] = {}
-        by_id: dict[int, dict[Any, list[dict[str, Any]]]] = {}
+        grouped: dict[Any, tuple[Any, dict[Any, list[Any]]]] = {}
+        by_id: dict[int, dict[Any, list[Any]]] = {}
         bodies: list[str] = []  # float-only bodies, as text, put in place of their placeholders
         token = os.urandom(6).hex()
         for readable in batch:
@@ -273,7 +296,7 @@ def logs_to_otlp_json(batch: Sequence[ReadableLogRecord]) -> str:
                 record["body"] = f"\x00otel-rl body {token} {len(bodies)}\x00"
                 bodies.append(text)
             _group(grouped, by_id, readable.resource).setdefault(scope, []).append(record)
-        line = _dumps({"resourceLogs": _resources(grouped, "scopeLogs", "logRecords", scope_always=True)})
+        line = _dumps({"resourceLogs": _resources(grouped.values(), "scopeLogs", "logRecords", scope_always=True)})
         if not bodies:
             return line
         # One pass: cut at each placeholder (NULs and a random token: no user string reads the same).
@@ -435,8 +458,8 @@ def spans_to_otlp_json(spans: Sequence[ReadableSpan]) -> str:
     same JSON as ``to_otlp_json(encode_spans(spans))`` (a test holds them equal), several times
     faster. Anything unusual takes the protobuf path."""
     try:
-        grouped: dict[Any, dict[Any, list[dict[str, Any]]]] = {}
-        by_id: dict[int, dict[Any, list[dict[str, Any]]]] = {}
+        grouped: dict[Any, tuple[Any, dict[Any, list[Any]]]] = {}
+        by_id: dict[int, dict[Any, list[Any]]] = {}
         for span in spans:
             scope = span.instrumentation_scope or None
             fragment = _Fragment
@@ -444,146 +467,6 @@ def spans_to_otlp_json(spans: Sequence[ReadableSpan]) -> str:
             _group(grouped, by_id, span.resource).setdefault(scope, []).append(
                 _span(span) if text is None or fragment is None else fragment(text)
             )
-        return _dumps({"resourceSpans": _resources(grouped, "scopeSpans", "spans", scope_always=False)})
+        return _dumps({"resourceSpans": _resources(grouped.values(), "scopeSpans", "spans", scope_always=False)})
     except (_NotPlain, KeyError, AttributeError, TypeError, ValueError, OverflowError, *_ENCODE_ERRORS):
         return to_otlp_json(encode_spans(spans))
-
-
-def _double(value: float) -> Any:
-    return value if value - value == 0 else _NON_FINITE[repr(float(value))]
-
-
-# Each series' encoded attributes, kept across exports: a series' attributes object lives as long
-# as the series (otel-rl's latest values and the SDK's aggregations hold one per series), so it is
-# encoded once, not at every export. An entry holds the object (its id cannot be reused while
-# cached) and a snapshot of its items, so an attributes dict changed in place is encoded again
-# (all but a value swapped for an equal one of another type, True for 1: the SDK's own series key,
-# frozenset(attributes.items()), does not tell those apart either).
-_SERIES_ATTRIBUTES: dict[int, tuple[Any, tuple[tuple[Any, Any], ...], list[dict[str, Any]]]] = {}
-_SERIES_ATTRIBUTES_MAX = 20_000  # a bound for callers that build new attributes per export
-
-
-def _point_attributes(attributes: Any) -> list[dict[str, Any]]:
-    items = tuple(attributes.items())
-    found = _SERIES_ATTRIBUTES.get(id(attributes))
-    if found is not None and found[0] is attributes and found[1] == items:
-        return found[2]
-    encoded = _attributes(attributes)
-    if len(_SERIES_ATTRIBUTES) >= _SERIES_ATTRIBUTES_MAX:
-        _SERIES_ATTRIBUTES.clear()
-    _SERIES_ATTRIBUTES[id(attributes)] = (attributes, items, encoded)
-    return encoded
-
-
-# Fields in proto field-number order, as MessageToDict writes them.
-def _number_point(point: Any, with_start: bool) -> dict[str, Any]:
-    if point.exemplars:
-        raise _NotPlain("exemplars")
-    out: dict[str, Any] = {}
-    if with_start and point.start_time_unix_nano:
-        out["startTimeUnixNano"] = str(point.start_time_unix_nano)
-    if point.time_unix_nano:
-        out["timeUnixNano"] = str(point.time_unix_nano)
-    value = point.value
-    if type(value) is float:
-        out["asDouble"] = _double(value)
-    elif type(value) is int:
-        out["asInt"] = str(value)
-    else:
-        raise _NotPlain(type(value).__name__)
-    if point.attributes:
-        out["attributes"] = _point_attributes(point.attributes)
-    return out
-
-
-# A histogram's bucket bounds, encoded once: a tuple (immutable) is shared by every point of its
-# metric and kept while cached, so its id stays its own.
-_BOUNDS: dict[int, tuple[tuple[float, ...], list[Any]]] = {}
-
-
-def _bounds(bounds: Any) -> list[Any]:
-    found = _BOUNDS.get(id(bounds))
-    if found is not None and found[0] is bounds:
-        return found[1]
-    encoded = [_double(float(b)) for b in bounds]
-    if type(bounds) is tuple:
-        if len(_BOUNDS) >= _SERIES_ATTRIBUTES_MAX:
-            _BOUNDS.clear()
-        _BOUNDS[id(bounds)] = (bounds, encoded)
-    return encoded
-
-
-def _histogram_point(point: Any) -> dict[str, Any]:
-    if point.exemplars:
-        raise _NotPlain("exemplars")
-    out: dict[str, Any] = {}
-    if point.start_time_unix_nano:
-        out["startTimeUnixNano"] = str(point.start_time_unix_nano)
-    if point.time_unix_nano:
-        out["timeUnixNano"] = str(point.time_unix_nano)
-    if point.count:
-        out["count"] = str(point.count)
-    if point.sum is not None:
-        out["sum"] = _double(float(point.sum))
-    counts = point.bucket_counts
-    if len(counts):
-        out["bucketCounts"] = list(map(str, map(int, counts.tolist() if hasattr(counts, "tolist") else counts)))
-    if len(point.explicit_bounds):
-        out["explicitBounds"] = _bounds(point.explicit_bounds)
-    if point.attributes:
-        out["attributes"] = _point_attributes(point.attributes)
-    if point.min is not None:
-        out["min"] = _double(float(point.min))
-    if point.max is not None:
-        out["max"] = _double(float(point.max))
-    return out
-
-
-def _metric(metric: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {"name": metric.name} if metric.name else {}
-    if metric.description:
-        out["description"] = metric.description
-    if metric.unit:
-        out["unit"] = metric.unit
-    data, kind = metric.data, type(metric.data)
-    if not data.data_points:
-        raise _NotPlain("no data points")
-    if kind is Gauge:
-        out["gauge"] = {"dataPoints": [_number_point(p, False) for p in data.data_points]}
-    elif kind is Sum:
-        body: dict[str, Any] = {"dataPoints": [_number_point(p, True) for p in data.data_points]}
-        if int(data.aggregation_temporality):
-            body["aggregationTemporality"] = int(data.aggregation_temporality)
-        if data.is_monotonic:
-            body["isMonotonic"] = True
-        out["sum"] = body
-    elif kind is Histogram:
-        body = {"dataPoints": [_histogram_point(p) for p in data.data_points]}
-        if int(data.aggregation_temporality):
-            body["aggregationTemporality"] = int(data.aggregation_temporality)
-        out["histogram"] = body
-    else:
-        raise _NotPlain(kind.__name__)
-    return out
-
-
-def metrics_to_otlp_json(metrics_data: MetricsData) -> str:
-    """An ExportMetricsServiceRequest for ``metrics_data`` as OTLP/JSON, built straight from it.
-
-    The same JSON as ``to_otlp_json(encode_metrics(metrics_data))`` (a test holds them equal),
-    several times faster: a replayed log carries one point per step and series. Gauges, sums and
-    explicit-bucket histograms without exemplars take this path; anything else the protobuf one.
-    """
-    try:
-        grouped: dict[Any, dict[Any, list[dict[str, Any]]]] = {}
-        for resource_metrics in metrics_data.resource_metrics:
-            scopes = grouped[resource_metrics.resource] = {}
-            for scope_metrics in resource_metrics.scope_metrics:
-                entry: dict[str, Any] = {"scope": _scope(scope_metrics.scope), "metrics": [_metric(m) for m in scope_metrics.metrics]}
-                if scope_metrics.scope.schema_url:
-                    entry["schemaUrl"] = scope_metrics.scope.schema_url
-                scopes[scope_metrics.scope] = entry  # type: ignore[assignment]
-        resource_entries = [_resource_entry(resource, "scopeMetrics", list(scopes.values())) for resource, scopes in grouped.items()]
-        return _dumps({"resourceMetrics": resource_entries})
-    except (_NotPlain, KeyError, AttributeError, TypeError, ValueError, *_ENCODE_ERRORS):
-        return to_otlp_json(encode_metrics(metrics_data))

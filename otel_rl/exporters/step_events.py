@@ -99,7 +99,7 @@ class StepEventWriter(PendingRecords):
         self._out = exporter.lines
         marker = "\x00otel-rl record\x00"
         records: list[Any] = [marker]  # where the records go: the SDK path's wrapper, cut around it
-        wrapper = orjson.dumps({"resourceLogs": _resources({resource: {scope: records}}, "scopeLogs", "logRecords", scope_always=True)})
+        wrapper = orjson.dumps({"resourceLogs": _resources([(resource, {scope: records})], "scopeLogs", "logRecords", scope_always=True)})
         self._head, _, self._tail = wrapper.partition(orjson.dumps(marker))
         self._severity = b'","severityNumber":' + str(_SEVERITY_INFO).encode() + b',"body":'
         self._event_tail = b',"eventName":' + orjson.dumps(event_name) + b"}"

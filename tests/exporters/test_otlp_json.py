@@ -29,6 +29,7 @@ from opentelemetry.sdk.metrics.export import AggregationTemporality, MetricExpor
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from otel_rl.exporters import OtlpJsonLogExporter, OtlpJsonMetricExporter, OtlpJsonSpanExporter
 from otel_rl.exporters.otlp_json import to_otlp_json
@@ -619,7 +620,7 @@ def test_a_series_attributes_changed_in_place_are_encoded_again():
 def test_stamped_replay_points_take_the_direct_path(monkeypatch, make_telemetry):
     """A metrics_at_log_time export (gauges, sums and histograms, one point per step) never needs protobuf."""
     import otel_rl.exporters.otlp_json as module
-    import otel_rl.exporters.otlp_json_encoders as encoders
+    import otel_rl.exporters.otlp_json_metrics as encoders
 
     exported = []
     real = module.metrics_to_otlp_json
@@ -713,3 +714,34 @@ def test_step_spans_take_the_direct_path(tmp_path, monkeypatch):
     expected = json.loads(module.to_otlp_json(module.encode_spans(spans)))
     monkeypatch.setattr(module, "encode_spans", lambda s: (_ for _ in ()).throw(AssertionError("protobuf path")))
     assert json.loads(module.spans_to_otlp_json(spans)) == expected
+
+
+def test_equal_resources_share_one_entry_whatever_their_order_as_the_protobuf_path_groups_them():
+    from opentelemetry._logs import LogRecord as SdkLogRecord
+    from opentelemetry.exporter.otlp.proto.common._log_encoder import encode_logs
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+    from opentelemetry.sdk._logs import ReadableLogRecord
+
+    from otel_rl.exporters.otlp_json import logs_to_otlp_json, spans_to_otlp_json
+
+    rank1 = {"service.name": "s", A.RL_RANK: 1}
+    resources = [
+        Resource(rank1),
+        Resource(dict(reversed(list(rank1.items())))),  # equal, another object, its keys in the other order
+        Resource({"service.name": "s", A.RL_RANK: 2}),  # another rank
+        Resource(rank1, "https://schema"),  # the same attributes, another schema URL
+    ]
+    spans = []
+    for resource in resources:
+        memory = InMemorySpanExporter()
+        provider = TracerProvider(resource=resource)
+        provider.add_span_processor(SimpleSpanProcessor(memory))
+        with provider.get_tracer("otel_rl").start_as_current_span("rl.step"):
+            pass
+        spans += memory.get_finished_spans()
+    direct = json.loads(spans_to_otlp_json(spans))
+    assert direct == json.loads(to_otlp_json(encode_spans(spans)))
+    assert [len(rs["scopeSpans"][0]["spans"]) for rs in direct["resourceSpans"]] == [2, 1, 1]
+    records = [ReadableLogRecord(SdkLogRecord(body="b", event_name="e"), resource=resource) for resource in resources]
+    assert json.loads(logs_to_otlp_json(records)) == json.loads(to_otlp_json(encode_logs(records)))
+    assert len(json.loads(logs_to_otlp_json(records))["resourceLogs"]) == 3
