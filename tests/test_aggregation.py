@@ -45,8 +45,7 @@ def test_latest_values_keep_the_last_set_and_accumulate_adds():
     latest.add("c", (), 1)
     latest.add("c", (), 2)
     assert latest.get("g", (("a", "1"),)) == 2.0 and latest.get("c") == 3
-    observations = list(latest.callback("g")(None))
-    assert [(o.value, dict(o.attributes)) for o in observations] == [(2.0, {"a": "1"})]
+    assert [(slot[0], slot[1]) for slot in latest.series("g").values()] == [(2.0, {"a": "1"})]
 
 
 def _row(latest: LatestValues, series: list[tuple[str, tuple]], scaled: list[tuple[int, float]] = ()) -> SlotRow:
@@ -60,7 +59,7 @@ def test_a_deferred_step_is_stored_converted_when_read():
     row = _row(latest, [("g", (("k", "a"),)), ("h", ())], scaled=[(1, 1e-3)])
     latest.defer(row, [1.5, 2500.0])
     assert latest.series("h")[()][0] == 0.0  # nothing written per step ...
-    assert [(o.value, dict(o.attributes)) for o in latest.callback("g")(None)] == [(1.5, {"k": "a"})]  # ... until read
+    assert latest.get("g", (("k", "a"),)) == 1.5  # ... until read
     assert latest.get("h") == 2500.0 * 1e-3
     latest.defer(row, [3.0, 1000.0])
     latest.defer(row, [4.0, 2000.0])  # only the latest step of a key set is kept

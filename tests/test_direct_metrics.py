@@ -6,6 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import logging
+
+import pytest
+from opentelemetry.metrics import Observation
 from opentelemetry.sdk.metrics import MeterProvider, ObservableCounter, ObservableUpDownCounter
 from opentelemetry.sdk.metrics.export import AggregationTemporality, Gauge, InMemoryMetricReader, Metric, Sum
 
@@ -38,7 +42,9 @@ def _shape(metrics: list[Metric]) -> dict[str, Any]:
     return out
 
 
-def _sdk_export(latest: LatestValues, temporality: dict[type, AggregationTemporality] | None = None) -> InMemoryMetricReader:
+def _sdk_export(
+    latest: LatestValues, temporality: dict[type, AggregationTemporality] | None = None, probes: dict[str, Any] | None = None
+) -> InMemoryMetricReader:
     reader = InMemoryMetricReader(preferred_temporality=temporality or {})
     meter = MeterProvider(metric_readers=[reader]).get_meter("t")
     create = {
@@ -47,14 +53,16 @@ def _sdk_export(latest: LatestValues, temporality: dict[type, AggregationTempora
         "updowncounter": meter.create_observable_up_down_counter,
     }
     for name, instrument in DECLARED.items():
-        create[instrument](name, callbacks=[latest.callback(name)], unit="1", description=f"about {name}")
+        probe = (probes or {}).get(name)
+        callbacks = [latest.callback(name)] + ([probe] if probe else [])
+        create[instrument](name, callbacks=callbacks, unit="1", description=f"about {name}")
     return reader
 
 
-def _direct(latest: LatestValues) -> DirectMetrics:
+def _direct(latest: LatestValues, probes: dict[str, Any] | None = None) -> DirectMetrics:
     direct = DirectMetrics(latest)
     for name, instrument in DECLARED.items():
-        direct.declare(name, instrument, f"about {name}", "1")
+        direct.declare(name, instrument, f"about {name}", "1", (probes or {}).get(name))
     return direct
 
 
@@ -94,3 +102,55 @@ def test_an_exporter_preferring_deltas_gets_what_came_since_its_last_export() ->
     assert rounds == [100.0, 40.0, 0.0]
     sums = [m.data for m in ours if isinstance(m.data, Sum)]
     assert all(s.aggregation_temporality == AggregationTemporality.DELTA for s in sums)
+
+
+class _Readings:
+    """A probe as the process and NVML probes are: a callback read at each export, its reading new each time."""
+
+    def __init__(self, *attributes: dict[str, str]) -> None:
+        self.reads = 0
+        self.attributes = attributes
+
+    def __call__(self, _options):
+        self.reads += 1
+        return [Observation(10.0 * self.reads + i, attrs) for i, attrs in enumerate(self.attributes)]
+
+
+def test_a_probed_metric_exports_what_the_sdks_instrument_with_the_probe_exported() -> None:
+    def probes() -> dict[str, Any]:
+        return {"rl.queue.depth": _Readings({"rl.cluster": "train"}, {"rl.cluster": "eval"}), "rl.reward.mean": _Readings({})}
+
+    sdk_latest, our_latest = _latest(), _latest()
+    reader, direct = _sdk_export(sdk_latest, probes=probes()), _direct(our_latest, probes())
+    for _ in range(2):  # each export reads the probes again
+        assert _shape(direct.to_metrics(None)) == _shape(_sdk_metrics(reader))
+    depth = our_latest.series("rl.queue.depth")
+    assert {attrs: slot[0] for attrs, slot in depth.items()} == {
+        (("rl.cluster", "rollout"),): 3.0,  # logged
+        (("rl.cluster", "train"),): 20.0,  # the probe's second reading
+        (("rl.cluster", "eval"),): 21.0,
+    }
+
+
+def test_a_probes_reading_replaces_a_logged_value_of_the_same_series() -> None:
+    # (The SDK's up-down counter added the two observations of one series in a collection: a double count.)
+    latest = _latest()
+    direct = _direct(latest, {"rl.queue.depth": _Readings({"rl.cluster": "rollout"})})
+    depth = next(m for m in direct.to_metrics(None) if m.name == "rl.queue.depth")
+    assert [(dict(p.attributes), p.value) for p in depth.data.data_points] == [({"rl.cluster": "rollout"}, 10.0)]
+
+
+def test_a_failing_probe_is_said_once_and_the_rest_is_exported(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="otel_rl")
+
+    def broken(_options):
+        raise OSError("/proc is gone")
+
+    latest = _latest()
+    direct = _direct(latest, {"rl.reward.mean": broken, "rl.queue.depth": _Readings({"rl.cluster": "rollout"})})
+    for _ in range(3):
+        names = {m.name for m in direct.to_metrics(None)}
+    assert names == set(DECLARED)  # the broken probe's metric keeps its logged series
+    said = [r.getMessage() for r in caplog.records if "rl.reward.mean" in r.getMessage()]
+    assert len(said) == 1 and "/proc is gone" in said[0]
+    assert latest.get("rl.queue.depth", (("rl.cluster", "rollout"),)) == 10.0 * 3

@@ -49,6 +49,7 @@ from otel_rl.detect.detectors import build_alert_engine
 from otel_rl.exporters.files import rank_file_name
 from otel_rl.semconv import BUCKETS, METRICS
 from otel_rl.semconv import attributes as A
+from otel_rl.semconv import metrics as M
 from otel_rl.semconv import names as N
 from otel_rl.trackers.fanout import TrackerLogExporter, build_fanout
 
@@ -208,22 +209,18 @@ class Telemetry(SampleLogging):
 
     # -- setup ----------------------------------------------------------------------------------
     def _register_instruments(self, extra: dict[str, Any]) -> None:
-        """The registry's gauges and counters: read from the latest values by each export, except
-        those a probe also observes at collection time (process, GPU), which stay SDK instruments."""
-        meter = self._meter
-        create = {
-            "gauge": meter.create_observable_gauge,
-            "counter": meter.create_observable_counter,
-            "updowncounter": meter.create_observable_up_down_counter,
-        }
+        """The registry's gauges and counters: read from the latest values by each export, those a
+        probe observes (process, GPU) after its callback stored its reading. The process's CPU stays
+        an SDK instrument: the SDK's reader calls the exporter only when its own collection has a
+        point, and this one (always read, one series) keeps it from being empty."""
         for mdef in METRICS.values():
             if mdef.instrument == "histogram":
                 continue
-            if mdef.name in extra:
+            if mdef.name == M.PROCESS_CPU_UTILIZATION:
                 callbacks = [self._latest.callback(mdef.name), extra[mdef.name]]
-                create[mdef.instrument](mdef.name, callbacks=callbacks, unit=mdef.unit, description=mdef.brief)
+                self._meter.create_observable_gauge(mdef.name, callbacks=callbacks, unit=mdef.unit, description=mdef.brief)
             else:
-                self._direct.declare(mdef.name, mdef.instrument, mdef.brief, mdef.unit)
+                self._direct.declare(mdef.name, mdef.instrument, mdef.brief, mdef.unit, extra.get(mdef.name))
 
     def _write_run_info(self) -> None:
         if not self.config.file_enabled:
