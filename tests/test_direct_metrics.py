@@ -4,9 +4,8 @@ attributes and values; deltas for an exporter that prefers them."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import logging
+from typing import Any
 
 import pytest
 from opentelemetry.metrics import Observation
