@@ -153,3 +153,13 @@ def test_a_failing_probe_is_said_once_and_the_rest_is_exported(caplog: pytest.Lo
     said = [r.getMessage() for r in caplog.records if "rl.reward.mean" in r.getMessage()]
     assert len(said) == 1 and "/proc is gone" in said[0]
     assert latest.get("rl.queue.depth", (("rl.cluster", "rollout"),)) == 10.0 * 3
+
+
+def test_a_probes_whole_number_stays_an_int_as_the_sdk_exported_it() -> None:
+    def rss(_options):
+        return [Observation(75_227_136)]  # bytes, as psutil reads them
+
+    latest = LatestValues()
+    ours = _direct(latest, {"rl.queue.depth": rss}).to_metrics(None)
+    sdk = _sdk_metrics(_sdk_export(LatestValues(), probes={"rl.queue.depth": rss}))
+    assert [type(m.data.data_points[0].value) for m in ours] == [type(m.data.data_points[0].value) for m in sdk] == [int]

@@ -63,7 +63,7 @@ class DirectMetrics:
             try:
                 for observation in probe(CallbackOptions()):
                     attributes = observation.attributes
-                    latest.set(metric, tuple(sorted(attributes.items())) if attributes else (), float(observation.value))
+                    latest.set(metric, tuple(sorted(attributes.items())) if attributes else (), observation.value)
             except Exception as exc:  # a probe that fails is skipped this export, said once
                 if metric not in self._failed_probes:
                     self._failed_probes.add(metric)
