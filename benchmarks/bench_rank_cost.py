@@ -86,7 +86,8 @@ if way == "bare":
 elif way == "floor":
     import collections, orjson
     queue, woken = collections.deque(), threading.Event()
-    out = open(os.path.join(run_dir, "floor.jsonl"), "ab") if os.makedirs(run_dir, exist_ok=True) is None else None
+    os.makedirs(run_dir, exist_ok=True)
+    out = open(os.path.join(run_dir, "floor.jsonl"), "ab")
 
     def write_steps():
         while True:
