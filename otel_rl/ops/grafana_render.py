@@ -63,7 +63,8 @@ class QueryAPI:
         return self._get("/api/v1/query", {"query": expr, "time": f"{at:.3f}"})["result"]
 
     def query_range(self, expr: str, start: float, end: float, step: float) -> list[dict[str, Any]]:
-        return self._get("/api/v1/query_range", {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}s"})[
+        # step in plain seconds: Prometheus refuses a fractional duration with a unit ("1.007s")
+        return self._get("/api/v1/query_range", {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"})[
             "result"
         ]
 

@@ -181,6 +181,15 @@ def test_prometheus_parses_and_answers_every_panel_query_from_the_scraped_gatewa
             assert window.run in answer["data"]
 
 
+def test_both_stores_take_a_range_step_of_a_fraction_of_a_second(stack, demo_run: DemoRun) -> None:
+    """A run's window gives a step rounded to the millisecond (RunWindow.span), e.g. 1.007 s:
+    Prometheus refused it written as a duration ("1.007s")."""
+    end = time.time()
+    for store in ("prometheus", "victoria_metrics"):
+        answer = R.QueryAPI(stack.endpoints[store]).query_range("vector(1)", end - 60, end, 1.007)
+        assert answer and len(answer[0]["values"]) >= 50, (store, answer)
+
+
 def test_the_boards_render_from_the_run(stack, demo_run: DemoRun, tmp_path: Path) -> None:
     from PIL import Image
 
