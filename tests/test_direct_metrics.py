@@ -14,6 +14,8 @@ from opentelemetry.sdk.metrics.export import AggregationTemporality, Gauge, InMe
 
 from otel_rl._sdk.pipeline.aggregation import LatestValues
 from otel_rl._sdk.pipeline.direct_metrics import DirectMetrics
+from otel_rl.semconv import attributes as A
+from otel_rl.semconv import metrics as M
 
 DECLARED = {  # metric -> instrument
     "rl.reward.mean": "gauge",
@@ -117,26 +119,26 @@ class _Readings:
 
 def test_a_probed_metric_exports_what_the_sdks_instrument_with_the_probe_exported() -> None:
     def probes() -> dict[str, Any]:
-        return {"rl.queue.depth": _Readings({"rl.cluster": "train"}, {"rl.cluster": "eval"}), "rl.reward.mean": _Readings({})}
+        return {M.RL_QUEUE_DEPTH: _Readings({A.RL_CLUSTER: "train"}, {A.RL_CLUSTER: "eval"}), "rl.reward.mean": _Readings({})}
 
     sdk_latest, our_latest = _latest(), _latest()
     reader, direct = _sdk_export(sdk_latest, probes=probes()), _direct(our_latest, probes())
     for _ in range(2):  # each export reads the probes again
         assert _shape(direct.to_metrics(None)) == _shape(_sdk_metrics(reader))
-    depth = our_latest.series("rl.queue.depth")
+    depth = our_latest.series(M.RL_QUEUE_DEPTH)
     assert {attrs: slot[0] for attrs, slot in depth.items()} == {
-        (("rl.cluster", "rollout"),): 3.0,  # logged
-        (("rl.cluster", "train"),): 20.0,  # the probe's second reading
-        (("rl.cluster", "eval"),): 21.0,
+        ((A.RL_CLUSTER, "rollout"),): 3.0,  # logged
+        ((A.RL_CLUSTER, "train"),): 20.0,  # the probe's second reading
+        ((A.RL_CLUSTER, "eval"),): 21.0,
     }
 
 
 def test_a_probes_reading_replaces_a_logged_value_of_the_same_series() -> None:
     # (The SDK's up-down counter added the two observations of one series in a collection: a double count.)
     latest = _latest()
-    direct = _direct(latest, {"rl.queue.depth": _Readings({"rl.cluster": "rollout"})})
-    depth = next(m for m in direct.to_metrics(None) if m.name == "rl.queue.depth")
-    assert [(dict(p.attributes), p.value) for p in depth.data.data_points] == [({"rl.cluster": "rollout"}, 10.0)]
+    direct = _direct(latest, {M.RL_QUEUE_DEPTH: _Readings({A.RL_CLUSTER: "rollout"})})
+    depth = next(m for m in direct.to_metrics(None) if m.name == M.RL_QUEUE_DEPTH)
+    assert [(dict(p.attributes), p.value) for p in depth.data.data_points] == [({A.RL_CLUSTER: "rollout"}, 10.0)]
 
 
 def test_a_failing_probe_is_said_once_and_the_rest_is_exported(caplog: pytest.LogCaptureFixture) -> None:
@@ -146,13 +148,13 @@ def test_a_failing_probe_is_said_once_and_the_rest_is_exported(caplog: pytest.Lo
         raise OSError("/proc is gone")
 
     latest = _latest()
-    direct = _direct(latest, {"rl.reward.mean": broken, "rl.queue.depth": _Readings({"rl.cluster": "rollout"})})
+    direct = _direct(latest, {"rl.reward.mean": broken, M.RL_QUEUE_DEPTH: _Readings({A.RL_CLUSTER: "rollout"})})
     for _ in range(3):
         names = {m.name for m in direct.to_metrics(None)}
     assert names == set(DECLARED)  # the broken probe's metric keeps its logged series
     said = [r.getMessage() for r in caplog.records if "rl.reward.mean" in r.getMessage()]
     assert len(said) == 1 and "/proc is gone" in said[0]
-    assert latest.get("rl.queue.depth", (("rl.cluster", "rollout"),)) == 10.0 * 3
+    assert latest.get(M.RL_QUEUE_DEPTH, ((A.RL_CLUSTER, "rollout"),)) == 10.0 * 3
 
 
 def test_a_probes_whole_number_stays_an_int_as_the_sdk_exported_it() -> None:
@@ -160,6 +162,6 @@ def test_a_probes_whole_number_stays_an_int_as_the_sdk_exported_it() -> None:
         return [Observation(75_227_136)]  # bytes, as psutil reads them
 
     latest = LatestValues()
-    ours = _direct(latest, {"rl.queue.depth": rss}).to_metrics(None)
-    sdk = _sdk_metrics(_sdk_export(LatestValues(), probes={"rl.queue.depth": rss}))
+    ours = _direct(latest, {M.RL_QUEUE_DEPTH: rss}).to_metrics(None)
+    sdk = _sdk_metrics(_sdk_export(LatestValues(), probes={M.RL_QUEUE_DEPTH: rss}))
     assert [type(m.data.data_points[0].value) for m in ours] == [type(m.data.data_points[0].value) for m in sdk] == [int]

@@ -24,6 +24,7 @@ from otel_rl._sdk.spans.propagation import extract_context
 from otel_rl._version import __version__
 from otel_rl.exporters.otlp_json import OtlpJsonSpanExporter, spans_to_otlp_json
 from otel_rl.runs.folder import read_spans
+from otel_rl.semconv import names as N
 
 T0 = 1_700_000_000_000_000_000
 RESOURCE = Resource.create({"service.name": "light", "rl.run.id": "run-1", "rl.rank": 3})
@@ -246,4 +247,6 @@ def test_with_no_span_processor_spans_are_timed_but_never_built(make_telemetry, 
     with filed.step(1), filed.stage("generate"):
         pass
     filed.flush()
-    assert sorted(built) == ["rl.generate", "rl.step"]  # a destination: built as before
+    assert sorted(built) == sorted(
+        [N.RL_STAGE_SPAN_TEMPLATE.replace("<stage>", "generate"), N.RL_STEP_SPAN]
+    )  # a destination: built as before

@@ -19,6 +19,7 @@ import pytest
 import otel_rl
 from otel_rl._sdk.export.file_exports import QueuedLogExport
 from otel_rl._sdk.export.shutdown import shutdown_within
+from otel_rl._sdk.spool.store import LOGS
 from otel_rl.runs.folder import read_log_records, read_metrics
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import metrics as M
@@ -147,10 +148,10 @@ def test_a_final_export_cut_off_at_the_deadline_says_how_many_records_it_held(ca
     queued = QueuedLogExport(stuck)
     queued.export(["event"] * 7)
     try:
-        unfinished = shutdown_within({"logs": [queued]}, 0.2, ["files in run"], held=lambda signal: queued.held)
+        unfinished = shutdown_within({LOGS: [queued]}, 0.2, ["files in run"], held=lambda signal: queued.held)
     finally:
         stuck.release.set()
-    assert unfinished == ["logs"]
+    assert unfinished == [LOGS]
     said = [r.getMessage() for r in caplog.records if "were not delivered" in r.getMessage()]
     assert len(said) == 1 and "files in run" in said[0]
     found = _HELD_LOGS.search(said[0])

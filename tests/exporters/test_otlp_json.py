@@ -724,11 +724,11 @@ def test_equal_resources_share_one_entry_whatever_their_order_as_the_protobuf_pa
 
     from otel_rl.exporters.otlp_json import logs_to_otlp_json, spans_to_otlp_json
 
-    rank1 = {"service.name": "s", A.RL_RANK: 1}
+    rank1 = {A.SERVICE_NAME: "s", A.RL_RANK: 1}
     resources = [
         Resource(rank1),
         Resource(dict(reversed(list(rank1.items())))),  # equal, another object, its keys in the other order
-        Resource({"service.name": "s", A.RL_RANK: 2}),  # another rank
+        Resource({A.SERVICE_NAME: "s", A.RL_RANK: 2}),  # another rank
         Resource(rank1, "https://schema"),  # the same attributes, another schema URL
     ]
     spans = []
