@@ -323,6 +323,11 @@ _INTERNAL, _UNSET = SpanKind.INTERNAL, StatusCode.UNSET
 # span of a step): attributes keyed by (key, type, value) for strings, ints and bools; cleared when full.
 _SPAN_TEXT: dict[Any, str] = {}
 _SPAN_TEXT_LIMIT = 4096
+_INT_HEADS: dict[Any, str] = {}  # an int attribute's text before its digits, by key (see _int_head)
+# The text of a batch around its spans, for a batch whose spans share one resource and one scope
+# (every batch of otel-rl's own spans), by the two objects' ids: (resource, scope, before, after).
+_ENVELOPES: dict[tuple[int, int], tuple[Any, Any, str, str]] = {}
+_ENVELOPES_MAX = 256
 
 
 def _span_flags(context: Any) -> int:
@@ -339,6 +344,16 @@ def _remember(memo: Any, text: str) -> str:
         _SPAN_TEXT.clear()
     _SPAN_TEXT[memo] = text
     return text
+
+
+def _int_head(key: Any) -> str:
+    """``'{"key":"<key>","value":{"intValue":"'``: an int attribute's text up to its digits."""
+    text = _dumps(_key_value(key, 0))
+    head = text[: -len('0"}}')]
+    if len(_INT_HEADS) >= _SPAN_TEXT_LIMIT:
+        _INT_HEADS.clear()
+    _INT_HEADS[key] = head
+    return head
 
 
 def _span_text(span: ReadableSpan) -> str | None:
@@ -369,7 +384,10 @@ def _span_text(span: ReadableSpan) -> str | None:
         texts = []
         for key, value in attributes.items():
             kind = type(value)
-            if kind is str or kind is int or kind is bool:
+            if kind is int:  # rl.step, new at every step: its key's text once, the number each time
+                head = _INT_HEADS.get(key)
+                texts.append((head if head is not None else _int_head(key)) + str(value) + '"}}')
+            elif kind is str or kind is bool:
                 memo = (key, kind, value)
                 known = _SPAN_TEXT.get(memo)
                 texts.append(known if known is not None else _remember(memo, _dumps(_key_value(key, value))))
@@ -458,6 +476,10 @@ def spans_to_otlp_json(spans: Sequence[ReadableSpan]) -> str:
     same JSON as ``to_otlp_json(encode_spans(spans))`` (a test holds them equal), several times
     faster. Anything unusual takes the protobuf path."""
     try:
+        if _Fragment is not None and spans:
+            line = _one_envelope_line(spans)
+            if line is not None:
+                return line
         grouped: dict[Any, tuple[Any, dict[Any, list[Any]]]] = {}
         by_id: dict[int, dict[Any, list[Any]]] = {}
         for span in spans:
@@ -470,3 +492,37 @@ def spans_to_otlp_json(spans: Sequence[ReadableSpan]) -> str:
         return _dumps({"resourceSpans": _resources(grouped.values(), "scopeSpans", "spans", scope_always=False)})
     except (_NotPlain, KeyError, AttributeError, TypeError, ValueError, OverflowError, *_ENCODE_ERRORS):
         return to_otlp_json(encode_spans(spans))
+
+
+def _one_envelope_line(spans: Sequence[ReadableSpan]) -> str | None:
+    """The batch's line when every span shares the first one's resource and scope and is written as
+    text (:func:`_span_text`): the envelope's text, made once, around the spans' texts joined; the
+    same text :func:`spans_to_otlp_json` dumps from its tree. None for any other batch."""
+    first = spans[0]
+    resource, scope = first.resource, first.instrumentation_scope or None
+    texts = []
+    for span in spans:
+        if span.resource is not resource or (span.instrumentation_scope or None) is not scope:
+            return None
+        text = _span_text(span)
+        if text is None:
+            return None
+        texts.append(text)
+    found = _ENVELOPES.get((id(resource), id(scope)))
+    if found is None or found[0] is not resource or found[1] is not scope:
+        found = _envelope(resource, scope)
+    return found[2] + ",".join(texts) + found[3]
+
+
+def _envelope(resource: Any, scope: Any) -> tuple[Any, Any, str, str]:
+    """The text of a one-resource, one-scope batch before and after its spans: the tree of such a
+    batch without spans, dumped and cut at its empty span list (the one ``"spans":[]`` in it: a
+    string inside the resource's or scope's attributes has its quotes escaped)."""
+    text = _dumps({"resourceSpans": _resources([(resource, {scope: []})], "scopeSpans", "spans", scope_always=False)})
+    before, empty, after = text.partition('"spans":[]')
+    if not empty or '"spans":[]' in after:
+        raise _NotPlain("envelope")
+    if len(_ENVELOPES) >= _ENVELOPES_MAX:
+        _ENVELOPES.clear()
+    found = _ENVELOPES[(id(resource), id(scope))] = (resource, scope, before + '"spans":[', "]" + after)
+    return found

@@ -716,6 +716,28 @@ def test_step_spans_take_the_direct_path(tmp_path, monkeypatch):
     assert json.loads(module.spans_to_otlp_json(spans)) == expected
 
 
+@pytest.mark.parametrize("scope_name", [None, "otel_rl"])
+def test_a_one_resource_batch_is_written_around_its_envelope_as_the_tree_would_be(monkeypatch, scope_name):
+    import otel_rl.exporters.otlp_json_encoders as module
+
+    # A resource and a scope with schema URLs, and texts that read like the envelope's cut.
+    resource = Resource({A.SERVICE_NAME: 's"p\u00e9', "note": '"spans":[]'}, "https://schema/r")
+    memory = InMemorySpanExporter()
+    provider = TracerProvider(resource=resource)
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracer = provider.get_tracer(scope_name, "1.0", "https://schema/s") if scope_name else provider.get_tracer("")
+    for step in (-5, 0, 2**62):
+        with tracer.start_as_current_span("rl.step", attributes={A.RL_STEP: step, "flag": True, "spans": '"spans":[]'}):
+            with tracer.start_as_current_span("rl.generate", attributes={A.RL_STEP: step, A.RL_STAGE: "generate", "x": 0.5}):
+                pass
+    spans = memory.get_finished_spans()
+    line = module.spans_to_otlp_json(spans)
+    assert module._one_envelope_line(spans) == line  # the envelope's way wrote it
+    monkeypatch.setattr(module, "_one_envelope_line", lambda spans: None)
+    assert line == module.spans_to_otlp_json(spans)  # the same text as the tree's
+    assert json.loads(line) == json.loads(to_otlp_json(module.encode_spans(spans)))
+
+
 def test_equal_resources_share_one_entry_whatever_their_order_as_the_protobuf_path_groups_them():
     from opentelemetry._logs import LogRecord as SdkLogRecord
     from opentelemetry.exporter.otlp.proto.common._log_encoder import encode_logs
