@@ -114,6 +114,25 @@ def test_float_steps_are_packed_by_log_and_match_the_per_key_path(make_telemetry
     assert events_fast[7]["actor/grad_norm"] == float(np.float32(0.75 * 1.6)) != 0.75 * 1.6
 
 
+def test_with_nothing_taking_events_a_packed_step_is_stored_without_building_its_event(make_telemetry, request, tmp_path):
+    # exporters="none" and no tracker: the values are held for the metrics as with a run folder,
+    # and the step's 250-value event body is never built for a pipeline that drops it.
+    steps = [{k: float(v) * (1 + 0.1 * i) for k, v in ROLL_STEP.items()} for i in range(4)]
+    quiet = make_telemetry(framework="roll", exporters="none")
+    filed = _second_telemetry(request, tmp_path, framework="roll", service_name="otel-rl-test")
+    filed._pipeline.stamped = None
+    emitted: list[str] = []
+    quiet._pipeline.emit_event = lambda name, *a, **k: emitted.append(name)
+    for tel in (quiet, filed):
+        for step, values in enumerate(steps, start=1):
+            tel.log(values, step=step)
+            tel.flush()
+    # Step 1 goes per key (its plan is made then) and hands its event to emit_event, which drops it;
+    # steps 2-4 are packed, and no event is made for them.
+    assert quiet._pipeline.step_plans and emitted == [N.RL_LOG_EVENT]
+    assert _state(quiet) == _state(filed)
+
+
 def _events(tel) -> dict[int, dict]:
     return {r["attributes"][A.RL_STEP]: r["body"] for r in read_log_records(tel.run_dir) if r["event_name"] == N.RL_LOG_EVENT}
 

@@ -375,14 +375,14 @@ class Pipeline:
         ints: tuple[int, ...] = (),
         source: Mapping[Any, Any] | None = None,
     ) -> None:
-        """The bulk path's work on one step: ``packed`` (float-only: the doubles in key order, read
-        back only where each value is needed), or ``floats`` (what metrics take), ``numbers`` (what
-        the event carries, ints at the positions ``ints``) and the logged mapping when its values are
-        those numbers (``source``)."""
+        """The bulk path's work on one step: ``packed`` (float-only: the doubles in key order, read back
+        only where needed), or ``floats`` (what metrics take), ``numbers`` (what the event carries, ints
+        at the positions ``ints``) and the logged mapping when its values are those numbers (``source``)."""
         writer = self.step_events
         direct = writer is not None and (step is None or type(step) is int) and bool(plan.keys)
         observer = self.observer
-        if packed is not None and (not direct or observer is not None or (plan.headline and self._on_step_end is not None)):
+        event = not direct and self.events_exported  # through the SDK's log pipeline, when anything takes events
+        if packed is not None and (event or observer is not None or (plan.headline and self._on_step_end is not None)):
             floats = numbers = list(plan.packer.unpack(packed))
         given: Sequence[float] | bytes | None = packed if floats is None else floats
         assert given is not None  # the packed doubles or the floats: one of the two
@@ -417,7 +417,7 @@ class Pipeline:
             event_values = numbers if packed is None else packed
             assert event_values is not None
             writer.add(template, event_values, step, time_ns, span_context)
-        else:
+        elif event:
             assert floats is not None and numbers is not None
             pairs = source if source is not None else zip(plan.keys, numbers)
             # the body is checked here, so the file encoder need not check it again
