@@ -319,8 +319,8 @@ _KIND_CODES = {kind: _SPAN_KINDS[kind.name] for kind in SpanKind}
 _STATUS_CODES = {code: code.value for code in StatusCode}
 # The usual ones, compared by identity: an enum member's hash is a Python call.
 _INTERNAL, _UNSET = SpanKind.INTERNAL, StatusCode.UNSET
-# JSON text of span names and attributes seen lately (the same stage, rank and step recur in every
-# span of a step): attributes keyed by (key, type, value) for strings, ints and bools; cleared when full.
+# JSON text of span names and attributes seen lately (the same stage and cluster recur in every
+# span of a step): attributes keyed by (key, type, value) for strings and bools; cleared when full.
 _SPAN_TEXT: dict[Any, str] = {}
 _SPAN_TEXT_LIMIT = 4096
 _INT_HEADS: dict[Any, str] = {}  # an int attribute's text before its digits, by key (see _int_head)
