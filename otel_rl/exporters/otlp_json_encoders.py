@@ -28,7 +28,7 @@ from opentelemetry.sdk._logs import ReadableLogRecord
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind, StatusCode
 
-__all__ = ["FloatBody", "logs_to_otlp_json", "spans_to_otlp_json", "to_otlp_json"]
+__all__ = ["FloatBody", "envelope", "logs_to_otlp_json", "spans_to_otlp_json", "to_otlp_json"]
 
 # Every bytes field of the OTLP protos that OTLP/JSON writes as hex. The keys of the dicts that
 # MessageToDict produces are always proto field names (attributes are lists of {"key","value"}),
@@ -510,19 +510,26 @@ def _one_envelope_line(spans: Sequence[ReadableSpan]) -> str | None:
         texts.append(text)
     found = _ENVELOPES.get((id(resource), id(scope)))
     if found is None or found[0] is not resource or found[1] is not scope:
-        found = _envelope(resource, scope)
+        if len(_ENVELOPES) >= _ENVELOPES_MAX:
+            _ENVELOPES.clear()
+        found = _ENVELOPES[(id(resource), id(scope))] = (resource, scope, *envelope(resource, scope, "spans"))
     return found[2] + ",".join(texts) + found[3]
 
 
-def _envelope(resource: Any, scope: Any) -> tuple[Any, Any, str, str]:
-    """The text of a one-resource, one-scope batch before and after its spans: the tree of such a
-    batch without spans, dumped and cut at its empty span list (the one ``"spans":[]`` in it: a
-    string inside the resource's or scope's attributes has its quotes escaped)."""
-    text = _dumps({"resourceSpans": _resources([(resource, {scope: []})], "scopeSpans", "spans", scope_always=False)})
-    before, empty, after = text.partition('"spans":[]')
-    if not empty or '"spans":[]' in after:
+# A request's fields by the field of its records: the resources', the scopes', and whether the
+# SDK's encoder writes a scope message even for records without a scope (its log encoder does).
+_REQUEST_FIELDS = {"spans": ("resourceSpans", "scopeSpans", False), "logRecords": ("resourceLogs", "scopeLogs", True)}
+
+
+def envelope(resource: Any, scope: Any, records_field: str) -> tuple[str, str]:
+    """The text of a request of one resource and one scope before and after its records
+    (``records_field``: "spans" or "logRecords"): such a request's tree without records, dumped and
+    cut at its one empty list of them (a string in the resource's or scope's attributes has its
+    quotes escaped, so it cannot read the same)."""
+    resources_field, scopes_field, scope_always = _REQUEST_FIELDS[records_field]
+    text = _dumps({resources_field: _resources([(resource, {scope: []})], scopes_field, records_field, scope_always=scope_always)})
+    cut = f'"{records_field}":[]'
+    before, empty, after = text.partition(cut)
+    if not empty or cut in after:
         raise _NotPlain("envelope")
-    if len(_ENVELOPES) >= _ENVELOPES_MAX:
-        _ENVELOPES.clear()
-    found = _ENVELOPES[(id(resource), id(scope))] = (resource, scope, before + '"spans":[', "]" + after)
-    return found
+    return before + cut[:-1], "]" + after

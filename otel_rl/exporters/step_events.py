@@ -34,7 +34,7 @@ from typing import Any, Protocol
 import orjson
 
 from otel_rl.exporters.otlp_json import OtlpJsonLogExporter
-from otel_rl.exporters.otlp_json_encoders import _resources
+from otel_rl.exporters.otlp_json_encoders import envelope
 
 # What Pipeline.emit_event gives every event: SeverityNumber.INFO.
 _SEVERITY_INFO = 9
@@ -97,10 +97,8 @@ class StepEventWriter(PendingRecords):
 
     def __init__(self, exporter: OtlpJsonLogExporter, resource: Any, scope: Any, event_name: str, step_key: str, key_set_key: str) -> None:
         self._out = exporter.lines
-        marker = "\x00otel-rl record\x00"
-        records: list[Any] = [marker]  # where the records go: the SDK path's wrapper, cut around it
-        wrapper = orjson.dumps({"resourceLogs": _resources([(resource, {scope: records})], "scopeLogs", "logRecords", scope_always=True)})
-        self._head, _, self._tail = wrapper.partition(orjson.dumps(marker))
+        head, tail = envelope(resource, scope, "logRecords")  # the SDK path's request, around its records
+        self._head, self._tail = head.encode(), tail.encode()
         self._severity = b'","severityNumber":' + str(_SEVERITY_INFO).encode() + b',"body":'
         self._event_tail = b',"eventName":' + orjson.dumps(event_name) + b"}"
         self._step_head = b',"attributes":[{"key":' + orjson.dumps(step_key) + b',"value":{"intValue":"'

@@ -129,10 +129,9 @@ def split_step(start: float, end: float, stages: Iterable[StageInterval]) -> tup
         s0, s1 = max(s0, start), min(s1, end)
         if s1 <= s0:
             continue
-        moving = [(max(p0, s0), min(p0 + seconds, s1)) for phase, seconds, p0 in phases if phase in _MOVING_PHASES] if phases else ()
-        if moving:
-            moving = [(a, b) for a, b in moving if b > a]
-            busy.extend(moving)  # loading or offloading weights is overhead, whatever the stage
+        moving = [(max(p0, s0), min(p0 + seconds, s1)) for phase, seconds, p0 in phases if phase in _MOVING_PHASES]
+        moving = [(a, b) for a, b in moving if b > a]
+        busy.extend(moving)  # loading or offloading weights is overhead, whatever the stage
         bucket = bucket_of(name)
         if bucket == IDLE:
             continue
