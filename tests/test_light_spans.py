@@ -115,8 +115,20 @@ def test_a_light_span_encodes_to_the_sdks_bytes_in_otlp_json_and_protobuf(limits
     assert stage.status.status_code is StatusCode.ERROR and stage.events and stage.links
     if limits == "tight":
         assert stage.dropped_attributes and stage.dropped_events and stage.dropped_links
-    else:
-        assert light[2].attributes["rl.run.id"] == "a run id longer "  # cut at 16, as the SDK cuts it
+        # Past the count limit a light span keeps its first attributes, as the specification asks
+        # (the SDK keeps the last, so a stage span lost its rl.stage and rl.step first); the
+        # counts of the dropped agree, and everything else is still the SDK's, byte for byte.
+        assert list(light[2].attributes) == ["rl.step", "rl.rank", "rl.run.id"]
+        assert list(sdk[2].attributes) == ["rl.run.id", "flag", "share"]
+        assert list(stage.attributes) == ["tags", "none", "rl.stage"]  # a later value of a key moves it last, as in the SDK
+        assert [s.dropped_attributes for s in light] == [s.dropped_attributes for s in sdk] == [3, 0, 2]
+        light_json, sdk_json = json.loads(spans_to_otlp_json(light)), json.loads(spans_to_otlp_json(sdk))
+        for tree in (light_json, sdk_json):
+            for span in tree["resourceSpans"][0]["scopeSpans"][0]["spans"]:
+                span.pop("attributes")
+        assert light_json == sdk_json
+        return
+    assert light[2].attributes["rl.run.id"] == "a run id longer "  # cut at 16, as the SDK cuts it
 
     assert spans_to_otlp_json(light) == spans_to_otlp_json(sdk)
     assert encode_spans(light).SerializeToString() == encode_spans(sdk).SerializeToString()

@@ -148,3 +148,39 @@ def test_integer_like_steps_of_other_types_are_logged_as_ints(make_telemetry) ->
     tel.shutdown()
     steps = [r["attributes"][A.RL_STEP] for r in read_log_records(tel.run_dir) if r["event_name"] == N.RL_LOG_EVENT]
     assert steps == [3]
+
+
+def test_past_the_attribute_count_limit_a_span_and_an_event_keep_their_first_attributes_said_once(make_telemetry, caplog) -> None:
+    """The SDK drops the oldest attributes past its count limit (128), so a stage span that a user
+    gave 200 more lost its own rl.stage, rl.rank and rl.step, and it logs a warning for every one it
+    drops. The first are kept (as the specification asks), the rest counted, and it is said once."""
+    from opentelemetry import trace
+
+    tel = make_telemetry()
+    extra = {f"user.k{i:03d}": i for i in range(200)}
+    for step in (1, 2):
+        with tel.step(step), tel.stage("generate", cluster="actor_infer"):
+            trace.get_current_span().set_attributes(extra)
+        tel.event(N.RL_SAMPLE_EVENT, {"prompt": "p"}, extra, step=step)
+    tel.shutdown()
+
+    stages = [s for s in read_spans(tel.run_dir) if s.attributes.get(A.RL_STAGE) == "generate"]
+    assert [s.attributes[A.RL_STEP] for s in stages] == [1, 2]
+    for span in stages:
+        assert list(span.attributes)[:5] == [A.RL_STAGE, A.RL_RANK, A.RL_STEP, A.RL_CLUSTER, "user.k000"]
+        assert len(span.attributes) == 128 and "user.k199" not in span.attributes
+    lines = (tel.run_dir / "traces.jsonl").read_text()
+    assert lines.count('"droppedAttributesCount":76') == 2  # 4 of otel-rl's + 200 given, 128 kept
+
+    samples = [r for r in read_log_records(tel.run_dir) if r["event_name"] == N.RL_SAMPLE_EVENT]
+    assert [r["attributes"][A.RL_STEP] for r in samples] == [1, 2]
+    for record in samples:
+        assert len(record["attributes"]) == 128
+        assert "user.k000" in record["attributes"] and "user.k126" in record["attributes"] and "user.k127" not in record["attributes"]
+
+    full = [r for r in caplog.records if "Attributes dict is full" in r.getMessage()]
+    assert not full, f"{len(full)} of the SDK's per-attribute warnings"
+    said = [r.getMessage() for r in caplog.records if r.name.startswith("otel_rl") and "attributes" in r.getMessage()]
+    assert len(said) == 2, said  # the span's and the event's, once each over two steps
+    assert any("'user.k124'" in m and "OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT" in m for m in said), said
+    assert any("'user.k127'" in m and "OTEL_LOGRECORD_ATTRIBUTE_COUNT_LIMIT" in m for m in said), said

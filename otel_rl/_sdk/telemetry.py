@@ -498,6 +498,9 @@ class Telemetry(SampleLogging):
             return
         if not self._refusals.attributes(f"event({name!r})", attrs):
             return
+        limit = self._providers.event_attribute_limit
+        if limit is not None and len(attrs) + (step is not None) > limit:
+            attrs = self._refusals.first_attributes(f"event({name!r})", attrs, limit - (step is not None))
         if step is not None:
             attrs[A.RL_STEP] = step
         flat = {str(k): event_value(v) for k, v in body.items()}

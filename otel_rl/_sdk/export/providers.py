@@ -88,6 +88,8 @@ class Providers:
     on_bad_text: OnBadText | None = None
     # The run folder's queued events: written before the worker's direct event lines, to keep their order.
     run_folder_events: QueuedLogExport | None = None
+    # How many attributes an event's log record keeps (telemetry trims past it, keeping the first).
+    event_attribute_limit: int | None = None
 
     def end_spans(self, spans: Sequence[Any]) -> None:
         """Hand finished spans built without the SDK's span objects (``ReadableSpan``s, e.g. the
@@ -384,7 +386,8 @@ def build_providers(
     if not shared:
         tracer_provider = TracerProvider(resource=resource, span_limits=span_limits)
     span_processors: list[Any] = []
-    logger_provider = LoggerProvider(resource=resource, log_record_limits=LogRecordLimits(max_attribute_length=limit))
+    log_limits = LogRecordLimits(max_attribute_length=limit)  # the count from OTEL_LOGRECORD_ATTRIBUTE_COUNT_LIMIT, or 128
+    logger_provider = LoggerProvider(resource=resource, log_record_limits=log_limits)
     for exporter in extra_log_exporters or ():  # e.g. the trackers: fed off-thread by the batch processor
         logger_provider.add_log_record_processor(_LogProcessor(_ForkSafeLogExporter(exporter)))
     scope = InstrumentationScope(SCOPE_NAME, __version__)
@@ -479,6 +482,7 @@ def build_providers(
         events_exported,
         span_limits,
         run_folder_events=run_folder_events,
+        event_attribute_limit=log_limits.max_log_record_attributes,
     )
 
 

@@ -6,6 +6,7 @@
   not written at a wrong step: ``rl.telemetry.rejected{reason=out_of_range}`` counts its values.
 - A call after ``shutdown()`` (or while it runs): dropped, counted in ``Telemetry.dropped_calls``
   and ``rl.telemetry.dropped{drop_reason=after_shutdown}``.
+- An event with more attributes than its log record keeps: the first are kept, the rest dropped.
 """
 
 from __future__ import annotations
@@ -107,6 +108,21 @@ class Refusals:
                 self.count_out_of_range(1)
                 return False
         return True
+
+    def first_attributes(self, call: str, attrs: dict[str, Any], room: int) -> dict[str, Any]:
+        """A call's first attributes, as many as its record keeps (``room``), the rest dropped and
+        said once per call: past its count limit the SDK would drop the oldest instead, and log a
+        warning for each one (``rl.step``, added after them, among the kept)."""
+        room = max(room, 0)
+        keys = list(attrs)
+        self._report(
+            call,
+            "attribute_count",
+            f"otel-rl: {call} got {len(keys)} attributes, more than its log record keeps (its limit, with a place for "
+            f"{A.RL_STEP}, is set by OTEL_LOGRECORD_ATTRIBUTE_COUNT_LIMIT, or OTEL_ATTRIBUTE_COUNT_LIMIT): the first "
+            f"{room} are kept and the {len(keys) - room} from {keys[room]!r} on are dropped (said once per call)",
+        )
+        return {key: attrs[key] for key in keys[:room]}
 
     def count_out_of_range(self, values: int) -> None:
         self._submit((ADD, M.RL_TELEMETRY_REJECTED, _OUT_OF_RANGE, float(values)))

@@ -84,6 +84,42 @@ def _plain(attributes: Mapping[str, Any] | None, max_count: int | None, max_leng
     return True
 
 
+def _bounded(
+    maxlen: int | None, attributes: Mapping[str, Any] | None, later: Sequence[tuple[str, Any]] | None, max_value_len: int | None, what: str
+) -> BoundedAttributes:
+    """The SDK's bounded attributes, with the specification's rule past the count limit: the first
+    attributes stay, the later ones are dropped and counted, and it is said once per ``what`` (the
+    SDK's own drops the oldest: otel-rl's ``rl.stage`` and ``rl.step`` of a stage's span go first,
+    and it logs a warning for every attribute it drops)."""
+    count = (len(attributes) if attributes else 0) + (len(later) if later else 0)
+    if maxlen is None or count <= maxlen:
+        bounded = BoundedAttributes(maxlen, attributes, immutable=False, max_value_len=max_value_len)
+        for key, value in later or ():
+            bounded[key] = value
+        return bounded
+    every = BoundedAttributes(None, attributes, immutable=False, max_value_len=max_value_len)
+    for key, value in later or ():
+        every[key] = value
+    items = list(every.items())
+    if len(items) <= maxlen:  # invalid keys left fewer than the limit
+        return every
+    kept = BoundedAttributes(maxlen, dict(items[:maxlen]), immutable=False, max_value_len=max_value_len)
+    kept.dropped = every.dropped + len(items) - maxlen
+    _report(
+        f"attribute count {what}",
+        "otel-rl: %s has %d attributes, past the limit of %d (OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT, or OTEL_ATTRIBUTE_COUNT_LIMIT, "
+        "raises it): the first %d are kept, and the %d from %r on are dropped and counted in droppedAttributesCount "
+        "(said once for it)",
+        what,
+        len(items),
+        maxlen,
+        maxlen,
+        len(items) - maxlen,
+        items[maxlen][0],
+    )
+    return kept
+
+
 def _valid_link(link: Link) -> bool:
     """The SDK keeps a link with a valid context, or one that carries attributes or a trace state."""
     context = link.context
@@ -347,11 +383,9 @@ class LightTracer(trace_api.Tracer):
         limits = self._limits
         attributes: Any = span.attributes
         if span.later is not None or not _plain(attributes, limits.max_span_attributes, limits.max_span_attribute_length):
-            attributes = BoundedAttributes(
-                limits.max_span_attributes, attributes, immutable=False, max_value_len=limits.max_span_attribute_length
+            attributes = _bounded(
+                limits.max_span_attributes, attributes, span.later, limits.max_span_attribute_length, f"span {span.name!r}"
             )
-            for key, value in span.later or ():
-                attributes[key] = value
         events: Sequence[Event] = ()
         if span.events:
             max_attributes, max_length = limits.max_event_attributes, limits.max_attribute_length
