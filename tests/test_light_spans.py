@@ -122,10 +122,15 @@ def test_a_light_span_encodes_to_the_sdks_bytes_in_otlp_json_and_protobuf(limits
         assert list(sdk[2].attributes) == ["rl.run.id", "flag", "share"]
         assert list(stage.attributes) == ["tags", "none", "rl.stage"]  # a later value of a key moves it last, as in the SDK
         assert [s.dropped_attributes for s in light] == [s.dropped_attributes for s in sdk] == [3, 0, 2]
+        # So do a span event's and a link's attributes.
+        exception = [e for e in stage.events if e.name == "exception"][0]
+        assert list(exception.attributes) == ["exception.type", "exception.message"] and exception.dropped_attributes == 3
+        assert [list(link.attributes) for link in stage.links] == [["kind"]]  # max_links 1: the last link, as the SDK keeps it
         light_json, sdk_json = json.loads(spans_to_otlp_json(light)), json.loads(spans_to_otlp_json(sdk))
         for tree in (light_json, sdk_json):
             for span in tree["resourceSpans"][0]["scopeSpans"][0]["spans"]:
-                span.pop("attributes")
+                for part in [span, *span.get("events", ()), *span.get("links", ())]:
+                    part.pop("attributes", None)
         assert light_json == sdk_json
         return
     assert light[2].attributes["rl.run.id"] == "a run id longer "  # cut at 16, as the SDK cuts it

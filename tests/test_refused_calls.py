@@ -4,6 +4,7 @@ OTLP encoder cannot carry and a backend would read as another step)."""
 
 from __future__ import annotations
 
+import json
 import logging
 import subprocess
 import sys
@@ -160,7 +161,10 @@ def test_past_the_attribute_count_limit_a_span_and_an_event_keep_their_first_att
     extra = {f"user.k{i:03d}": i for i in range(200)}
     for step in (1, 2):
         with tel.step(step), tel.stage("generate", cluster="actor_infer"):
-            trace.get_current_span().set_attributes(extra)
+            span = trace.get_current_span()
+            span.set_attributes(extra)
+            span.add_event("user.event", extra)
+            span.add_link(trace.SpanContext(0xAB, 0xCD, is_remote=True), extra)
         tel.event(N.RL_SAMPLE_EVENT, {"prompt": "p"}, extra, step=step)
     tel.shutdown()
 
@@ -171,6 +175,10 @@ def test_past_the_attribute_count_limit_a_span_and_an_event_keep_their_first_att
         assert len(span.attributes) == 128 and "user.k199" not in span.attributes
     lines = (tel.run_dir / "traces.jsonl").read_text()
     assert lines.count('"droppedAttributesCount":76') == 2  # 4 of otel-rl's + 200 given, 128 kept
+    trees = [json.loads(line) for line in lines.splitlines()]
+    raw = [s for t in trees for r in t["resourceSpans"] for ss in r["scopeSpans"] for s in ss["spans"] if s["name"].endswith("generate")]
+    for part in [e for s in raw for e in s["events"]] + [link for s in raw for link in s["links"]]:  # a span event's, a link's
+        assert [a["key"] for a in part["attributes"]][:2] == ["user.k000", "user.k001"] and part["droppedAttributesCount"] == 72
 
     samples = [r for r in read_log_records(tel.run_dir) if r["event_name"] == N.RL_SAMPLE_EVENT]
     assert [r["attributes"][A.RL_STEP] for r in samples] == [1, 2]
@@ -181,6 +189,8 @@ def test_past_the_attribute_count_limit_a_span_and_an_event_keep_their_first_att
     full = [r for r in caplog.records if "Attributes dict is full" in r.getMessage()]
     assert not full, f"{len(full)} of the SDK's per-attribute warnings"
     said = [r.getMessage() for r in caplog.records if r.name.startswith("otel_rl") and "attributes" in r.getMessage()]
-    assert len(said) == 2, said  # the span's and the event's, once each over two steps
+    assert len(said) == 4, said  # the span's, its event's and link's, and the event's: once each over two steps
     assert any("'user.k124'" in m and "OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT" in m for m in said), said
     assert any("'user.k127'" in m and "OTEL_LOGRECORD_ATTRIBUTE_COUNT_LIMIT" in m for m in said), said
+    assert any("event 'user.event'" in m and "OTEL_EVENT_ATTRIBUTE_COUNT_LIMIT" in m for m in said), said
+    assert any("a link of" in m and "OTEL_LINK_ATTRIBUTE_COUNT_LIMIT" in m for m in said), said

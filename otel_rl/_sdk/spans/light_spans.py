@@ -85,7 +85,13 @@ def _plain(attributes: Mapping[str, Any] | None, max_count: int | None, max_leng
 
 
 def _bounded(
-    maxlen: int | None, attributes: Mapping[str, Any] | None, later: Sequence[tuple[str, Any]] | None, max_value_len: int | None, what: str
+    maxlen: int | None,
+    attributes: Mapping[str, Any] | None,
+    later: Sequence[tuple[str, Any]] | None,
+    max_value_len: int | None,
+    what: str,
+    immutable: bool = False,
+    variable: str = "OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT",
 ) -> BoundedAttributes:
     """The SDK's bounded attributes, with the specification's rule past the count limit: the first
     attributes stay, the later ones are dropped and counted, and it is said once per ``what`` (the
@@ -93,7 +99,7 @@ def _bounded(
     and it logs a warning for every attribute it drops)."""
     count = (len(attributes) if attributes else 0) + (len(later) if later else 0)
     if maxlen is None or count <= maxlen:
-        bounded = BoundedAttributes(maxlen, attributes, immutable=False, max_value_len=max_value_len)
+        bounded = BoundedAttributes(maxlen, attributes, immutable=immutable and not later, max_value_len=max_value_len)
         for key, value in later or ():
             bounded[key] = value
         return bounded
@@ -102,17 +108,17 @@ def _bounded(
         every[key] = value
     items = list(every.items())
     if len(items) <= maxlen:  # invalid keys left fewer than the limit
-        return every
-    kept = BoundedAttributes(maxlen, dict(items[:maxlen]), immutable=False, max_value_len=max_value_len)
+        return BoundedAttributes(maxlen, dict(items), immutable=immutable, max_value_len=max_value_len) if immutable else every
+    kept = BoundedAttributes(maxlen, dict(items[:maxlen]), immutable=immutable, max_value_len=max_value_len)
     kept.dropped = every.dropped + len(items) - maxlen
     _report(
         f"attribute count {what}",
-        "otel-rl: %s has %d attributes, past the limit of %d (OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT, or OTEL_ATTRIBUTE_COUNT_LIMIT, "
-        "raises it): the first %d are kept, and the %d from %r on are dropped and counted in droppedAttributesCount "
-        "(said once for it)",
+        "otel-rl: %s has %d attributes, past the limit of %d (%s, or OTEL_ATTRIBUTE_COUNT_LIMIT, raises it): the first "
+        "%d are kept, and the %d from %r on are dropped and counted in droppedAttributesCount (said once for it)",
         what,
         len(items),
         maxlen,
+        variable,
         maxlen,
         len(items) - maxlen,
         items[maxlen][0],
@@ -394,7 +400,15 @@ class LightTracer(trace_api.Tracer):
                     name,
                     given
                     if _plain(given, max_attributes, max_length)
-                    else BoundedAttributes(max_attributes, given, max_value_len=max_length, immutable=True),
+                    else _bounded(
+                        max_attributes,
+                        given,
+                        None,
+                        max_length,
+                        f"event {name!r} of span {span.name!r}",
+                        True,
+                        "OTEL_EVENT_ATTRIBUTE_COUNT_LIMIT",
+                    ),
                     timestamp,
                 )
                 for name, given, timestamp in span.events
@@ -408,7 +422,15 @@ class LightTracer(trace_api.Tracer):
                 [
                     Link(
                         link.context,
-                        BoundedAttributes(limits.max_link_attributes, link.attributes, max_value_len=limits.max_attribute_length),
+                        _bounded(
+                            limits.max_link_attributes,
+                            link.attributes,
+                            None,
+                            limits.max_attribute_length,
+                            f"a link of span {span.name!r}",
+                            True,
+                            "OTEL_LINK_ATTRIBUTE_COUNT_LIMIT",
+                        ),
                     )
                     for link in span.links
                     if _valid_link(link)
