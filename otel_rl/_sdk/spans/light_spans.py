@@ -107,10 +107,10 @@ def _bounded(
     for key, value in later or ():
         every[key] = value
     items = list(every.items())
-    if len(items) <= maxlen:  # invalid keys left fewer than the limit
-        return BoundedAttributes(maxlen, dict(items), immutable=immutable, max_value_len=max_value_len) if immutable else every
     kept = BoundedAttributes(maxlen, dict(items[:maxlen]), immutable=immutable, max_value_len=max_value_len)
-    kept.dropped = every.dropped + len(items) - maxlen
+    kept.dropped = every.dropped + max(len(items) - maxlen, 0)  # the invalid keys' and those past the limit
+    if len(items) <= maxlen:  # invalid keys left no more than the limit
+        return kept
     _report(
         f"attribute count {what}",
         "otel-rl: %s has %d attributes, past the limit of %d (%s, or OTEL_ATTRIBUTE_COUNT_LIMIT, raises it): the first "
