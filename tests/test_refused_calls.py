@@ -194,3 +194,43 @@ def test_past_the_attribute_count_limit_a_span_and_an_event_keep_their_first_att
     assert any("'user.k127'" in m and "OTEL_LOGRECORD_ATTRIBUTE_COUNT_LIMIT" in m for m in said), said
     assert any("event 'user.event'" in m and "OTEL_EVENT_ATTRIBUTE_COUNT_LIMIT" in m for m in said), said
     assert any("a link of" in m and "OTEL_LINK_ATTRIBUTE_COUNT_LIMIT" in m for m in said), said
+
+
+def test_the_sdks_cleaning_of_an_attribute_is_said_once_naming_the_key_not_at_every_span(make_telemetry, caplog) -> None:
+    """The SDK logs a warning without the key each time it cleans a value (a non-OTLP type made its
+    str(), a string cut at the length limit): a stage span's or an event's bad attribute printed a line
+    at every step. It is said once per place and key, the key named; the values are cleaned as before,
+    and the SDK's warnings of other threads still pass."""
+    from opentelemetry import trace
+    from opentelemetry.attributes import BoundedAttributes
+
+    class Setting:  # no OTLP type: the SDK keeps its str()
+        def __str__(self) -> str:
+            return "setting"
+
+    tel = make_telemetry(attribute_value_limit=32)
+    for step in range(3):
+        with tel.step(step), tel.stage("generate"):
+            span = trace.get_current_span()
+            span.set_attribute("user.obj", Setting())
+            span.set_attribute("user.note", "x" * 40)
+        tel.event(N.RL_SAMPLE_EVENT, {"prompt": "p"}, {"user.bad": Setting()}, step=step)
+    tel.shutdown()
+
+    stages = [s for s in read_spans(tel.run_dir) if s.attributes.get(A.RL_STAGE) == "generate"]
+    assert len(stages) == 3
+    for span in stages:  # cleaned as the SDK cleans them
+        assert span.attributes["user.note"] == "x" * 32 and span.attributes["user.obj"] == "setting"
+    samples = [r for r in read_log_records(tel.run_dir) if r["event_name"] == N.RL_SAMPLE_EVENT]
+    assert [r["attributes"]["user.bad"] for r in samples] == ["setting"] * 3
+
+    assert not [r for r in caplog.records if r.name == "opentelemetry.attributes"]
+    said = [r.getMessage() for r in caplog.records if r.name.startswith("otel_rl") and "the SDK's cleaning" in r.getMessage()]
+    assert len(said) == 3, said
+    assert any("span 'rl.generate', attribute 'user.obj': Invalid type" in m for m in said), said
+    assert any("span 'rl.generate', attribute 'user.note': String attribute value exceeds max length of 32" in m for m in said), said
+    assert any("rl.sample event, attribute 'user.bad': Invalid type" in m for m in said), said
+
+    caplog.clear()
+    BoundedAttributes(None, {"k": object()})  # outside otel-rl's building: the SDK's own warning
+    assert [r.name for r in caplog.records] == ["opentelemetry.attributes"]

@@ -25,6 +25,7 @@ from opentelemetry._logs import Logger, SeverityNumber
 from opentelemetry.context import Context
 
 from otel_rl._sdk.keys.resolver import KeyResolver
+from otel_rl._sdk.otlp.attribute_warnings import held_warnings, say_once
 from otel_rl._sdk.pipeline.aggregation import Attrs, BulkHistograms, LatestValues, StampedPoints
 from otel_rl._sdk.pipeline.backlog import ADD, CALL, LOG, LOG_PACKED, RECORD, STAGE, STEP_END, OutOfTime, QueueDrops, Unwritten
 from otel_rl._sdk.pipeline.goodput import StageInterval, StepGoodput
@@ -56,15 +57,12 @@ _STEADY_GATHERS = 3  # a drain with items within this many gathers of the last o
 class Pipeline:
     """Drains the hot path's queue on a daemon thread; ``flush`` drains it on the caller's thread."""
 
-    # What happens to strings in an event body before export (see values.TextPolicy); Telemetry sets it
-    # from its config.
+    # What happens to strings in an event body before export (values.TextPolicy); set from the config.
     text_policy: Callable[[dict[str, Any]], dict[str, Any]] | None = None
     # Where float-only step events go past the SDK's log pipeline (the run folder and the OTLP spool,
-    # when every destination of events has a direct writer); Telemetry sets it. Written after each
-    # drain of the queue.
+    # when every destination of events has a direct writer), written after each drain; from Telemetry.
     step_events: DirectStepWriter | None = None
-    # Exports the events that went through the SDK (Telemetry sets it), so that a direct line never
-    # lands ahead of an event emitted before it.
+    # Exports the events that went through the SDK, so no direct line lands ahead of one; from Telemetry.
     flush_sdk_events: Callable[[], Any] | None = None
     _sdk_events = False  # an event went through the SDK since the last direct line
     # Written after each drain, in order: the spans the scopes ended (light_spans.LightTracer builds them
@@ -522,15 +520,17 @@ class Pipeline:
             attributes = clean_mapping(attributes, f"the {name} event's attribute", self.bad_text) or attributes
         time_ns = time_ns or now_ns()
         ctx = trace.set_span_in_context(trace.NonRecordingSpan(span_context)) if span_context is not None else Context()
-        self._event_logger.emit(
-            timestamp=time_ns,
-            observed_timestamp=time_ns,
-            context=ctx,
-            severity_number=SeverityNumber.INFO,
-            body=body,
-            attributes=attributes,
-            event_name=name,
-        )
+        with held_warnings() as held:  # the SDK's cleaning of the attributes: said once per key, not per event
+            self._event_logger.emit(
+                timestamp=time_ns,
+                observed_timestamp=time_ns,
+                context=ctx,
+                severity_number=SeverityNumber.INFO,
+                body=body,
+                attributes=attributes,
+                event_name=name,
+            )
+        say_once(held, f"the {name} event", attributes, None, getattr(self.text_policy, "value_limit", None) or None, self.report_once)
 
     def _process_record(self, metric: str, raw: Any, attrs: Attrs, step: int | None) -> None:
         mdef = METRICS.get(metric)

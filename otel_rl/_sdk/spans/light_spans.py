@@ -52,6 +52,7 @@ from opentelemetry.semconv.attributes.exception_attributes import EXCEPTION_ESCA
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 from opentelemetry.util import types
 
+from otel_rl._sdk.otlp.attribute_warnings import held_warnings, say_once
 from otel_rl.reporting import ReportOnce
 
 logger = logging.getLogger("otel_rl")
@@ -84,6 +85,10 @@ def _plain(attributes: Mapping[str, Any] | None, max_count: int | None, max_leng
     return True
 
 
+def _said(key: str, reason: str, message: str) -> None:
+    _report((key, reason), "%s", message)
+
+
 def _bounded(
     maxlen: int | None,
     attributes: Mapping[str, Any] | None,
@@ -99,13 +104,17 @@ def _bounded(
     and it logs a warning for every attribute it drops)."""
     count = (len(attributes) if attributes else 0) + (len(later) if later else 0)
     if maxlen is None or count <= maxlen:
-        bounded = BoundedAttributes(maxlen, attributes, immutable=immutable and not later, max_value_len=max_value_len)
-        for key, value in later or ():
-            bounded[key] = value
+        with held_warnings() as held:  # the SDK's cleaning: said once per key here, not at every span
+            bounded = BoundedAttributes(maxlen, attributes, immutable=immutable and not later, max_value_len=max_value_len)
+            for key, value in later or ():
+                bounded[key] = value
+        say_once(held, what, attributes, later, max_value_len, _said)
         return bounded
-    every = BoundedAttributes(None, attributes, immutable=False, max_value_len=max_value_len)
-    for key, value in later or ():
-        every[key] = value
+    with held_warnings() as held:
+        every = BoundedAttributes(None, attributes, immutable=False, max_value_len=max_value_len)
+        for key, value in later or ():
+            every[key] = value
+    say_once(held, what, attributes, later, max_value_len, _said)
     items = list(every.items())
     kept = BoundedAttributes(maxlen, dict(items[:maxlen]), immutable=immutable, max_value_len=max_value_len)
     kept.dropped = every.dropped + max(len(items) - maxlen, 0)  # the invalid keys' and those past the limit
