@@ -214,7 +214,7 @@ def test_the_sdks_cleaning_of_an_attribute_is_said_once_naming_the_key_not_at_ev
             span = trace.get_current_span()
             span.set_attribute("user.obj", Setting())
             span.set_attribute("user.note", "x" * 40)
-        tel.event(N.RL_SAMPLE_EVENT, {"prompt": "p"}, {"user.bad": Setting()}, step=step)
+        tel.event(N.RL_SAMPLE_EVENT, {"prompt": "p"}, {"user.bad": Setting(), "user.long": "y" * 40}, step=step)
     tel.shutdown()
 
     stages = [s for s in read_spans(tel.run_dir) if s.attributes.get(A.RL_STAGE) == "generate"]
@@ -222,15 +222,56 @@ def test_the_sdks_cleaning_of_an_attribute_is_said_once_naming_the_key_not_at_ev
     for span in stages:  # cleaned as the SDK cleans them
         assert span.attributes["user.note"] == "x" * 32 and span.attributes["user.obj"] == "setting"
     samples = [r for r in read_log_records(tel.run_dir) if r["event_name"] == N.RL_SAMPLE_EVENT]
-    assert [r["attributes"]["user.bad"] for r in samples] == ["setting"] * 3
+    assert [(r["attributes"]["user.bad"], r["attributes"]["user.long"]) for r in samples] == [("setting", "y" * 32)] * 3
 
     assert not [r for r in caplog.records if r.name == "opentelemetry.attributes"]
     said = [r.getMessage() for r in caplog.records if r.name.startswith("otel_rl") and "the SDK's cleaning" in r.getMessage()]
     assert len(said) == 3, said
     assert any("span 'rl.generate', attribute 'user.obj': Invalid type" in m for m in said), said
     assert any("span 'rl.generate', attribute 'user.note': String attribute value exceeds max length of 32" in m for m in said), said
-    assert any("rl.sample event, attribute 'user.bad': Invalid type" in m for m in said), said
+    assert any("rl.sample event, attribute 'user.long': String attribute value exceeds max length of 32" in m for m in said), said
+    # a value of no OTLP type is made text at the event() call, before the SDK sees it: said once there
+    converted = [r.getMessage() for r in caplog.records if "got attribute 'user.bad' of type Setting" in r.getMessage()]
+    assert len(converted) == 1, converted
 
     caplog.clear()
     BoundedAttributes(None, {"k": object()})  # outside otel-rl's building: the SDK's own warning
     assert [r.name for r in caplog.records] == ["opentelemetry.attributes"]
+
+
+def test_a_metric_attribute_of_no_otlp_type_is_its_str_said_once_and_every_export_is_written(make_telemetry, caplog) -> None:
+    """An attribute value OTLP cannot carry (an object, a stage's cluster given as one) failed the
+    run folder's encoding of every later metric export, with a traceback each time. Such a value is
+    its str() (numpy's integers and floats are numbers), said once per call and attribute."""
+    import numpy as np
+
+    from otel_rl.runs.folder import read_metrics
+
+    class Pool:
+        def __str__(self) -> str:
+            return "pool-a"
+
+    tel = make_telemetry(metric_export_interval_s=0.1)
+    for step in range(3):
+        with tel.step(step), tel.stage("generate", cluster=Pool()):
+            pass
+        tel.record(M.RL_SAMPLE_REWARD, [1.0, 2.0], attributes={"user.pool": Pool(), "user.shard": np.int64(3)})
+        tel.add(M.RL_TENSOR_NONFINITE, 1, attributes={"user.pool": Pool()})
+        tel.flush()
+    tel.shutdown()
+
+    points = read_metrics(tel.run_dir)
+    rewards = [p for p in points if p.name == M.RL_SAMPLE_REWARD]
+    assert rewards and all(p.attributes == {"user.pool": "pool-a", "user.shard": 3} for p in rewards)
+    assert rewards[-1].count == 6
+    nonfinite = [p for p in points if p.name == M.RL_TENSOR_NONFINITE]
+    assert nonfinite and nonfinite[-1].attributes == {"user.pool": "pool-a"} and nonfinite[-1].value == 3
+    durations = [p for p in points if p.name == M.RL_STAGE_DURATION and p.attributes.get(A.RL_STAGE) == "generate"]
+    assert durations and {p.attributes.get(A.RL_CLUSTER) for p in durations} == {"pool-a"}
+
+    assert not [r for r in caplog.records if r.exc_info or "Failed to encode" in r.getMessage()]
+    said = [r.getMessage() for r in caplog.records if r.name.startswith("otel_rl") and "str() is used" in r.getMessage()]
+    assert len(said) == 3, said
+    assert any("record('rl.sample.reward') got attribute 'user.pool' of type Pool" in m for m in said), said
+    assert any("add('rl.tensor.nonfinite') got attribute 'user.pool'" in m for m in said), said
+    assert any("stage('generate', cluster=...) got a Pool" in m for m in said), said

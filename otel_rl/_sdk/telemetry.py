@@ -461,7 +461,7 @@ class Telemetry(SampleLogging):
         elif isinstance(values, list):
             values = list(values)
         attrs = sorted_attrs(attributes) if attributes else ()
-        if attrs and not self._refusals.attributes(f"record({metric!r})", attrs):
+        if attrs and (attrs := self._refusals.attributes(f"record({metric!r})", attrs)) is REFUSED:
             return
         self._submit((RECORD, metric, values, attrs, self._current_step if step is None else step))
 
@@ -496,7 +496,7 @@ class Telemetry(SampleLogging):
         step = self._current_step if step is None else step
         if step is not None and (step := self._refusals.step(f"event({name!r})", step, body, count=1)) is REFUSED:
             return
-        if not self._refusals.attributes(f"event({name!r})", attrs):
+        if (attrs := self._refusals.attributes(f"event({name!r})", attrs)) is REFUSED:
             return
         limit = self._providers.event_attribute_limit
         if limit is not None and len(attrs) + (step is not None) > limit:
@@ -519,7 +519,7 @@ class Telemetry(SampleLogging):
             self._pipeline.report_once(str(metric), "unknown-metric", f"otel-rl: add({metric!r}) is not a registry metric; ignored")
             return
         attrs = sorted_attrs(attributes) if attributes else ()
-        if attrs and not self._refusals.attributes(f"add({metric!r})", attrs):
+        if attrs and (attrs := self._refusals.attributes(f"add({metric!r})", attrs)) is REFUSED:
             return
         self._submit((ADD, metric, attrs, float(amount)))
 

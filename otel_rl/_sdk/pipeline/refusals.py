@@ -11,11 +11,12 @@
 
 from __future__ import annotations
 
+import numbers
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from otel_rl._sdk.pipeline.aggregation import Attrs, LatestValues
+from otel_rl._sdk.pipeline.aggregation import LatestValues
 from otel_rl._sdk.pipeline.backlog import ADD
 from otel_rl.semconv import attributes as A
 from otel_rl.semconv import metrics as M
@@ -25,6 +26,8 @@ _REJECTED_OUT_OF_RANGE = f"{M.RL_TELEMETRY_REJECTED}{{{A.RL_TELEMETRY_REASON}={A
 _DROPPED_AFTER_SHUTDOWN = f"{M.RL_TELEMETRY_DROPPED}{{{A.RL_TELEMETRY_DROP_REASON}={A.RlTelemetryDropReasonValues.AFTER_SHUTDOWN.value}}}"
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+_OTLP_TYPES = frozenset((str, bool, int, float, bytes))  # an attribute value's class as it is (fast)
+_OTLP_KINDS = (str, int, float, bytes, list, tuple, Mapping)  # and subclasses: numpy's float64 is a float
 REFUSED: Any = object()  # what :meth:`Refusals.step` returns for a step that is refused
 _OUT_OF_RANGE = ((A.RL_TELEMETRY_REASON, A.RlTelemetryReasonValues.OUT_OF_RANGE.value),)
 _AFTER_SHUTDOWN = (A.RL_TELEMETRY_DROP_REASON, A.RlTelemetryDropReasonValues.AFTER_SHUTDOWN.value)
@@ -92,10 +95,13 @@ class Refusals:
             self.count_out_of_range(count)
         return REFUSED
 
-    def attributes(self, call: str, attrs: Attrs | dict[str, Any]) -> bool:
-        """Whether no attribute value is an integer outside int64; else the call is refused (said
-        once per attribute name, and counted)."""
+    def attributes(self, call: str, attrs: Any) -> Any:
+        """The attributes a call goes on with: :data:`REFUSED` when a value is an integer outside
+        int64 (said once per attribute name, and counted); else ``attrs``, or a copy in which a value
+        of no OTLP type is its ``str()``, as the SDK makes it of a span's (said once per call and name;
+        left as it was, it failed every later metric export of the run)."""
         pairs = attrs.items() if isinstance(attrs, dict) else attrs
+        unfit: list[str] = []
         for name, value in pairs:
             if not fits_int64(value):
                 self._report(
@@ -106,8 +112,27 @@ class Refusals:
                     "reported once per attribute). Pass it as a string to keep it exact",
                 )
                 self.count_out_of_range(1)
-                return False
-        return True
+                return REFUSED
+            if value is not None and value.__class__ not in _OTLP_TYPES and not isinstance(value, _OTLP_KINDS):
+                unfit.append(name)
+        if not unfit:
+            return attrs
+        converted = [(name, self._otlp_value(call, name, value) if name in unfit else value) for name, value in pairs]
+        return dict(converted) if isinstance(attrs, dict) else tuple(converted)
+
+    def _otlp_value(self, call: str, name: str, value: Any) -> Any:
+        """A number of another type (numpy's) as a Python one; anything else as its ``str()``, said once."""
+        if isinstance(value, numbers.Integral):
+            return int(value)
+        if isinstance(value, numbers.Real):
+            return float(value)
+        self._report(
+            f"{call} <attribute {name}>",
+            "type",
+            f"otel-rl: {call} got attribute {name!r} of type {type(value).__name__}, which OTLP does not carry: its "
+            "str() is used (reported once per call and attribute). Pass a str, bool, int or float",
+        )
+        return str(value)
 
     def first_attributes(self, call: str, attrs: dict[str, Any], room: int) -> dict[str, Any]:
         """A call's first attributes, as many as its record keeps (``room``), the rest dropped and

@@ -123,6 +123,14 @@ class Stage:
     def __init__(self, tel: Any, name: str, cluster: str | None, memory: bool) -> None:
         self._tel = tel
         self.name = name
+        if cluster is not None and cluster.__class__ is not str:  # an attribute of every stage metric: text
+            tel._pipeline.report_once(
+                f"<cluster of {name}>",
+                "type",
+                f"otel-rl: stage({name!r}, cluster=...) got a {type(cluster).__name__}, not a str: its str() is used "
+                "(reported once per stage)",
+            )
+            cluster = str(cluster)
         self.cluster = cluster
         self._memory = memory
         self._phases: list[tuple[str, float, float]] = []  # (phase, seconds, perf_counter start)
