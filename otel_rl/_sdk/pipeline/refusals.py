@@ -122,9 +122,9 @@ class Refusals:
 
     def _otlp_value(self, call: str, name: str, value: Any) -> Any:
         """A number of another type (numpy's) as a Python one; anything else as its ``str()``, said once."""
-        if isinstance(value, numbers.Integral):
+        if isinstance(value, numbers.Integral) and INT64_MIN <= int(value) <= INT64_MAX:  # past it (a uint64): text
             return int(value)
-        if isinstance(value, numbers.Real):
+        if isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral):
             return float(value)
         self._report(
             f"{call} <attribute {name}>",
