@@ -102,19 +102,16 @@ def _bounded(
     attributes stay, the later ones are dropped and counted, and it is said once per ``what`` (the
     SDK's own drops the oldest: otel-rl's ``rl.stage`` and ``rl.step`` of a stage's span go first,
     and it logs a warning for every attribute it drops)."""
-    count = (len(attributes) if attributes else 0) + (len(later) if later else 0)
-    if maxlen is None or count <= maxlen:
-        with held_warnings() as held:  # the SDK's cleaning: said once per key here, not at every span
-            bounded = BoundedAttributes(maxlen, attributes, immutable=immutable and not later, max_value_len=max_value_len)
-            for key, value in later or ():
-                bounded[key] = value
-        say_once(held, what, attributes, later, max_value_len, _said)
-        return bounded
-    with held_warnings() as held:
-        every = BoundedAttributes(None, attributes, immutable=False, max_value_len=max_value_len)
+    fits = maxlen is None or (len(attributes) if attributes else 0) + (len(later) if later else 0) <= maxlen
+    with held_warnings() as held:  # the SDK's cleaning: said once per key here, not at every span
+        every = BoundedAttributes(
+            maxlen if fits else None, attributes, immutable=immutable and fits and not later, max_value_len=max_value_len
+        )
         for key, value in later or ():
             every[key] = value
     say_once(held, what, attributes, later, max_value_len, _said)
+    if fits or maxlen is None:
+        return every
     items = list(every.items())
     kept = BoundedAttributes(maxlen, dict(items[:maxlen]), immutable=immutable, max_value_len=max_value_len)
     kept.dropped = every.dropped + max(len(items) - maxlen, 0)  # the invalid keys' and those past the limit
