@@ -275,3 +275,20 @@ def test_a_metric_attribute_of_no_otlp_type_is_its_str_said_once_and_every_expor
     assert any("record('rl.sample.reward') got attribute 'user.pool' of type Pool" in m for m in said), said
     assert any("add('rl.tensor.nonfinite') got attribute 'user.pool'" in m for m in said), said
     assert any("stage('generate', cluster=...) got a Pool" in m for m in said), said
+
+
+def test_an_attribute_whose_str_raises_never_raises_into_the_loop(make_telemetry) -> None:
+    class Broken:
+        def __str__(self) -> str:
+            raise RuntimeError("no text")
+
+    tel = make_telemetry()
+    with tel.step(0), tel.stage("generate", cluster=Broken()):  # type: ignore[arg-type]
+        pass
+    tel.record(M.RL_SAMPLE_REWARD, [1.0], attributes={"user.pool": Broken()})
+    tel.shutdown()
+    from otel_rl.runs.folder import read_metrics
+
+    points = read_metrics(tel.run_dir)
+    assert {p.attributes.get("user.pool") for p in points if p.name == M.RL_SAMPLE_REWARD} == {"<unrepresentable Broken>"}
+    assert {p.attributes.get(A.RL_CLUSTER) for p in points if p.name == M.RL_STAGE_DURATION} == {"<unrepresentable Broken>"}

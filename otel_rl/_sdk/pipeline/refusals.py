@@ -38,6 +38,14 @@ def fits_int64(value: Any) -> bool:
     return type(value) is not int or INT64_MIN <= value <= INT64_MAX
 
 
+def attribute_text(value: Any) -> str:
+    """An attribute value of no OTLP type as the SDK keeps one: its ``str()``; never raising into the loop."""
+    try:
+        return str(value)
+    except Exception:  # noqa: BLE001 - a __str__ that raises
+        return f"<unrepresentable {type(value).__name__}>"
+
+
 def _named(values: Any, most: int = 3) -> str:
     """The first keys of a logged mapping, for a message (nothing for what cannot be read)."""
     names: list[str] = []
@@ -122,17 +130,20 @@ class Refusals:
 
     def _otlp_value(self, call: str, name: str, value: Any) -> Any:
         """A number of another type (numpy's) as a Python one; anything else as its ``str()``, said once."""
-        if isinstance(value, numbers.Integral) and INT64_MIN <= int(value) <= INT64_MAX:  # past it (a uint64): text
-            return int(value)
-        if isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral):
-            return float(value)
+        try:
+            if isinstance(value, numbers.Integral) and INT64_MIN <= int(value) <= INT64_MAX:  # past it (a uint64): text
+                return int(value)
+            if isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral):
+                return float(value)
+        except Exception:  # noqa: BLE001 - a number type whose conversion raises: as text, below
+            pass
         self._report(
             f"{call} <attribute {name}>",
             "type",
             f"otel-rl: {call} got attribute {name!r} of type {type(value).__name__}, which OTLP does not carry: its "
             "str() is used (reported once per call and attribute). Pass a str, bool, int or float",
         )
-        return str(value)
+        return attribute_text(value)
 
     def first_attributes(self, call: str, attrs: dict[str, Any], room: int) -> dict[str, Any]:
         """A call's first attributes, as many as its record keeps (``room``), the rest dropped and

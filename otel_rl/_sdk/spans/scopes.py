@@ -19,7 +19,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Status, StatusCode
 
 from otel_rl._sdk.pipeline.aggregation import Attrs
-from otel_rl._sdk.pipeline.refusals import fits_int64
+from otel_rl._sdk.pipeline.refusals import attribute_text, fits_int64
 from otel_rl._sdk.pipeline.worker import STAGE, STEP_END
 from otel_rl._sdk.sources.probes import GpuMemorySnapshot
 from otel_rl.semconv import attributes as A
@@ -130,7 +130,7 @@ class Stage:
                 f"otel-rl: stage({name!r}, cluster=...) got a {type(cluster).__name__}, not a str: its str() is used "
                 "(reported once per stage)",
             )
-            cluster = str(cluster)
+            cluster = attribute_text(cluster)
         self.cluster = cluster
         self._memory = memory
         self._phases: list[tuple[str, float, float]] = []  # (phase, seconds, perf_counter start)
