@@ -482,7 +482,8 @@ def build_providers(
         events_exported,
         span_limits,
         run_folder_events=run_folder_events,
-        event_attribute_limit=log_limits.max_log_record_attributes,
+        # a limit of its own for log records since SDK 1.4x; the general one before
+        event_attribute_limit=getattr(log_limits, "max_log_record_attributes", log_limits.max_attributes),
     )
 
 
