@@ -288,13 +288,12 @@ def summarize(rounds: list[dict[str, Any]], ways: list[str]) -> dict[str, Any]:
     for way in ways:
         whole = [r[way]["cpu_ms_per_step"] for r in rounds]
         entry: dict[str, Any] = {"cpu_ms_per_step": round(statistics.median(whole), 3), "rounds_cpu_ms_per_step": whole}
+        figures = whole
         if has_bare and way != "bare":
-            added = [round(r[way]["cpu_ms_per_step"] - r["bare"]["cpu_ms_per_step"], 3) for r in rounds]
-            entry["added_ms_per_step"] = round(statistics.median(added), 3)
-            entry["rounds_added_ms_per_step"] = added
-            middle = sorted(range(len(rounds)), key=lambda i: added[i])[len(rounds) // 2]
-        else:
-            middle = sorted(range(len(rounds)), key=lambda i: whole[i])[len(rounds) // 2]
+            figures = [round(_way_figure(r, way, has_bare), 3) for r in rounds]
+            entry["added_ms_per_step"] = round(statistics.median(figures), 3)
+            entry["rounds_added_ms_per_step"] = figures
+        middle = sorted(range(len(rounds)), key=lambda i: figures[i])[len(rounds) // 2]
         entry["threads"] = rounds[middle][way]["threads"]  # the median round's
         if way.startswith(("otlp-", "sdk-")):
             entry["rounds_spans_delivered"] = [r[way].get("spans_delivered") for r in rounds]
@@ -302,22 +301,24 @@ def summarize(rounds: list[dict[str, Any]], ways: list[str]) -> dict[str, Any]:
         if complaints:
             entry["stderr"] = complaints
         summary[way] = entry
-    measure = "added_ms_per_step" if has_bare else "cpu_ms_per_step"
     for transport in ("grpc", "http"):
-        ours, sdk = f"otlp-{transport}", f"sdk-{transport}"
-        if ours in ways and sdk in ways:
-            ratios = [_way_figure(r, ours, has_bare) / _way_figure(r, sdk, has_bare) for r in rounds if _way_figure(r, sdk, has_bare) > 0]
-            if ratios:
-                summary[f"ratio_{transport}_otel_rl_over_sdk"] = round(statistics.median(ratios), 2)
-    if "floor" in ways:
-        floors = [_way_figure(r, "floor", has_bare) for r in rounds]
-        for way in ways:
-            if way not in ("bare", "floor"):
-                ratios = [_way_figure(r, way, has_bare) / f for r, f in zip(rounds, floors) if f > 0]
-                if ratios:
-                    summary[way]["over_floor"] = round(statistics.median(ratios), 2)
-    summary["measure"] = measure
+        ratio = _median_ratio(rounds, f"otlp-{transport}", f"sdk-{transport}", ways, has_bare)
+        if ratio is not None:
+            summary[f"ratio_{transport}_otel_rl_over_sdk"] = ratio
+    for way in ways:
+        ratio = _median_ratio(rounds, way, "floor", ways, has_bare) if way not in ("bare", "floor") else None
+        if ratio is not None:
+            summary[way]["over_floor"] = ratio
+    summary["measure"] = "added_ms_per_step" if has_bare else "cpu_ms_per_step"
     return summary
+
+
+def _median_ratio(rounds: list[dict[str, Any]], way: str, over: str, ways: list[str], has_bare: bool) -> float | None:
+    """The median over the rounds of ``way``'s figure over ``over``'s in the same round."""
+    if way not in ways or over not in ways:
+        return None
+    ratios = [_way_figure(r, way, has_bare) / _way_figure(r, over, has_bare) for r in rounds if _way_figure(r, over, has_bare) > 0]
+    return round(statistics.median(ratios), 2) if ratios else None
 
 
 def _way_figure(round_: dict[str, Any], way: str, has_bare: bool) -> float:
